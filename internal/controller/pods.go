@@ -1,0 +1,278 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
+)
+
+const (
+	ownerUIDIndex = "metadata.ownerReferences.safejobUID"
+	// actWorkers bounds the pod writes of one reconcile in flight at once.
+	actWorkers = 16
+)
+
+func indexPodOwner(obj client.Object) []string {
+	if ref := metav1.GetControllerOf(obj); ref != nil && isSafeJobRef(ref) {
+		return []string{string(ref.UID)}
+	}
+	return nil
+}
+
+func isSafeJobRef(ref *metav1.OwnerReference) bool {
+	return ref.Kind == "SafeJob" && ref.APIVersion == batchv1alpha1.GroupVersion.String()
+}
+
+func (r *SafeJobReconciler) listPods(ctx context.Context, sj *batchv1alpha1.SafeJob) ([]*corev1.Pod, error) {
+	var list corev1.PodList
+	if err := r.Client.List(ctx, &list, client.InNamespace(sj.Namespace),
+		client.MatchingFields{ownerUIDIndex: string(sj.UID)}); err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	pods := make([]*corev1.Pod, len(list.Items))
+	for i := range list.Items {
+		pods[i] = &list.Items[i]
+	}
+	return pods, nil
+}
+
+// newPod builds the pod of one launch from the SafeJob's template.
+func newPod(sj *batchv1alpha1.SafeJob, ref ledger.PodRef) *corev1.Pod {
+	tmpl := sj.Spec.Template.DeepCopy()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        ref.Name,
+			Namespace:   sj.Namespace,
+			Labels:      tmpl.Labels,
+			Annotations: tmpl.Annotations,
+			Finalizers:  []string{batchv1alpha1.LedgerFinalizer},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sj,
+				batchv1alpha1.GroupVersion.WithKind("SafeJob"))},
+		},
+		Spec: tmpl.Spec,
+	}
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	index := strconv.Itoa(int(ref.Index))
+	pod.Labels[batchv1alpha1.SafeJobNameLabel] = ledger.ShortName(sj.Name, 63)
+	pod.Labels[batchv1alpha1.CompletionIndexLabel] = index
+	pod.Labels[batchv1alpha1.AttemptLabel] = strconv.Itoa(int(ref.Attempt))
+	if sj.Spec.CompletionMode == batchv1alpha1.IndexedCompletion {
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[batchv1alpha1.JobCompletionIndexAnnotation] = index
+		env := corev1.EnvVar{Name: batchv1alpha1.JobCompletionIndexEnv, Value: index}
+		for i := range pod.Spec.InitContainers {
+			pod.Spec.InitContainers[i].Env = append(pod.Spec.InitContainers[i].Env, env)
+		}
+		for i := range pod.Spec.Containers {
+			pod.Spec.Containers[i].Env = append(pod.Spec.Containers[i].Env, env)
+		}
+	}
+	return pod
+}
+
+// act carries out the plan's pod work, which refers only to facts already
+// observed in the ledger: create committed launches, release finalizers of
+// committed outcomes, delete pods that must stop.
+func (r *SafeJobReconciler) act(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *ledger.Plan) error {
+	key := client.ObjectKeyFromObject(sj)
+	r.tracker.forgetLastSeen(key, sj.UID, plan.Forget)
+	var errs []error
+	var mu sync.Mutex
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		errs = append(errs, err)
+	}
+	parallel(len(plan.Create), func(i int) {
+		if err := r.createPod(ctx, sj, plan.Create[i]); err != nil {
+			fail(err)
+		}
+	})
+	parallel(len(plan.Release), func(i int) {
+		if err := r.releaseFinalizer(ctx, sj.Namespace, plan.Release[i]); err != nil {
+			fail(err)
+		}
+	})
+	parallel(len(plan.Delete), func(i int) {
+		if err := r.deletePod(ctx, sj.Namespace, plan.Delete[i]); err != nil {
+			fail(err)
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// createPod creates the pod of an observed launch. AlreadyExists is success:
+// names are deterministic, so a repeat can never duplicate.
+func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.SafeJob, ref ledger.PodRef) error {
+	key := client.ObjectKeyFromObject(sj)
+	pod := newPod(sj, ref)
+	err := r.Client.Create(ctx, pod)
+	switch {
+	case err == nil:
+		r.tracker.created(key, sj.UID, ref.Name)
+		r.Metrics.PodsCreated.Inc()
+		r.Recorder.Eventf(sj, pod, corev1.EventTypeNormal, "SuccessfulCreate", "CreatePod", "Created pod: %s", ref.Name)
+		return nil
+	case apierrors.IsAlreadyExists(err):
+		r.tracker.created(key, sj.UID, ref.Name)
+		return nil
+	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
+		// Refused for sure: the launch stays pending and is retried with backoff.
+		r.Recorder.Eventf(sj, nil, corev1.EventTypeWarning, "FailedCreate", "CreatePod", "Error creating pod %s: %v", ref.Name, err)
+		return fmt.Errorf("creating pod %s: %w", ref.Name, err)
+	default:
+		// The pod may or may not exist: a live read settles it later.
+		r.tracker.created(key, sj.UID, ref.Name)
+		return fmt.Errorf("creating pod %s: %w", ref.Name, err)
+	}
+}
+
+// releaseFinalizer removes the ledger finalizer with a JSON patch that tests
+// the entry it removes, so concurrent finalizer edits are never clobbered.
+func (r *SafeJobReconciler) releaseFinalizer(ctx context.Context, namespace, name string) error {
+	pod := &corev1.Pod{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pod); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	k := slices.Index(pod.Finalizers, batchv1alpha1.LedgerFinalizer)
+	if k < 0 {
+		return nil
+	}
+	patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`,
+		k, batchv1alpha1.LedgerFinalizer, k)
+	err := r.Client.Patch(ctx, pod, client.RawPatch(types.JSONPatchType, []byte(patch)))
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing finalizer of pod %s: %w", name, err)
+	}
+	return nil
+}
+
+func (r *SafeJobReconciler) deletePod(ctx context.Context, namespace, name string) error {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	if err := r.Client.Delete(ctx, pod); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting pod %s: %w", name, err)
+	}
+	return nil
+}
+
+// releaseOrphans frees the pods of a SafeJob that is gone or going: with
+// no ledger left to record their outcome, the finalizer only blocks deletion.
+func (r *SafeJobReconciler) releaseOrphans(ctx context.Context, req reconcile.Request) error {
+	var list corev1.PodList
+	if err := r.Client.List(ctx, &list, client.InNamespace(req.Namespace),
+		client.MatchingLabels{batchv1alpha1.SafeJobNameLabel: ledger.ShortName(req.Name, 63)}); err != nil {
+		return fmt.Errorf("listing pods of deleted SafeJob: %w", err)
+	}
+	var errs []error
+	for i := range list.Items {
+		pod := &list.Items[i]
+		ref := metav1.GetControllerOf(pod)
+		if ref == nil || !isSafeJobRef(ref) || ref.Name != req.Name || !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
+			continue
+		}
+		log.FromContext(ctx).V(1).Info("Releasing pod of deleted SafeJob", "pod", klogRef(pod))
+		errs = append(errs, r.releaseFinalizer(ctx, pod.Namespace, pod.Name))
+	}
+	return errors.Join(errs...)
+}
+
+// parallel runs f(0..n-1) on up to actWorkers goroutines.
+func parallel(n int, f func(int)) {
+	if n == 0 {
+		return
+	}
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range min(n, actWorkers) {
+		wg.Go(func() {
+			for i := range work {
+				f(i)
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+}
+
+// podHandler enqueues a pod's SafeJob and keeps the terminal state of pods
+// that leave the cache, or lose the ledger finalizer to someone else.
+type podHandler struct {
+	tracker *tracker
+}
+
+func (h *podHandler) Create(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	enqueueOwner(e.Object, q)
+}
+
+func (h *podHandler) Update(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	pod, ok := e.ObjectNew.(*corev1.Pod)
+	if ok && isTerminalPod(pod) && !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
+		h.remember(pod)
+	}
+	enqueueOwner(e.ObjectNew, q)
+}
+
+func (h *podHandler) Delete(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if pod, ok := e.Object.(*corev1.Pod); ok && isTerminalPod(pod) {
+		h.remember(pod)
+	}
+	enqueueOwner(e.Object, q)
+}
+
+func (h *podHandler) Generic(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	enqueueOwner(e.Object, q)
+}
+
+func (h *podHandler) remember(pod *corev1.Pod) {
+	if ref := metav1.GetControllerOf(pod); ref != nil && isSafeJobRef(ref) {
+		h.tracker.sawTerminal(types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}, ref.UID, pod)
+	}
+}
+
+func enqueueOwner(obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if ref := metav1.GetControllerOf(obj); ref != nil && isSafeJobRef(ref) {
+		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: ref.Name}})
+	}
+}
+
+func isTerminalPod(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// CacheOptions limits the pod cache to pods that carry the SafeJob label.
+func CacheOptions() cache.Options {
+	sel := labels.NewSelector()
+	req, err := labels.NewRequirement(batchv1alpha1.SafeJobNameLabel, selection.Exists, nil)
+	if err != nil {
+		panic(err) // a constant requirement
+	}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}: {Label: sel.Add(*req)},
+	}}
+}

@@ -1,0 +1,190 @@
+// Package controller runs SafeJobs: it gathers what the cluster shows, lets
+// internal/ledger decide, and carries out the plan.
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
+)
+
+// SafeJobReconciler reconciles SafeJob objects.
+type SafeJobReconciler struct {
+	// Client reads from the cache and writes to the API server.
+	Client client.Client
+	// APIReader reads from the API server directly, to confirm a pod is gone.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
+	Metrics   *Metrics
+	// MaxConcurrentReconciles is the number of SafeJobs reconciled at once.
+	MaxConcurrentReconciles int
+
+	tracker *tracker
+}
+
+// +kubebuilder:rbac:groups=batch.safejob.dev,resources=safejobs,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=batch.safejob.dev,resources=safejobs/status,verbs=get;update
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile reconciles one SafeJob and counts the result.
+func (r *SafeJobReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	res, err := r.reconcile(ctx, req)
+	r.Metrics.countReconcile(res, err)
+	return res, err
+}
+
+// reconcile gathers the SafeJob and its pods, lets the ledger decide, acts on
+// the plan and writes status once, under the resourceVersion precondition.
+func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	sj := &batchv1alpha1.SafeJob{}
+	if err := r.Client.Get(ctx, req.NamespacedName, sj); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.tracker.forget(req.NamespacedName)
+			return reconcile.Result{}, r.releaseOrphans(ctx, req)
+		}
+		return reconcile.Result{}, fmt.Errorf("getting SafeJob: %w", err)
+	}
+	logger := log.FromContext(ctx).WithValues("safeJob", klog.KObj(sj))
+	ctx = log.IntoContext(ctx, logger)
+	if !r.tracker.observed(sj, r.Clock.Now(), r.Metrics) {
+		// Our last status write is not in the cache yet: its watch event
+		// will bring us back. Deciding now would only meet a conflict.
+		return reconcile.Result{}, nil
+	}
+	if sj.DeletionTimestamp != nil {
+		return reconcile.Result{}, r.releaseOrphans(ctx, req)
+	}
+	if done, res, err := r.expireTTL(ctx, sj); done || err != nil {
+		return res, err
+	}
+	in, wait, err := r.gather(ctx, sj)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	plan, err := ledger.Decide(in)
+	if err != nil {
+		return reconcile.Result{}, r.markLedgerInvalid(ctx, sj, err)
+	}
+	if err := r.act(ctx, sj, plan); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.writeStatus(ctx, sj, plan); err != nil {
+		if apierrors.IsConflict(err) {
+			logger.V(2).Info("Status write conflicted; retrying on a fresh view")
+			return reconcile.Result{Requeue: true}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	_, res, _ := r.ttlResult(sj)
+	res.RequeueAfter = minPositive(minPositive(res.RequeueAfter, plan.RequeueAfter), wait)
+	return res, nil
+}
+
+// gather builds the ledger input: the cached pods, the terminal states seen
+// of vanished pods, this process's pending creates and, for launches that
+// none of these explain, a live read of the API server.
+func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJob) (*ledger.Input, time.Duration, error) {
+	pods, err := r.listPods(ctx, sj)
+	if err != nil {
+		return nil, 0, err
+	}
+	key := client.ObjectKeyFromObject(sj)
+	in := &ledger.Input{
+		Name:     sj.Name,
+		Spec:     &sj.Spec,
+		Status:   &sj.Status,
+		Pods:     pods,
+		LastSeen: r.tracker.lastSeen(key, sj.UID),
+		Pending:  r.tracker.pending(key, sj.UID),
+		Gone:     map[string]bool{},
+		Now:      r.Clock.Now(),
+	}
+	unaccounted, wait, err := ledger.Unaccounted(in)
+	if err != nil {
+		return in, 0, nil // Decide reports the invalid ledger
+	}
+	for _, ref := range unaccounted {
+		pod := &corev1.Pod{}
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: sj.Namespace, Name: ref.Name}, pod)
+		switch {
+		case apierrors.IsNotFound(err):
+			in.Gone[ref.Name] = true
+		case err != nil:
+			return nil, 0, fmt.Errorf("confirming pod %s: %w", ref.Name, err)
+		}
+	}
+	return in, wait, nil
+}
+
+// writeStatus writes the plan's status with the resourceVersion the plan
+// was made from; events follow only a successful write.
+func (r *SafeJobReconciler) writeStatus(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *ledger.Plan) error {
+	if equality.Semantic.DeepEqual(sj.Status, plan.Status) {
+		return nil
+	}
+	prevRV := sj.ResourceVersion
+	updated := sj.DeepCopy()
+	updated.Status = plan.Status
+	if err := r.Client.Status().Update(ctx, updated); err != nil {
+		return fmt.Errorf("writing SafeJob status: %w", err)
+	}
+	r.tracker.wrote(client.ObjectKeyFromObject(sj), sj.UID, prevRV, r.Clock.Now(), plan.Append)
+	r.Metrics.recordAppends(plan.Append)
+	r.recordEvents(updated, sj, plan)
+	return nil
+}
+
+// markLedgerInvalid reports a ledger that cannot be read. Nothing else is
+// done for the SafeJob until its ledger reads again.
+func (r *SafeJobReconciler) markLedgerInvalid(ctx context.Context, sj *batchv1alpha1.SafeJob, cause error) error {
+	log.FromContext(ctx).Error(cause, "Ledger is invalid; taking no action")
+	msg := fmt.Sprintf("status.ledger is invalid, no action taken: %v", cause)
+	if len(msg) > 1024 {
+		msg = msg[:1024]
+	}
+	updated := sj.DeepCopy()
+	if !setCondition(&updated.Status.Conditions, batchv1alpha1.ConditionLedgerValid, false,
+		batchv1alpha1.ReasonLedgerCorrupt, msg, r.Clock.Now()) {
+		return nil
+	}
+	if err := r.Client.Status().Update(ctx, updated); err != nil {
+		if apierrors.IsConflict(err) {
+			return nil // the newer object is reconciled again
+		}
+		return fmt.Errorf("reporting invalid ledger: %w", err)
+	}
+	r.Recorder.Eventf(updated, nil, corev1.EventTypeWarning, batchv1alpha1.ReasonLedgerCorrupt, "Reconcile", "%s", msg)
+	return nil
+}
+
+// SetupWithManager registers the controller and its pod index.
+func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
+	r.tracker = newTracker()
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, ownerUIDIndex, indexPodOwner); err != nil {
+		return fmt.Errorf("indexing pods by owner: %w", err)
+	}
+	return builder.ControllerManagedBy(mgr).
+		For(&batchv1alpha1.SafeJob{}).
+		Watches(&corev1.Pod{}, &podHandler{tracker: r.tracker}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).
+		Named("safejob").
+		Complete(r)
+}

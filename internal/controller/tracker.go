@@ -1,0 +1,124 @@
+package controller
+
+import (
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+)
+
+// tracker keeps what this process knows beyond the cache, per SafeJob:
+// its last status write (so it acts only once the cache shows it), the
+// launches it committed and has not created yet, and the last terminal
+// state of pods that left the cache. None of it is needed for safety: a
+// process that lost it (a restart) confirms pods with a live read instead.
+type tracker struct {
+	mu   sync.Mutex
+	jobs map[types.NamespacedName]*jobMemo
+}
+
+type jobMemo struct {
+	uid types.UID
+	// writtenOver is the resourceVersion our last status write replaced; while
+	// the cache still shows it, the write is not observed.
+	writtenOver string
+	writtenAt   time.Time
+	pending     map[string]bool
+	lastSeen    map[string]*corev1.Pod
+}
+
+func newTracker() *tracker { return &tracker{jobs: map[types.NamespacedName]*jobMemo{}} }
+
+// memo returns the memo of a SafeJob, starting afresh when the UID changed.
+func (t *tracker) memo(key types.NamespacedName, uid types.UID) *jobMemo {
+	m := t.jobs[key]
+	if m == nil || (uid != "" && m.uid != uid) {
+		m = &jobMemo{uid: uid, pending: map[string]bool{}, lastSeen: map[string]*corev1.Pod{}}
+		t.jobs[key] = m
+	}
+	return m
+}
+
+func (t *tracker) forget(key types.NamespacedName) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.jobs, key)
+}
+
+// observed reports whether the cached SafeJob reflects our last status write.
+func (t *tracker) observed(sj *batchv1alpha1.SafeJob, now time.Time, m *Metrics) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	memo := t.memo(types.NamespacedName{Namespace: sj.Namespace, Name: sj.Name}, sj.UID)
+	if memo.writtenOver == "" {
+		return true
+	}
+	if sj.ResourceVersion == memo.writtenOver {
+		return false
+	}
+	m.observeCommit(now.Sub(memo.writtenAt))
+	memo.writtenOver = ""
+	return true
+}
+
+// wrote records a successful status write and the launches it committed.
+func (t *tracker) wrote(key types.NamespacedName, uid types.UID, over string, now time.Time, appended []batchv1alpha1.LedgerEntry) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	memo := t.memo(key, uid)
+	memo.writtenOver, memo.writtenAt = over, now
+	for _, e := range appended {
+		if e.Type == batchv1alpha1.EntryLaunched {
+			memo.pending[e.Pod] = true
+		} else {
+			delete(memo.pending, e.Pod)
+		}
+	}
+}
+
+// created records that a pending launch no longer needs creating here.
+func (t *tracker) created(key types.NamespacedName, uid types.UID, pod string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.memo(key, uid).pending, pod)
+}
+
+func (t *tracker) pending(key types.NamespacedName, uid types.UID) map[string]bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return copyMap(t.memo(key, uid).pending)
+}
+
+func (t *tracker) lastSeen(key types.NamespacedName, uid types.UID) map[string]*corev1.Pod {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return copyMap(t.memo(key, uid).lastSeen)
+}
+
+// sawTerminal keeps the terminal state of a pod the cache is losing.
+func (t *tracker) sawTerminal(key types.NamespacedName, uid types.UID, pod *corev1.Pod) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.memo(key, uid).lastSeen[pod.Name] = pod
+}
+
+// forgetLastSeen drops the last states of pods whose outcome is committed.
+func (t *tracker) forgetLastSeen(key types.NamespacedName, uid types.UID, pods []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	memo := t.memo(key, uid)
+	for _, name := range pods {
+		delete(memo.lastSeen, name)
+	}
+}
+
+func copyMap[V any](m map[string]V) map[string]V {
+	out := make(map[string]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,512 @@
+package ledger
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+)
+
+const (
+	// FoldAbove is the number of listed entries above which closed launches
+	// are folded into the checkpoint.
+	FoldAbove = 100
+	// KeepAfterFold is the number of newest outcomes left listed by a fold.
+	KeepAfterFold = 20
+	// LostGrace is how long a launch must be committed before its absence is
+	// checked. It only spares a second controller from declaring Lost a pod
+	// whose creator is about to create it; safety never depends on it.
+	LostGrace = 5 * time.Second
+)
+
+// Reasons of Evicted entries written by the controller itself.
+const (
+	EvictReasonSuspended = "Suspended"
+	EvictReasonStopped   = "JobFinishing"
+)
+
+// Input is everything the controller gathered for one SafeJob.
+type Input struct {
+	// Name is the SafeJob's name; pod names derive from it.
+	Name string
+	// Spec and Status are the SafeJob as last observed in the cache.
+	Spec   *batchv1alpha1.SafeJobSpec
+	Status *batchv1alpha1.SafeJobStatus
+	// Pods are the SafeJob's pods as observed in the cache.
+	Pods []*corev1.Pod
+	// LastSeen holds the last terminal state observed of pods that are no
+	// longer in Pods (deleted, or finalizer stripped by someone else).
+	LastSeen map[string]*corev1.Pod
+	// Gone holds open launches whose pod a live read found absent.
+	Gone map[string]bool
+	// Pending holds open launches this process committed and has not created yet.
+	Pending map[string]bool
+	// Now is the current time.
+	Now time.Time
+}
+
+// Plan is what to do for one SafeJob. Creates, releases and deletes refer
+// to the observed ledger only; Status carries the appended entries.
+type Plan struct {
+	// Append are the entries appended by this plan, with their seqs.
+	Append []batchv1alpha1.LedgerEntry
+	// Status is the status to write. Its ledger is the observed one plus Append (maybe folded).
+	Status batchv1alpha1.SafeJobStatus
+	// Create lists the pods to create: committed, observed, pending launches.
+	Create []PodRef
+	// Release lists the pods whose outcome is committed and observed and
+	// that still carry the ledger finalizer.
+	Release []string
+	// Delete lists the pods to delete: active pods of a stopping SafeJob, and
+	// running pods whose launch is already closed.
+	Delete []string
+	// Forget lists the pods of Input.LastSeen whose outcome is committed.
+	Forget []string
+	// RequeueAfter is when the plan changes with time alone (0: never).
+	RequeueAfter time.Duration
+}
+
+// Unaccounted lists the open launches that are neither observed, nor known
+// gone, nor pending here, and were committed at least LostGrace ago: the
+// controller confirms their absence with a live read before calling Decide.
+// The duration is when the next launch becomes due for that check.
+func Unaccounted(in *Input) ([]PodRef, time.Duration, error) {
+	st, err := Replay(&in.Status.Ledger)
+	if err != nil {
+		return nil, 0, err
+	}
+	seen := observed(in)
+	var out []PodRef
+	var wait time.Duration
+	for _, ref := range sortedOpen(st) {
+		if seen[ref.Name] != nil || in.Gone[ref.Name] || in.Pending[ref.Name] {
+			continue
+		}
+		if due := ref.Time.Add(LostGrace).Sub(in.Now); due > 0 {
+			wait = minPositive(wait, due)
+			continue
+		}
+		out = append(out, ref)
+	}
+	return out, wait, nil
+}
+
+// Decide computes the plan for one SafeJob. An error means the observed
+// ledger is invalid and nothing may be done.
+func Decide(in *Input) (*Plan, error) {
+	st, err := Replay(&in.Status.Ledger)
+	if err != nil {
+		return nil, err
+	}
+	d := &decision{in: in, st: st, seen: observed(in), plan: &Plan{}}
+	d.status = *in.Status.DeepCopy()
+	d.target = d.stickyTarget()
+	d.stopping = d.target != "" || ptr.Deref(in.Spec.Suspend, false)
+	d.recordOutcomes()
+	d.applyAppends()
+	if !d.finished() {
+		d.decideTarget()
+		d.decideSuspend()
+		d.stopPods()
+		d.launch()
+		d.applyAppends()
+		d.finish()
+	}
+	if err := d.writeStatus(); err != nil {
+		return nil, err
+	}
+	return d.plan, nil
+}
+
+type decision struct {
+	in   *Input
+	st   *State // the observed ledger plus the entries appended so far
+	seen map[string]*corev1.Pod
+	plan *Plan
+	// status is the status being built.
+	status batchv1alpha1.SafeJobStatus
+	// appended entries not yet applied to st.
+	pending []batchv1alpha1.LedgerEntry
+	// target is "" or the condition (SuccessCriteriaMet, FailureTarget) the SafeJob moves to.
+	target   string
+	stopping bool
+}
+
+func (d *decision) cond(t string) *metav1.Condition {
+	return meta.FindStatusCondition(d.status.Conditions, t)
+}
+
+func (d *decision) isTrue(t string) bool {
+	c := d.cond(t)
+	return c != nil && c.Status == metav1.ConditionTrue
+}
+
+func (d *decision) finished() bool {
+	return d.isTrue(batchv1alpha1.ConditionComplete) || d.isTrue(batchv1alpha1.ConditionFailed)
+}
+
+func (d *decision) setCond(t string, s metav1.ConditionStatus, reason, msg string) {
+	if c := d.cond(t); c != nil && c.Status == s && c.Reason == reason && c.Message == msg {
+		return
+	}
+	meta.SetStatusCondition(&d.status.Conditions, metav1.Condition{
+		Type: t, Status: s, Reason: reason, Message: msg, LastTransitionTime: metav1.NewTime(d.in.Now),
+	})
+}
+
+func (d *decision) stickyTarget() string {
+	for _, t := range []string{batchv1alpha1.ConditionFailureTarget, batchv1alpha1.ConditionSuccessCriteriaMet} {
+		if d.isTrue(t) {
+			return t
+		}
+	}
+	return ""
+}
+
+func (d *decision) add(e batchv1alpha1.LedgerEntry) {
+	e.Time = metav1.NewTime(d.in.Now)
+	d.pending = append(d.pending, e)
+}
+
+// applyAppends folds the entries decided so far into the working state.
+func (d *decision) applyAppends() {
+	for k := range d.pending {
+		e := d.pending[k]
+		e.Seq = d.st.Seq + 1
+		if err := d.st.apply(&e); err != nil {
+			// Decide only appends entries that fit the state; reaching this is a bug.
+			panic(fmt.Sprintf("ledger: appending %s for %s: %v", e.Type, e.Pod, err))
+		}
+		d.st.Seq = e.Seq
+		d.plan.Append = append(d.plan.Append, e)
+	}
+	d.pending = nil
+}
+
+// recordOutcomes appends the outcome of every open launch whose pod is seen
+// terminal or known gone, and lists the observed pods whose finalizer may go
+// or that must not run.
+func (d *decision) recordOutcomes() {
+	failures := map[int32]int32{}
+	for _, name := range sortedKeys(d.seen) {
+		pod := d.seen[name]
+		ref, open := d.st.Open[name]
+		if !open {
+			d.closedPod(pod)
+			continue
+		}
+		if !isTerminal(pod) {
+			continue
+		}
+		e := batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntrySucceeded, Pod: name, Index: ref.Index, Attempt: ref.Attempt}
+		if pod.Status.Phase == corev1.PodFailed {
+			e.Type, e.Reason = d.failure(pod, ref, failures)
+		}
+		d.add(e)
+	}
+	for _, ref := range sortedOpen(d.st) {
+		if d.seen[ref.Name] != nil {
+			continue
+		}
+		switch {
+		case d.in.Gone[ref.Name]:
+			d.add(batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryLost, Pod: ref.Name, Index: ref.Index, Attempt: ref.Attempt})
+		case d.in.Pending[ref.Name]:
+			d.plan.Create = append(d.plan.Create, ref)
+		}
+	}
+}
+
+func (d *decision) stopReason() string {
+	if d.target == "" {
+		return EvictReasonSuspended
+	}
+	return EvictReasonStopped
+}
+
+// failure classifies a failed pod: stopped by the controller (Evicted), or
+// Failed with the podFailurePolicy action, FailIndex once the index has used
+// up backoffLimitPerIndex.
+func (d *decision) failure(pod *corev1.Pod, ref PodRef, failures map[int32]int32) (batchv1alpha1.EntryType, string) {
+	if d.stopping && pod.DeletionTimestamp != nil {
+		return batchv1alpha1.EntryEvicted, d.stopReason()
+	}
+	reason := failureReason(d.in.Spec.PodFailurePolicy, pod)
+	if reason != batchv1alpha1.FailReasonCounted {
+		return batchv1alpha1.EntryFailed, reason
+	}
+	if limit := d.in.Spec.BackoffLimitPerIndex; limit != nil {
+		failures[ref.Index]++
+		if d.st.Failures[ref.Index]+failures[ref.Index] > *limit {
+			return batchv1alpha1.EntryFailed, batchv1alpha1.FailReasonFailIndex
+		}
+	}
+	return batchv1alpha1.EntryFailed, batchv1alpha1.FailReasonCounted
+}
+
+// closedPod handles an observed pod that has no open launch: its outcome is
+// committed (release the finalizer, stop it if it still runs), or its launch
+// is newer than the observed ledger (leave it alone).
+func (d *decision) closedPod(pod *corev1.Pod) {
+	ref, ok := RefFromPod(pod)
+	if !ok || !d.st.IsClosed(ref) {
+		return
+	}
+	if d.in.LastSeen[pod.Name] == pod {
+		d.plan.Forget = append(d.plan.Forget, pod.Name) // gone from the cluster
+		return
+	}
+	if hasFinalizer(pod) {
+		d.plan.Release = append(d.plan.Release, pod.Name)
+	}
+	if !isTerminal(pod) && pod.DeletionTimestamp == nil {
+		d.plan.Delete = append(d.plan.Delete, pod.Name)
+	}
+}
+
+// decideTarget sets SuccessCriteriaMet or FailureTarget once the ledger
+// (or the clock, for the deadline) says the SafeJob is done.
+func (d *decision) decideTarget() {
+	if d.target != "" {
+		return
+	}
+	spec, st := d.in.Spec, d.st
+	completions := ptr.Deref(spec.Completions, 1)
+	t, reason, msg := batchv1alpha1.ConditionFailureTarget, "", ""
+	switch {
+	case st.FailJob:
+		reason, msg = batchv1alpha1.ReasonPodFailurePolicy, "A pod failure matched a podFailurePolicy rule with action FailJob"
+	case spec.BackoffLimitPerIndex == nil && st.Failed > ptr.Deref(spec.BackoffLimit, 6):
+		reason, msg = batchv1alpha1.ReasonBackoffLimitExceeded, "Job has reached the specified backoff limit"
+	case spec.MaxFailedIndexes != nil && int32(len(st.FailedIndexes)) > *spec.MaxFailedIndexes:
+		reason, msg = batchv1alpha1.ReasonMaxFailedIndexesExceeded, "Job has exceeded the specified maximal number of failed indexes"
+	case d.deadlineLeft() < 0:
+		reason, msg = batchv1alpha1.ReasonDeadlineExceeded, "Job was active longer than specified deadline"
+	case int32(len(st.Succeeded)) >= completions:
+		t, reason, msg = batchv1alpha1.ConditionSuccessCriteriaMet, batchv1alpha1.ReasonCompletionsReached, "Reached expected number of succeeded pods"
+	case len(st.FailedIndexes) > 0 && int32(len(st.Succeeded)+len(st.FailedIndexes)) >= completions:
+		reason, msg = batchv1alpha1.ReasonFailedIndexes, "Job has failed indexes"
+	default:
+		return
+	}
+	d.target, d.stopping = t, true
+	d.setCond(t, metav1.ConditionTrue, reason, msg)
+}
+
+// deadlineLeft is the time left before activeDeadlineSeconds; a large value
+// when there is no running deadline.
+func (d *decision) deadlineLeft() time.Duration {
+	ads := d.in.Spec.ActiveDeadlineSeconds
+	if ads == nil || d.status.StartTime == nil || ptr.Deref(d.in.Spec.Suspend, false) {
+		return time.Duration(1<<62 - 1)
+	}
+	return d.status.StartTime.Add(time.Duration(*ads) * time.Second).Sub(d.in.Now)
+}
+
+func (d *decision) decideSuspend() {
+	suspended := ptr.Deref(d.in.Spec.Suspend, false)
+	switch {
+	case suspended && d.target == "":
+		d.setCond(batchv1alpha1.ConditionSuspended, metav1.ConditionTrue, batchv1alpha1.ReasonSuspended, "Job suspended")
+	case !suspended && d.isTrue(batchv1alpha1.ConditionSuspended):
+		d.setCond(batchv1alpha1.ConditionSuspended, metav1.ConditionFalse, batchv1alpha1.ReasonResumed, "Job resumed")
+		d.status.StartTime = ptr.To(metav1.NewTime(d.in.Now))
+	case !suspended && d.status.StartTime == nil:
+		d.status.StartTime = ptr.To(metav1.NewTime(d.in.Now))
+	}
+}
+
+// stopPods deletes the running pods of a stopping SafeJob.
+func (d *decision) stopPods() {
+	if !d.stopping {
+		return
+	}
+	for _, ref := range sortedOpen(d.st) {
+		pod := d.seen[ref.Name]
+		if pod != nil && d.in.LastSeen[ref.Name] != pod && !isTerminal(pod) && pod.DeletionTimestamp == nil {
+			d.plan.Delete = append(d.plan.Delete, ref.Name)
+		}
+	}
+	// A pending launch that the stop found uncreated is closed before it starts.
+	for _, ref := range sortedOpen(d.st) {
+		if d.seen[ref.Name] == nil && d.in.Pending[ref.Name] {
+			d.add(batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryEvicted, Pod: ref.Name, Index: ref.Index,
+				Attempt: ref.Attempt, Reason: d.stopReason()})
+			d.plan.Create = slices.DeleteFunc(d.plan.Create, func(c PodRef) bool { return c.Name == ref.Name })
+		}
+	}
+}
+
+// launch appends Launched entries for the lowest unfinished, idle indexes,
+// up to parallelism open launches.
+func (d *decision) launch() {
+	if d.stopping {
+		return
+	}
+	slots := ptr.Deref(d.in.Spec.Parallelism, 1) - int32(len(d.st.Open))
+	busy := map[int32]bool{}
+	for _, ref := range d.st.Open {
+		busy[ref.Index] = true
+	}
+	completions := ptr.Deref(d.in.Spec.Completions, 1)
+	for i := int32(0); i < completions && slots > 0; i++ {
+		if busy[i] || d.st.done(i) {
+			continue
+		}
+		a := d.st.Attempts[i]
+		d.add(batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryLaunched, Pod: PodName(d.in.Name, i, a), Index: i, Attempt: a})
+		slots--
+	}
+}
+
+// finish turns the target into Complete or Failed once no launch is open and
+// no pod keeps the finalizer beyond this reconcile.
+func (d *decision) finish() {
+	if d.target == "" || len(d.st.Open) > 0 {
+		return
+	}
+	for name, pod := range d.seen {
+		if hasFinalizer(pod) && d.in.LastSeen[name] != pod && !slices.Contains(d.plan.Release, name) {
+			return
+		}
+	}
+	src := d.cond(d.target)
+	if d.target == batchv1alpha1.ConditionSuccessCriteriaMet {
+		d.setCond(batchv1alpha1.ConditionComplete, metav1.ConditionTrue, src.Reason, src.Message)
+		d.status.CompletionTime = ptr.To(metav1.NewTime(d.in.Now))
+		return
+	}
+	d.setCond(batchv1alpha1.ConditionFailed, metav1.ConditionTrue, src.Reason, src.Message)
+}
+
+// writeStatus derives the counters from the ledger and folds it if long.
+func (d *decision) writeStatus() error {
+	s, st := &d.status, d.st
+	l := Append(&d.in.Status.Ledger, d.plan.Append)
+	if d.target == "" && len(l.Entries) > FoldAbove {
+		var err error
+		if l, err = Fold(&l, KeepAfterFold); err != nil {
+			return err
+		}
+	}
+	s.Ledger = l
+	s.Active = int32(len(st.Open))
+	s.Ready = 0
+	for name := range st.Open {
+		if pod := d.seen[name]; pod != nil && isReady(pod) {
+			s.Ready++
+		}
+	}
+	s.Succeeded = int32(len(st.Succeeded))
+	s.Failed = st.Failed
+	s.CompletedIndexes = ""
+	if d.in.Spec.CompletionMode == batchv1alpha1.IndexedCompletion {
+		s.CompletedIndexes = st.Succeeded.String()
+	}
+	s.FailedIndexes = nil
+	if d.in.Spec.BackoffLimitPerIndex != nil {
+		s.FailedIndexes = ptr.To(st.FailedIndexes.String())
+	}
+	s.Completions = fmt.Sprintf("%d/%d", s.Succeeded, ptr.Deref(d.in.Spec.Completions, 1))
+	if c := d.cond(batchv1alpha1.ConditionLedgerValid); c != nil && c.Status != metav1.ConditionTrue {
+		d.setCond(batchv1alpha1.ConditionLedgerValid, metav1.ConditionTrue, batchv1alpha1.ReasonLedgerOK, "Ledger is valid")
+	}
+	d.plan.Status = *s
+	if !d.finished() && d.target == "" {
+		if left := d.deadlineLeft(); left < time.Duration(1<<62-1) {
+			d.plan.RequeueAfter = minPositive(d.plan.RequeueAfter, left)
+		}
+	}
+	return nil
+}
+
+// TTLLeft is the time until a finished SafeJob may be deleted under
+// ttlSecondsAfterFinished; ok is false when no TTL applies.
+func TTLLeft(spec *batchv1alpha1.SafeJobSpec, status *batchv1alpha1.SafeJobStatus, now time.Time) (time.Duration, bool) {
+	if spec.TTLSecondsAfterFinished == nil {
+		return 0, false
+	}
+	for _, t := range []string{batchv1alpha1.ConditionComplete, batchv1alpha1.ConditionFailed} {
+		c := meta.FindStatusCondition(status.Conditions, t)
+		if c != nil && c.Status == metav1.ConditionTrue {
+			return c.LastTransitionTime.Add(time.Duration(*spec.TTLSecondsAfterFinished) * time.Second).Sub(now), true
+		}
+	}
+	return 0, false
+}
+
+func observed(in *Input) map[string]*corev1.Pod {
+	seen := make(map[string]*corev1.Pod, len(in.Pods)+len(in.LastSeen))
+	for name, pod := range in.LastSeen {
+		seen[name] = pod
+	}
+	for _, pod := range in.Pods {
+		if last := seen[pod.Name]; last != nil && !isTerminal(pod) {
+			continue // a terminal state seen before beats a stale cache
+		}
+		seen[pod.Name] = pod
+	}
+	return seen
+}
+
+func sortedOpen(st *State) []PodRef {
+	refs := make([]PodRef, 0, len(st.Open))
+	for _, r := range st.Open {
+		refs = append(refs, r)
+	}
+	slices.SortFunc(refs, func(a, b PodRef) int { return int(a.Seq - b.Seq) })
+	return refs
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// RefFromPod reads a pod's index and attempt from its labels.
+func RefFromPod(pod *corev1.Pod) (PodRef, bool) {
+	i, err1 := strconv.ParseInt(pod.Labels[batchv1alpha1.CompletionIndexLabel], 10, 32)
+	a, err2 := strconv.ParseInt(pod.Labels[batchv1alpha1.AttemptLabel], 10, 32)
+	if err1 != nil || err2 != nil {
+		return PodRef{}, false
+	}
+	return PodRef{Name: pod.Name, Index: int32(i), Attempt: int32(a)}, true
+}
+
+func isTerminal(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+func isReady(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func hasFinalizer(pod *corev1.Pod) bool {
+	return slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer)
+}
+
+func minPositive(a, b time.Duration) time.Duration {
+	if a <= 0 || (b > 0 && b < a) {
+		return b
+	}
+	return a
+}
