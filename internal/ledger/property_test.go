@@ -1,0 +1,424 @@
+package ledger
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+)
+
+// world is a model cluster: an API server holding one SafeJob's status and
+// its pods, controllers with lagging caches, and the faults of DESIGN.md.
+type world struct {
+	t    *testing.T
+	rng  *rand.Rand
+	now  time.Time
+	spec batchv1alpha1.SafeJobSpec
+	// versions holds every status ever written; the last is current.
+	versions []batchv1alpha1.SafeJobStatus
+	pods     map[string]*corev1.Pod
+	created  map[string]int
+	// everSucceeded holds pods the kubelet finished successfully.
+	everSucceeded map[string]bool
+	// exempt holds pods whose outcome may go unrecorded: force-deleted, or
+	// created by a lagging controller after its launch was closed.
+	exempt map[string]bool
+	ctrls         []*modelController
+	states        map[int]*State // replayed versions, by index
+}
+
+type modelController struct {
+	version     int // index in versions of the cached SafeJob
+	pods        map[string]*corev1.Pod
+	pending     map[string]bool
+	lastSeen    map[string]*corev1.Pod
+	writtenOver int // -1: no write waiting to be observed
+}
+
+func newWorld(t *testing.T, seed uint64, spec batchv1alpha1.SafeJobSpec, controllers int) *world {
+	w := &world{
+		t: t, rng: rand.New(rand.NewPCG(seed, seed^0x5afe)), now: time.Unix(1_700_000_000, 0),
+		spec: spec, versions: []batchv1alpha1.SafeJobStatus{{}},
+		pods: map[string]*corev1.Pod{}, created: map[string]int{}, everSucceeded: map[string]bool{}, exempt: map[string]bool{}, states: map[int]*State{},
+	}
+	for range controllers {
+		w.ctrls = append(w.ctrls, w.freshController())
+	}
+	return w
+}
+
+func (w *world) freshController() *modelController {
+	return &modelController{pods: map[string]*corev1.Pod{}, pending: map[string]bool{},
+		lastSeen: map[string]*corev1.Pod{}, writtenOver: -1}
+}
+
+func (w *world) current() *batchv1alpha1.SafeJobStatus { return &w.versions[len(w.versions)-1] }
+
+// syncLedger moves a controller's cached SafeJob forward, maybe not to the newest.
+func (w *world) syncLedger(c *modelController) {
+	c.version += w.rng.IntN(len(w.versions) - c.version)
+	if w.rng.IntN(2) == 0 {
+		c.version = len(w.versions) - 1
+	}
+}
+
+// syncPods refreshes a controller's pod cache; pods that vanished leave their
+// final state behind, as a delete event carries it.
+func (w *world) syncPods(c *modelController) {
+	for name, old := range c.pods {
+		if _, ok := w.pods[name]; !ok && isTerminal(old) {
+			c.lastSeen[name] = old
+		}
+	}
+	c.pods = map[string]*corev1.Pod{}
+	for name, p := range w.pods {
+		c.pods[name] = p.DeepCopy()
+	}
+}
+
+// reconcile runs one controller's reconcile; crash stops it after acting,
+// before its status write.
+func (w *world) reconcile(c *modelController, crash bool) {
+	if c.writtenOver == c.version {
+		return // own write not observed yet
+	}
+	c.writtenOver = -1
+	status := w.versions[c.version].DeepCopy()
+	in := &Input{Name: "sj", Spec: &w.spec, Status: status, LastSeen: c.lastSeen,
+		Pending: c.pending, Gone: map[string]bool{}, Now: w.now}
+	for _, p := range c.pods {
+		in.Pods = append(in.Pods, p)
+	}
+	unaccounted, _, err := Unaccounted(in)
+	if err != nil {
+		w.t.Fatalf("Unaccounted: %v", err)
+	}
+	for _, ref := range unaccounted {
+		if _, exists := w.pods[ref.Name]; !exists {
+			in.Gone[ref.Name] = true
+		}
+	}
+	plan, err := Decide(in)
+	if err != nil {
+		w.t.Fatalf("Decide: %v", err)
+	}
+	w.act(c, plan)
+	if crash {
+		return
+	}
+	if c.version != len(w.versions)-1 {
+		return // resourceVersion conflict
+	}
+	w.versions = append(w.versions, plan.Status)
+	c.writtenOver = c.version
+	for _, e := range plan.Append {
+		if e.Type == batchv1alpha1.EntryLaunched {
+			c.pending[e.Pod] = true
+		} else {
+			delete(c.pending, e.Pod)
+		}
+	}
+	for _, name := range plan.Forget {
+		delete(c.lastSeen, name)
+	}
+}
+
+func (w *world) act(c *modelController, plan *Plan) {
+	for _, ref := range plan.Create {
+		delete(c.pending, ref.Name)
+		if _, exists := w.pods[ref.Name]; exists {
+			continue // AlreadyExists
+		}
+		w.created[ref.Name]++
+		// I1: one pod per launch, and only for committed launches.
+		cur := w.currentState()
+		if w.created[ref.Name] > 1 || ref.Attempt >= cur.Attempts[ref.Index] && !cur.done(ref.Index) {
+			w.t.Fatalf("I1: pod %s created %d times, committed attempts %d", ref.Name, w.created[ref.Name], cur.Attempts[ref.Index])
+		}
+		if cur.IsClosed(ref) {
+			w.exempt[ref.Name] = true
+		}
+		w.pods[ref.Name] = &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: ref.Name, Finalizers: []string{batchv1alpha1.LedgerFinalizer},
+				Labels: map[string]string{
+					batchv1alpha1.CompletionIndexLabel: fmt.Sprint(ref.Index),
+					batchv1alpha1.AttemptLabel:         fmt.Sprint(ref.Attempt),
+				}},
+			Status: corev1.PodStatus{Phase: corev1.PodPending},
+		}
+	}
+	for _, name := range plan.Release {
+		p := w.pods[name]
+		if p == nil {
+			continue
+		}
+		// I5: a finalizer goes only once the outcome is committed.
+		st := w.currentState()
+		ref, _ := RefFromPod(p)
+		if !st.IsClosed(ref) {
+			w.t.Fatalf("I5: finalizer of %s released before its outcome was committed", name)
+		}
+		p.Finalizers = nil
+		w.maybeRemove(name)
+	}
+	for _, name := range plan.Delete {
+		if p := w.pods[name]; p != nil && p.DeletionTimestamp == nil {
+			p.DeletionTimestamp = ptr.To(metav1.NewTime(w.now))
+			w.maybeRemove(name)
+		}
+	}
+}
+
+func (w *world) maybeRemove(name string) {
+	if p := w.pods[name]; p.DeletionTimestamp != nil && len(p.Finalizers) == 0 {
+		delete(w.pods, name)
+	}
+}
+
+// kubelet moves one random pod along: Pending to Running, Running to an end,
+// a pod being deleted to Failed.
+func (w *world) kubelet() {
+	var names []string
+	for _, name := range sortedKeys(w.pods) {
+		if !isTerminal(w.pods[name]) {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	p := w.pods[names[w.rng.IntN(len(names))]]
+	switch {
+	case p.DeletionTimestamp != nil:
+		w.finish(p, corev1.PodFailed, 137)
+	case p.Status.Phase == corev1.PodPending:
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	case w.rng.IntN(4) == 0:
+		w.finish(p, corev1.PodFailed, int32(1+w.rng.IntN(3)))
+	default:
+		w.finish(p, corev1.PodSucceeded, 0)
+	}
+}
+
+func (w *world) finish(p *corev1.Pod, phase corev1.PodPhase, code int32) {
+	p.Status.Phase = phase
+	p.Status.Conditions = nil
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code}}}}
+	if phase == corev1.PodSucceeded {
+		w.everSucceeded[p.Name] = true
+	}
+}
+
+// podGC deletes a terminal pod, as --terminated-pod-gc-threshold=1 would.
+func (w *world) podGC() {
+	for _, name := range sortedKeys(w.pods) {
+		if p := w.pods[name]; isTerminal(p) && p.DeletionTimestamp == nil {
+			p.DeletionTimestamp = ptr.To(metav1.NewTime(w.now))
+			w.maybeRemove(name)
+			return
+		}
+	}
+}
+
+// forceDelete removes a random pod outright, finalizer and all.
+func (w *world) forceDelete() {
+	names := sortedKeys(w.pods)
+	if len(names) > 0 {
+		name := names[w.rng.IntN(len(names))]
+		w.exempt[name] = true
+		delete(w.pods, name)
+	}
+}
+
+// state replays version v once.
+func (w *world) state(v int) *State {
+	if st, ok := w.states[v]; ok {
+		return st
+	}
+	st := w.mustReplay(&w.versions[v].Ledger)
+	w.states[v] = st
+	return st
+}
+
+func (w *world) currentState() *State { return w.state(len(w.versions) - 1) }
+
+func (w *world) mustReplay(l *batchv1alpha1.Ledger) *State {
+	st, err := Replay(l)
+	if err != nil {
+		w.t.Fatalf("I4: ledger does not replay: %v", err)
+	}
+	return st
+}
+
+// check asserts the invariants that hold after every step.
+func (w *world) check() {
+	cur := w.current()
+	st := w.currentState()
+	par, completions := ptr.Deref(w.spec.Parallelism, 1), ptr.Deref(w.spec.Completions, 1)
+	// I2: open launches within parallelism and what completions still need.
+	if int32(len(st.Open)) > par || int32(len(st.Open)+len(st.Succeeded)) > completions {
+		w.t.Fatalf("I2: %d open launches, %d succeeded, parallelism %d, completions %d", len(st.Open), len(st.Succeeded), par, completions)
+	}
+	// I4: each version's meaning contains the previous one's.
+	if len(w.versions) > 1 {
+		prev := w.state(len(w.versions) - 2)
+		if err := contains(st, prev); err != nil {
+			w.t.Fatalf("I4: %v", err)
+		}
+	}
+	// I6: bounded ledger.
+	if n := len(cur.Ledger.Entries); n > FoldAbove+2*int(par)+KeepAfterFold {
+		w.t.Fatalf("I6: %d entries listed", n)
+	}
+}
+
+// contains reports how st fails to keep every fact of prev.
+func contains(st, prev *State) error {
+	if st.Seq < prev.Seq {
+		return fmt.Errorf("seq went from %d to %d", prev.Seq, st.Seq)
+	}
+	for i := range prev.Succeeded {
+		if !st.Succeeded.Has(i) {
+			return fmt.Errorf("succeeded index %d forgotten", i)
+		}
+	}
+	for i := range prev.FailedIndexes {
+		if !st.FailedIndexes.Has(i) {
+			return fmt.Errorf("failed index %d forgotten", i)
+		}
+	}
+	if st.Failed < prev.Failed || st.Lost < prev.Lost || st.Evicted < prev.Evicted || st.Ignored < prev.Ignored {
+		return fmt.Errorf("a count went down: %+v -> %+v", prev, st)
+	}
+	for i, a := range prev.Attempts {
+		if !st.done(i) && st.Attempts[i] < a {
+			return fmt.Errorf("attempts of index %d went from %d to %d", i, a, st.Attempts[i])
+		}
+	}
+	return nil
+}
+
+func refFromName(name string) PodRef {
+	var i, a int32
+	if _, err := fmt.Sscanf(name, "sj-%d-%d", &i, &a); err != nil {
+		panic(err)
+	}
+	return PodRef{Name: name, Index: i, Attempt: a}
+}
+
+func (w *world) finished() (string, bool) {
+	for _, c := range w.current().Conditions {
+		if (c.Type == batchv1alpha1.ConditionComplete || c.Type == batchv1alpha1.ConditionFailed) && c.Status == metav1.ConditionTrue {
+			return c.Type, true
+		}
+	}
+	return "", false
+}
+
+// step does one random thing; faults are off in the calm phase.
+func (w *world) step(faults bool) {
+	w.now = w.now.Add(time.Duration(w.rng.IntN(2000)) * time.Millisecond)
+	c := w.ctrls[w.rng.IntN(len(w.ctrls))]
+	switch r := w.rng.IntN(100); {
+	case r < 30:
+		w.syncLedger(c)
+	case r < 45:
+		w.syncPods(c)
+	case r < 70:
+		w.reconcile(c, faults && w.rng.IntN(10) == 0)
+	case r < 92:
+		w.kubelet()
+	case r < 96 && faults:
+		w.podGC()
+	case r < 98 && faults:
+		*c = *w.freshController() // crash: memory lost, cache rebuilt
+		w.syncLedger(c)
+		w.syncPods(c)
+	case faults:
+		w.forceDelete()
+	}
+	w.check()
+}
+
+func TestPropertyInvariants(t *testing.T) {
+	specs := map[string]batchv1alpha1.SafeJobSpec{
+		"nonindexed p2 c5": {Parallelism: ptr.To[int32](2), Completions: ptr.To[int32](5), BackoffLimit: ptr.To[int32](1000)},
+		"indexed p3 c8": {Parallelism: ptr.To[int32](3), Completions: ptr.To[int32](8), BackoffLimit: ptr.To[int32](1000),
+			CompletionMode: batchv1alpha1.IndexedCompletion},
+		"p1 c1 backoff 0": {Parallelism: ptr.To[int32](1), Completions: ptr.To[int32](1), BackoffLimit: ptr.To[int32](0)},
+		"per index": {Parallelism: ptr.To[int32](4), Completions: ptr.To[int32](10), BackoffLimit: ptr.To[int32](6),
+			CompletionMode: batchv1alpha1.IndexedCompletion, BackoffLimitPerIndex: ptr.To[int32](2)},
+		"many completions folds": {Parallelism: ptr.To[int32](10), Completions: ptr.To[int32](300), BackoffLimit: ptr.To[int32](100000)},
+	}
+	for name, spec := range specs {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			seeds := uint64(30)
+			if *spec.Completions > 100 {
+				seeds = 4
+			}
+			for seed := range seeds {
+				for _, controllers := range []int{1, 2} {
+					w := newWorld(t, seed, spec, controllers)
+					for range 600 {
+						w.step(true)
+					}
+					w.calm(t, 20000)
+					w.checkEnd(t)
+				}
+			}
+		})
+	}
+}
+
+// calm runs without faults until the SafeJob finishes and every finalizer is gone (I7).
+func (w *world) calm(t *testing.T, steps int) {
+	t.Helper()
+	for range steps {
+		if _, done := w.finished(); done && w.noFinalizers() {
+			return
+		}
+		w.step(false)
+	}
+	cur := w.current()
+	t.Fatalf("I7: not finished after faults stopped: %s active %d conditions %+v", cur.Completions, cur.Active, cur.Conditions)
+}
+
+func (w *world) noFinalizers() bool {
+	for _, p := range w.pods {
+		if slices.Contains(p.Finalizers, batchv1alpha1.LedgerFinalizer) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkEnd asserts I3 on a finished SafeJob.
+func (w *world) checkEnd(t *testing.T) {
+	t.Helper()
+	cur := w.current()
+	st := w.mustReplay(&cur.Ledger)
+	kind, _ := w.finished()
+	completions := ptr.Deref(w.spec.Completions, 1)
+	if kind == batchv1alpha1.ConditionComplete && int32(len(st.Succeeded)) != completions {
+		t.Fatalf("I3: Complete with %d of %d completions", len(st.Succeeded), completions)
+	}
+	for name := range w.everSucceeded {
+		ref := refFromName(name)
+		if !w.exempt[name] && !st.Succeeded.Has(ref.Index) {
+			t.Fatalf("I3: pod %s succeeded but index %d is not counted", name, ref.Index)
+		}
+	}
+	if cur.Succeeded != int32(len(st.Succeeded)) || cur.Active != 0 {
+		t.Fatalf("status counters %d/%d active %d, ledger says %d", cur.Succeeded, completions, cur.Active, len(st.Succeeded))
+	}
+}

@@ -1,0 +1,179 @@
+// Package testutil holds what the tests share: object builders, a fake
+// kubelet, an audit-log reader and the invariant checks of DESIGN.md.
+package testutil
+
+import (
+	"strconv"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+)
+
+// SafeJobWrapper builds SafeJobs for tests.
+type SafeJobWrapper struct{ batchv1alpha1.SafeJob }
+
+// MakeSafeJob returns a SafeJob with one container, restartPolicy Never and
+// the defaults the API server would apply.
+func MakeSafeJob(name, ns string) *SafeJobWrapper {
+	return &SafeJobWrapper{batchv1alpha1.SafeJob{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: batchv1alpha1.SafeJobSpec{
+			Parallelism:    ptr.To[int32](1),
+			Completions:    ptr.To[int32](1),
+			CompletionMode: batchv1alpha1.NonIndexedCompletion,
+			BackoffLimit:   ptr.To[int32](6),
+			Suspend:        ptr.To(false),
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever,
+				Containers:    []corev1.Container{{Name: "main", Image: "busybox"}},
+			}},
+		},
+	}}
+}
+
+// Obj returns the SafeJob.
+func (w *SafeJobWrapper) Obj() *batchv1alpha1.SafeJob { return &w.SafeJob }
+
+// Parallelism sets spec.parallelism.
+func (w *SafeJobWrapper) Parallelism(n int32) *SafeJobWrapper {
+	w.Spec.Parallelism = ptr.To(n)
+	return w
+}
+
+// Completions sets spec.completions.
+func (w *SafeJobWrapper) Completions(n int32) *SafeJobWrapper {
+	w.Spec.Completions = ptr.To(n)
+	return w
+}
+
+// Indexed sets completionMode Indexed.
+func (w *SafeJobWrapper) Indexed() *SafeJobWrapper {
+	w.Spec.CompletionMode = batchv1alpha1.IndexedCompletion
+	return w
+}
+
+// BackoffLimit sets spec.backoffLimit.
+func (w *SafeJobWrapper) BackoffLimit(n int32) *SafeJobWrapper {
+	w.Spec.BackoffLimit = ptr.To(n)
+	return w
+}
+
+// BackoffLimitPerIndex sets spec.backoffLimitPerIndex.
+func (w *SafeJobWrapper) BackoffLimitPerIndex(n int32) *SafeJobWrapper {
+	w.Spec.BackoffLimitPerIndex = ptr.To(n)
+	return w
+}
+
+// MaxFailedIndexes sets spec.maxFailedIndexes.
+func (w *SafeJobWrapper) MaxFailedIndexes(n int32) *SafeJobWrapper {
+	w.Spec.MaxFailedIndexes = ptr.To(n)
+	return w
+}
+
+// Suspend sets spec.suspend.
+func (w *SafeJobWrapper) Suspend(s bool) *SafeJobWrapper {
+	w.Spec.Suspend = ptr.To(s)
+	return w
+}
+
+// ActiveDeadlineSeconds sets spec.activeDeadlineSeconds.
+func (w *SafeJobWrapper) ActiveDeadlineSeconds(s int64) *SafeJobWrapper {
+	w.Spec.ActiveDeadlineSeconds = ptr.To(s)
+	return w
+}
+
+// TTLSecondsAfterFinished sets spec.ttlSecondsAfterFinished.
+func (w *SafeJobWrapper) TTLSecondsAfterFinished(s int32) *SafeJobWrapper {
+	w.Spec.TTLSecondsAfterFinished = ptr.To(s)
+	return w
+}
+
+// PodFailurePolicy adds podFailurePolicy rules.
+func (w *SafeJobWrapper) PodFailurePolicy(rules ...batchv1.PodFailurePolicyRule) *SafeJobWrapper {
+	if w.Spec.PodFailurePolicy == nil {
+		w.Spec.PodFailurePolicy = &batchv1.PodFailurePolicy{}
+	}
+	w.Spec.PodFailurePolicy.Rules = append(w.Spec.PodFailurePolicy.Rules, rules...)
+	return w
+}
+
+// RestartPolicy sets the template's restartPolicy.
+func (w *SafeJobWrapper) RestartPolicy(p corev1.RestartPolicy) *SafeJobWrapper {
+	w.Spec.Template.Spec.RestartPolicy = p
+	return w
+}
+
+// PodAnnotation adds an annotation to the pod template (the fake kubelet reads its script there).
+func (w *SafeJobWrapper) PodAnnotation(k, v string) *SafeJobWrapper {
+	if w.Spec.Template.Annotations == nil {
+		w.Spec.Template.Annotations = map[string]string{}
+	}
+	w.Spec.Template.Annotations[k] = v
+	return w
+}
+
+// PodWrapper builds pods for tests.
+type PodWrapper struct{ corev1.Pod }
+
+// MakePod returns a pod of a SafeJob's launch.
+func MakePod(name, ns string, index, attempt int32) *PodWrapper {
+	return &PodWrapper{corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: ns,
+			Labels: map[string]string{
+				batchv1alpha1.CompletionIndexLabel: itoa(index),
+				batchv1alpha1.AttemptLabel:         itoa(attempt),
+			},
+			Finalizers: []string{batchv1alpha1.LedgerFinalizer},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodPending},
+	}}
+}
+
+// Obj returns the pod.
+func (w *PodWrapper) Obj() *corev1.Pod { return &w.Pod }
+
+// Phase sets status.phase.
+func (w *PodWrapper) Phase(p corev1.PodPhase) *PodWrapper {
+	w.Status.Phase = p
+	return w
+}
+
+// Ready marks the pod Running and Ready.
+func (w *PodWrapper) Ready() *PodWrapper {
+	w.Status.Phase = corev1.PodRunning
+	w.Status.Conditions = append(w.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
+	return w
+}
+
+// ExitCode gives the pod a terminated container with this exit code.
+func (w *PodWrapper) ExitCode(code int32) *PodWrapper {
+	w.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code}}}}
+	return w
+}
+
+// Condition adds a pod condition with status True.
+func (w *PodWrapper) Condition(t corev1.PodConditionType) *PodWrapper {
+	w.Status.Conditions = append(w.Status.Conditions, corev1.PodCondition{Type: t, Status: corev1.ConditionTrue})
+	return w
+}
+
+// Deleting sets a deletionTimestamp.
+func (w *PodWrapper) Deleting() *PodWrapper {
+	now := metav1.Now()
+	w.DeletionTimestamp = &now
+	return w
+}
+
+// NoFinalizer drops the ledger finalizer.
+func (w *PodWrapper) NoFinalizer() *PodWrapper {
+	w.Finalizers = nil
+	return w
+}
+
+func itoa(i int32) string { return strconv.Itoa(int(i)) }
