@@ -278,3 +278,30 @@ func (st *State) checkpoint(seq int64) *batchv1alpha1.LedgerCheckpoint {
 	slices.SortFunc(cp.Indexes, func(a, b batchv1alpha1.IndexState) int { return int(a.Index - b.Index) })
 	return cp
 }
+
+// Covers reports how st fails to keep every fact of prev (nil when it keeps
+// them all): the check of invariant I4 between two versions of a ledger.
+func (st *State) Covers(prev *State) error {
+	if st.Seq < prev.Seq {
+		return fmt.Errorf("seq went from %d to %d", prev.Seq, st.Seq)
+	}
+	for i := range prev.Succeeded {
+		if !st.Succeeded.Has(i) {
+			return fmt.Errorf("succeeded index %d forgotten", i)
+		}
+	}
+	for i := range prev.FailedIndexes {
+		if !st.FailedIndexes.Has(i) {
+			return fmt.Errorf("failed index %d forgotten", i)
+		}
+	}
+	if st.Failed < prev.Failed || st.Lost < prev.Lost || st.Evicted < prev.Evicted || st.Ignored < prev.Ignored {
+		return fmt.Errorf("a count went down: %+v -> %+v", prev, st)
+	}
+	for i, a := range prev.Attempts {
+		if !st.done(i) && st.Attempts[i] < a {
+			return fmt.Errorf("attempts of index %d went from %d to %d", i, a, st.Attempts[i])
+		}
+	}
+	return nil
+}

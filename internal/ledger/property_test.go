@@ -271,7 +271,7 @@ func (w *world) check() {
 	// I4: each version's meaning contains the previous one's.
 	if len(w.versions) > 1 {
 		prev := w.state(len(w.versions) - 2)
-		if err := contains(st, prev); err != nil {
+		if err := st.Covers(prev); err != nil {
 			w.t.Fatalf("I4: %v", err)
 		}
 	}
@@ -279,32 +279,6 @@ func (w *world) check() {
 	if n := len(cur.Ledger.Entries); n > FoldAbove+2*int(par)+KeepAfterFold {
 		w.t.Fatalf("I6: %d entries listed", n)
 	}
-}
-
-// contains reports how st fails to keep every fact of prev.
-func contains(st, prev *State) error {
-	if st.Seq < prev.Seq {
-		return fmt.Errorf("seq went from %d to %d", prev.Seq, st.Seq)
-	}
-	for i := range prev.Succeeded {
-		if !st.Succeeded.Has(i) {
-			return fmt.Errorf("succeeded index %d forgotten", i)
-		}
-	}
-	for i := range prev.FailedIndexes {
-		if !st.FailedIndexes.Has(i) {
-			return fmt.Errorf("failed index %d forgotten", i)
-		}
-	}
-	if st.Failed < prev.Failed || st.Lost < prev.Lost || st.Evicted < prev.Evicted || st.Ignored < prev.Ignored {
-		return fmt.Errorf("a count went down: %+v -> %+v", prev, st)
-	}
-	for i, a := range prev.Attempts {
-		if !st.done(i) && st.Attempts[i] < a {
-			return fmt.Errorf("attempts of index %d went from %d to %d", i, a, st.Attempts[i])
-		}
-	}
-	return nil
 }
 
 func refFromName(name string) PodRef {

@@ -1,0 +1,265 @@
+// Package integration runs the SafeJob controller against a real
+// kube-apiserver and etcd (envtest), with a test acting as the kubelet.
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/controller"
+	"github.com/safejob/safejob/test/testutil"
+)
+
+var (
+	cfg      *rest.Config
+	scheme   = runtime.NewScheme()
+	k8s      client.Client
+	auditLog string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	opts := []zap.Opts{zap.UseDevMode(true), zap.Level(zapcore.ErrorLevel)}
+	if os.Getenv("SAFEJOB_TEST_VERBOSE") != "" {
+		opts[1] = zap.Level(zapcore.Level(-2))
+	}
+	ctrl.SetLogger(zap.New(opts...))
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	if err := batchv1alpha1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	assets, err := kubebuilderAssets()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "safejob-integration-")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	policy, logPath, err := testutil.WriteAuditPolicy(dir)
+	if err != nil {
+		panic(err)
+	}
+	auditLog = logPath
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: assets,
+	}
+	env.ControlPlane.GetAPIServer().Configure().
+		Set("audit-policy-file", policy).
+		Set("audit-log-path", logPath).
+		Set("audit-log-maxsize", "0")
+	if cfg, err = env.Start(); err != nil {
+		fmt.Fprintf(os.Stderr, "starting envtest: %v\n", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	cfg.QPS, cfg.Burst = 1000, 2000
+	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		panic(err)
+	}
+	return m.Run()
+}
+
+// kubebuilderAssets returns KUBEBUILDER_ASSETS, building the pinned binaries
+// when it is unset so that a bare `go test ./...` works too.
+func kubebuilderAssets() (string, error) {
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir, nil
+	}
+	out, err := exec.Command(filepath.Join("..", "..", "hack", "k8s-binaries.sh"), "etcd", "kube-apiserver").Output()
+	if err != nil {
+		return "", fmt.Errorf("building kube-apiserver and etcd: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// managerOptions adjust the controller a test runs.
+type managerOptions struct {
+	// wrapTransport wraps the controller's connection to the API server.
+	wrapTransport func(http.RoundTripper) http.RoundTripper
+	// wrapClient wraps the client the reconciler writes with.
+	wrapClient func(client.Client, context.CancelFunc) client.Client
+}
+
+// startManager runs a SafeJob controller, limited to namespace ns, until the
+// returned stop is called or the test ends. stop waits for it to exit.
+func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
+	t.Helper()
+	c := rest.CopyConfig(cfg)
+	c.WrapTransport = opts.wrapTransport
+	cacheOpts := controller.CacheOptions()
+	cacheOpts.DefaultNamespaces = map[string]cache.Config{ns: {}}
+	mgr, err := ctrl.NewManager(c, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache:                  cacheOpts,
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatalf("creating manager: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var cl client.Client = mgr.GetClient()
+	if opts.wrapClient != nil {
+		cl = opts.wrapClient(cl, cancel)
+	}
+	m := controller.NewMetrics()
+	if err := m.Register(prometheus.NewRegistry()); err != nil {
+		t.Fatal(err)
+	}
+	r := &controller.SafeJobReconciler{
+		Client: cl, APIReader: mgr.GetAPIReader(), Recorder: eventRecorder(mgr),
+		Clock: clock.RealClock{}, Metrics: m, MaxConcurrentReconciles: 4,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatalf("setting up controller: %v", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+	stop = func() {
+		cancel()
+		<-done
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func eventRecorder(mgr ctrl.Manager) events.EventRecorder { return mgr.GetEventRecorder("safejob-controller") }
+
+// newNamespace creates a namespace for one test.
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "sj-"}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatalf("creating namespace: %v", err)
+	}
+	return ns.Name
+}
+
+// waitFor polls cond until it is true, failing the test after timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := cond()
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval of the condition, not a wait for an outcome
+	}
+}
+
+// waitFinished waits until the SafeJob has a Complete or Failed condition
+// and returns it.
+func waitFinished(t *testing.T, key client.ObjectKey, timeout time.Duration) *batchv1alpha1.SafeJob {
+	t.Helper()
+	sj := &batchv1alpha1.SafeJob{}
+	waitFor(t, timeout, "SafeJob "+key.Name+" to finish", func() (bool, error) {
+		if err := k8s.Get(context.Background(), key, sj); err != nil {
+			return false, err
+		}
+		return conditionTrue(sj, batchv1alpha1.ConditionComplete) || conditionTrue(sj, batchv1alpha1.ConditionFailed), nil
+	})
+	return sj
+}
+
+func conditionTrue(sj *batchv1alpha1.SafeJob, t string) bool {
+	for _, c := range sj.Status.Conditions {
+		if c.Type == t {
+			return c.Status == metav1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func condition(sj *batchv1alpha1.SafeJob, t string) *metav1.Condition {
+	for i := range sj.Status.Conditions {
+		if sj.Status.Conditions[i].Type == t {
+			return &sj.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// harness is what most tests use: a namespace, a kubelet and a ledger watch.
+type harness struct {
+	ns      string
+	kubelet *testutil.Kubelet
+	watch   *testutil.LedgerWatch
+}
+
+func newHarness(t *testing.T, fate func(*corev1.Pod) testutil.Fate, deleteTerminal bool) *harness {
+	t.Helper()
+	ns := newNamespace(t)
+	if fate == nil {
+		fate = succeed
+	}
+	return &harness{
+		ns:      ns,
+		kubelet: testutil.StartKubelet(t, cfg, scheme, ns, fate, deleteTerminal),
+		watch:   testutil.WatchLedgers(t, cfg, scheme, ns),
+	}
+}
+
+func succeed(*corev1.Pod) testutil.Fate { return testutil.Fate{} }
+
+func hold(*corev1.Pod) testutil.Fate { return testutil.Fate{Hold: true} }
+
+// finalCheck asserts I1-I6 from the audit log, the pods and the ledger history.
+func (h *harness) finalCheck(t *testing.T, sj *batchv1alpha1.SafeJob) map[string]int {
+	t.Helper()
+	creates, err := testutil.PodCreates(auditLog, h.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckPods(t, k8s, sj, creates, h.kubelet.Succeeded())
+	h.watch.Check(t)
+	return creates
+}

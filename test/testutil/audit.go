@@ -1,0 +1,82 @@
+package testutil
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// AuditPolicy records every pod create with its request body, and nothing else.
+const AuditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+- level: Request
+  verbs: ["create"]
+  resources:
+  - group: ""
+    resources: ["pods"]
+- level: None
+`
+
+// WriteAuditPolicy writes AuditPolicy into dir and returns its path and the
+// path the audit log will have.
+func WriteAuditPolicy(dir string) (policy, log string, err error) {
+	policy = filepath.Join(dir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(AuditPolicy), 0o600); err != nil {
+		return "", "", fmt.Errorf("writing audit policy: %w", err)
+	}
+	return policy, filepath.Join(dir, "audit.log"), nil
+}
+
+type auditEvent struct {
+	Verb      string `json:"verb"`
+	Stage     string `json:"stage"`
+	ObjectRef struct {
+		Resource  string `json:"resource"`
+		Namespace string `json:"namespace"`
+		Name      string `json:"name"`
+	} `json:"objectRef"`
+	ResponseStatus struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+	RequestObject struct {
+		Metadata struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+	} `json:"requestObject"`
+}
+
+// PodCreates reads the API server's audit log and counts, per pod name, the
+// successful pod creates in namespace ns: evidence no controller can fake.
+func PodCreates(logPath, ns string) (map[string]int, error) {
+	f, err := os.Open(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("opening audit log: %w", err)
+	}
+	defer f.Close()
+	out := map[string]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var e auditEvent
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return nil, fmt.Errorf("reading audit log: %w", err)
+		}
+		if e.Verb != "create" || e.Stage != "ResponseComplete" || e.ObjectRef.Resource != "pods" ||
+			e.ObjectRef.Namespace != ns || e.ResponseStatus.Code != 201 {
+			continue
+		}
+		name := e.ObjectRef.Name
+		if name == "" {
+			name = e.RequestObject.Metadata.Name
+		}
+		out[name]++
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading audit log: %w", err)
+	}
+	return out, nil
+}

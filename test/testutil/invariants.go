@@ -1,0 +1,179 @@
+package testutil
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
+)
+
+// MaxStatusBytes bounds a SafeJob's status (I6).
+const MaxStatusBytes = 64 << 10
+
+// LedgerWatch sees every version of the SafeJobs of a namespace and checks
+// I2, I4 and I6 on each, against the version before.
+type LedgerWatch struct {
+	mu         sync.Mutex
+	last       map[string]*ledger.State
+	violations []string
+	maxStatus  int
+	versions   int
+}
+
+// WatchLedgers starts a LedgerWatch for namespace ns until the test ends.
+func WatchLedgers(t *testing.T, cfg *rest.Config, scheme *runtime.Scheme, ns string) *LedgerWatch {
+	t.Helper()
+	w := &LedgerWatch{last: map[string]*ledger.State{}}
+	informers, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
+	if err != nil {
+		t.Fatalf("ledger watch cache: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	inf, err := informers.GetInformer(ctx, &batchv1alpha1.SafeJob{})
+	if err != nil {
+		t.Fatalf("ledger watch informer: %v", err)
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { w.see(obj.(*batchv1alpha1.SafeJob)) },
+		UpdateFunc: func(_, obj any) { w.see(obj.(*batchv1alpha1.SafeJob)) },
+	}); err != nil {
+		t.Fatalf("ledger watch handler: %v", err)
+	}
+	go func() { _ = informers.Start(ctx) }()
+	if !informers.WaitForCacheSync(ctx) {
+		t.Fatalf("ledger watch did not sync")
+	}
+	return w
+}
+
+func (w *LedgerWatch) see(sj *batchv1alpha1.SafeJob) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.versions++
+	raw, _ := json.Marshal(sj.Status)
+	w.maxStatus = max(w.maxStatus, len(raw))
+	if len(raw) > MaxStatusBytes {
+		w.fail("I6: %s status is %d bytes", sj.Name, len(raw))
+	}
+	st, err := ledger.Replay(&sj.Status.Ledger)
+	if err != nil {
+		w.fail("I4: %s ledger does not replay: %v", sj.Name, err)
+		return
+	}
+	par, completions := ptr.Deref(sj.Spec.Parallelism, 1), ptr.Deref(sj.Spec.Completions, 1)
+	if int32(len(st.Open)) > par || int32(len(st.Open)+len(st.Succeeded)) > completions {
+		w.fail("I2: %s has %d open launches and %d completions (parallelism %d, completions %d)",
+			sj.Name, len(st.Open), len(st.Succeeded), par, completions)
+	}
+	if prev := w.last[sj.Name]; prev != nil {
+		if err := st.Covers(prev); err != nil {
+			w.fail("I4: %s: %v", sj.Name, err)
+		}
+	}
+	w.last[sj.Name] = st
+}
+
+func (w *LedgerWatch) fail(format string, args ...any) {
+	w.violations = append(w.violations, fmt.Sprintf(format, args...))
+}
+
+// Check fails the test with every violation seen.
+func (w *LedgerWatch) Check(t *testing.T) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, v := range w.violations {
+		t.Error(v)
+	}
+	t.Logf("ledger watch: %d versions seen, largest status %d bytes", w.versions, w.maxStatus)
+}
+
+// CheckPods asserts, on a finished SafeJob, I1 (every pod the audit log
+// shows created was created once, for a committed launch), I3 (counts exact,
+// every success the kubelet produced is counted) and I5 (no pod keeps the
+// ledger finalizer).
+func CheckPods(t *testing.T, c client.Client, sj *batchv1alpha1.SafeJob, creates map[string]int, succeeded map[string]bool) {
+	t.Helper()
+	st, err := ledger.Replay(&sj.Status.Ledger)
+	if err != nil {
+		t.Fatalf("final ledger: %v", err)
+	}
+	for name, n := range creates {
+		if n != 1 {
+			t.Errorf("I1: pod %s created %d times", name, n)
+		}
+	}
+	var pods corev1.PodList
+	if err := c.List(context.Background(), &pods, client.InNamespace(sj.Namespace)); err != nil {
+		t.Fatalf("listing pods: %v", err)
+	}
+	byName := map[string]*corev1.Pod{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		byName[p.Name] = p
+		if slices.Contains(p.Finalizers, batchv1alpha1.LedgerFinalizer) {
+			t.Errorf("I5: pod %s still has the ledger finalizer", p.Name)
+		}
+	}
+	for name := range creates {
+		ref, ok := parseRef(byName[name], name)
+		if ok && !st.IsClosed(ref) {
+			if _, open := st.Open[name]; !open {
+				t.Errorf("I1: pod %s has no Launched entry", name)
+			}
+		}
+	}
+	if sj.Status.Succeeded != int32(len(st.Succeeded)) {
+		t.Errorf("I3: status.succeeded %d, ledger %d", sj.Status.Succeeded, len(st.Succeeded))
+	}
+	for name := range succeeded {
+		ref, ok := parseRef(byName[name], name)
+		if ok && !st.Succeeded.Has(ref.Index) {
+			t.Errorf("I3: pod %s succeeded but index %d is not counted", name, ref.Index)
+		}
+	}
+}
+
+// parseRef reads the index and attempt of a pod, from the object when there
+// is one, else from the deterministic name "<safejob>-<index>-<attempt>".
+func parseRef(pod *corev1.Pod, name string) (ledger.PodRef, bool) {
+	if pod != nil {
+		return ledger.RefFromPod(pod)
+	}
+	var idx, att int32
+	k := len(name)
+	for n := 0; n < 2; n++ {
+		j := k - 1
+		for j >= 0 && name[j] != '-' {
+			j--
+		}
+		if j < 0 {
+			return ledger.PodRef{}, false
+		}
+		var v int32
+		if _, err := fmt.Sscanf(name[j+1:k], "%d", &v); err != nil {
+			return ledger.PodRef{}, false
+		}
+		if n == 0 {
+			att = v
+		} else {
+			idx = v
+		}
+		k = j
+	}
+	return ledger.PodRef{Name: name, Index: idx, Attempt: att}, true
+}
