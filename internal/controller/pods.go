@@ -151,23 +151,31 @@ func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.Saf
 }
 
 // releaseFinalizer removes the ledger finalizer with a JSON patch that tests
-// the entry it removes, so concurrent finalizer edits are never clobbered.
+// the entry it removes, so concurrent finalizer edits are never clobbered. A
+// failed test means the cached pod was stale: it retries once on a live read.
 func (r *SafeJobReconciler) releaseFinalizer(ctx context.Context, namespace, name string) error {
-	pod := &corev1.Pod{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pod); err != nil {
-		return client.IgnoreNotFound(err)
+	key := client.ObjectKey{Namespace: namespace, Name: name}
+	var err error
+	for _, reader := range []client.Reader{r.Client, r.APIReader} {
+		pod := &corev1.Pod{}
+		if err = reader.Get(ctx, key, pod); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		k := slices.Index(pod.Finalizers, batchv1alpha1.LedgerFinalizer)
+		if k < 0 {
+			return nil
+		}
+		patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`,
+			k, batchv1alpha1.LedgerFinalizer, k)
+		err = r.Client.Patch(ctx, pod, client.RawPatch(types.JSONPatchType, []byte(patch)))
+		if err == nil || apierrors.IsNotFound(err) {
+			return nil
+		}
+		if !apierrors.IsInvalid(err) && !apierrors.IsBadRequest(err) {
+			break
+		}
 	}
-	k := slices.Index(pod.Finalizers, batchv1alpha1.LedgerFinalizer)
-	if k < 0 {
-		return nil
-	}
-	patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`,
-		k, batchv1alpha1.LedgerFinalizer, k)
-	err := r.Client.Patch(ctx, pod, client.RawPatch(types.JSONPatchType, []byte(patch)))
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("removing finalizer of pod %s: %w", name, err)
-	}
-	return nil
+	return fmt.Errorf("removing finalizer of pod %s: %w", name, err)
 }
 
 func (r *SafeJobReconciler) deletePod(ctx context.Context, namespace, name string) error {

@@ -112,6 +112,7 @@ func CheckPods(t *testing.T, c client.Client, sj *batchv1alpha1.SafeJob, creates
 	if err != nil {
 		t.Fatalf("final ledger: %v", err)
 	}
+	creates, succeeded = ownedBy(sj.Name, creates), ownedBy(sj.Name, succeeded)
 	for name, n := range creates {
 		if n != 1 {
 			t.Errorf("I1: pod %s created %d times", name, n)
@@ -146,6 +147,17 @@ func CheckPods(t *testing.T, c client.Client, sj *batchv1alpha1.SafeJob, creates
 			t.Errorf("I3: pod %s succeeded but index %d is not counted", name, ref.Index)
 		}
 	}
+}
+
+// ownedBy keeps the entries of m named after the SafeJob's pods.
+func ownedBy[V any](safeJob string, m map[string]V) map[string]V {
+	out := map[string]V{}
+	for name, v := range m {
+		if ref, ok := parseRef(nil, name); ok && ledger.PodName(safeJob, ref.Index, ref.Attempt) == name {
+			out[name] = v
+		}
+	}
+	return out
 }
 
 // parseRef reads the index and attempt of a pod, from the object when there
