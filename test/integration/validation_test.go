@@ -1,0 +1,153 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/test/testutil"
+)
+
+// TestBadInputRefused checks that the API server itself refuses bad SafeJobs
+// with a message that names the field.
+func TestBadInputRefused(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	cases := map[string]struct {
+		sj       *batchv1alpha1.SafeJob
+		wantMsgs []string
+	}{
+		"negative parallelism": {
+			sj:       testutil.MakeSafeJob("neg", ns).Parallelism(-1).Obj(),
+			wantMsgs: []string{"spec.parallelism"},
+		},
+		"completions 0 with Indexed": {
+			sj:       testutil.MakeSafeJob("zero", ns).Indexed().Completions(0).Obj(),
+			wantMsgs: []string{"completions must be at least 1 when completionMode is Indexed"},
+		},
+		"restartPolicy Always": {
+			sj:       testutil.MakeSafeJob("always", ns).RestartPolicy(corev1.RestartPolicyAlways).Obj(),
+			wantMsgs: []string{"spec.template", "restartPolicy must be Never or OnFailure"},
+		},
+		"unknown completionMode": {
+			sj: func() *batchv1alpha1.SafeJob {
+				sj := testutil.MakeSafeJob("mode", ns).Obj()
+				sj.Spec.CompletionMode = "Sometimes"
+				return sj
+			}(),
+			wantMsgs: []string{"spec.completionMode", "Sometimes"},
+		},
+		"backoffLimitPerIndex without Indexed": {
+			sj:       testutil.MakeSafeJob("perindex", ns).BackoffLimitPerIndex(1).Obj(),
+			wantMsgs: []string{"backoffLimitPerIndex requires completionMode Indexed"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := k8s.Create(context.Background(), tc.sj)
+			if err == nil {
+				t.Fatal("created; want the API server to refuse it")
+			}
+			for _, want := range tc.wantMsgs {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not mention %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+// TestImmutableFields checks that fields fixed at creation cannot change.
+func TestImmutableFields(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	cases := map[string]struct {
+		mutate  func(*batchv1alpha1.SafeJob)
+		wantMsg string
+	}{
+		"completions":    {mutate: func(sj *batchv1alpha1.SafeJob) { sj.Spec.Completions = ptr.To[int32](9) }, wantMsg: "completions is immutable"},
+		"completionMode": {mutate: func(sj *batchv1alpha1.SafeJob) { sj.Spec.CompletionMode = batchv1alpha1.IndexedCompletion }, wantMsg: "completionMode is immutable"},
+		"template": {mutate: func(sj *batchv1alpha1.SafeJob) { sj.Spec.Template.Spec.Containers[0].Image = "other" },
+			wantMsg: "template is immutable"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			sj := testutil.MakeSafeJob("immutable-"+strings.ToLower(name), ns).Suspend(true).Obj()
+			if err := k8s.Create(context.Background(), sj); err != nil {
+				t.Fatal(err)
+			}
+			tc.mutate(sj)
+			err := k8s.Update(context.Background(), sj)
+			if err == nil || !strings.Contains(err.Error(), tc.wantMsg) {
+				t.Fatalf("update error %v, want one saying %q", err, tc.wantMsg)
+			}
+		})
+	}
+}
+
+// TestMalformedLedger writes a ledger by hand that breaks its rules: the
+// controller keeps running, acts on nothing for that SafeJob and says why.
+func TestMalformedLedger(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil, false)
+	startManager(t, h.ns, managerOptions{})
+	sj := testutil.MakeSafeJob("malformed", h.ns).Suspend(true).Obj()
+	if err := k8s.Create(context.Background(), sj); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(sj)
+	waitFor(t, 30*time.Second, "the SafeJob to be suspended", func() (bool, error) {
+		err := k8s.Get(context.Background(), key, sj)
+		return err == nil && conditionTrue(sj, batchv1alpha1.ConditionSuspended), err
+	})
+	sj.Status.Ledger = batchv1alpha1.Ledger{Seq: 1, Entries: []batchv1alpha1.LedgerEntry{{
+		Seq: 1, Type: batchv1alpha1.EntrySucceeded, Pod: "malformed-0-0", Time: metav1.Now(),
+	}}}
+	if err := k8s.Status().Update(context.Background(), sj); err != nil {
+		t.Fatal(err)
+	}
+	setSuspend(t, key, false)
+	waitFor(t, 30*time.Second, "a LedgerValid=False condition", func() (bool, error) {
+		err := k8s.Get(context.Background(), key, sj)
+		c := condition(sj, batchv1alpha1.ConditionLedgerValid)
+		return err == nil && c != nil && c.Status == metav1.ConditionFalse &&
+			strings.Contains(c.Message, "not open"), err
+	})
+	// The controller is alive: another SafeJob runs to completion, and the
+	// malformed one got no pod.
+	other := testutil.MakeSafeJob("healthy", h.ns).Obj()
+	if err := k8s.Create(context.Background(), other); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitFinished(t, client.ObjectKeyFromObject(other), time.Minute); !conditionTrue(got, batchv1alpha1.ConditionComplete) {
+		t.Fatalf("healthy SafeJob did not complete: %+v", got.Status.Conditions)
+	}
+	creates, err := testutil.PodCreates(auditLog, h.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range creates {
+		if strings.HasPrefix(name, "malformed-") {
+			t.Errorf("pod %s created for a SafeJob with a malformed ledger", name)
+		}
+	}
+	events := &corev1.EventList{}
+	waitFor(t, 30*time.Second, "a LedgerCorrupt event", func() (bool, error) {
+		if err := k8s.List(context.Background(), events, client.InNamespace(h.ns)); err != nil {
+			return false, err
+		}
+		for _, e := range events.Items {
+			if e.Reason == batchv1alpha1.ReasonLedgerCorrupt && e.InvolvedObject.Name == "malformed" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
