@@ -80,7 +80,7 @@ func run(metricsAddr, probeAddr string, leaderElect, secureMetrics bool, concurr
 	}
 	m := controller.NewMetrics()
 	if err := m.Register(metrics.Registry); err != nil {
-		return err
+		return fmt.Errorf("registering metrics: %w", err)
 	}
 	r := &controller.SafeJobReconciler{
 		Client:                  mgr.GetClient(),

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 )
@@ -13,8 +12,10 @@ import (
 // Metrics are the controller's Prometheus metrics. Labels come from short
 // fixed sets; no metric carries an object's name.
 type Metrics struct {
-	// Reconciles counts reconciles by result: success, requeue, error.
+	// Reconciles counts reconciles by result: success, error.
 	Reconciles *prometheus.CounterVec
+	// Conflicts counts status writes refused because the SafeJob had changed.
+	Conflicts prometheus.Counter
 	// PodsCreated counts pods created.
 	PodsCreated prometheus.Counter
 	// LedgerAppends counts ledger entries committed, by entry type.
@@ -28,8 +29,12 @@ func NewMetrics() *Metrics {
 	return &Metrics{
 		Reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "safejob_reconciles_total",
-			Help: "SafeJob reconciles, by result (success, requeue, error).",
+			Help: "SafeJob reconciles, by result (success, error).",
 		}, []string{"result"}),
+		Conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "safejob_status_conflicts_total",
+			Help: "Status writes refused because the SafeJob changed since it was read.",
+		}),
 		PodsCreated: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "safejob_pods_created_total",
 			Help: "Pods created for SafeJobs.",
@@ -48,7 +53,7 @@ func NewMetrics() *Metrics {
 
 // Register adds the metrics to a registry.
 func (m *Metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.Reconciles, m.PodsCreated, m.LedgerAppends, m.CommitObserve} {
+	for _, c := range []prometheus.Collector{m.Reconciles, m.Conflicts, m.PodsCreated, m.LedgerAppends, m.CommitObserve} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("registering metric: %w", err)
 		}
@@ -56,13 +61,10 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 	return nil
 }
 
-func (m *Metrics) countReconcile(res reconcile.Result, err error) {
+func (m *Metrics) countReconcile(err error) {
 	result := "success"
-	switch {
-	case err != nil:
+	if err != nil {
 		result = "error"
-	case res.Requeue: //nolint:staticcheck // Requeue is what conflicts return.
-		result = "requeue"
 	}
 	m.Reconciles.WithLabelValues(result).Inc()
 }

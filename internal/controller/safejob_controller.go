@@ -47,7 +47,7 @@ type SafeJobReconciler struct {
 // Reconcile reconciles one SafeJob and counts the result.
 func (r *SafeJobReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	res, err := r.reconcile(ctx, req)
-	r.Metrics.countReconcile(res, err)
+	r.Metrics.countReconcile(err)
 	return res, err
 }
 
@@ -72,8 +72,8 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 	if sj.DeletionTimestamp != nil {
 		return reconcile.Result{}, r.releaseOrphans(ctx, req)
 	}
-	if done, res, err := r.expireTTL(ctx, sj); done || err != nil {
-		return res, err
+	if done, err := r.expireTTL(ctx, sj); done || err != nil {
+		return reconcile.Result{}, err
 	}
 	in, wait, err := r.gather(ctx, sj)
 	if err != nil {
@@ -88,12 +88,14 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 	}
 	if err := r.writeStatus(ctx, sj, plan); err != nil {
 		if apierrors.IsConflict(err) {
-			logger.V(2).Info("Status write conflicted; retrying on a fresh view")
-			return reconcile.Result{Requeue: true}, nil
+			// A newer SafeJob exists; its watch event brings us back.
+			logger.V(2).Info("Status write conflicted; deciding again on the newer object")
+			r.Metrics.Conflicts.Inc()
+			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, err
 	}
-	_, res, _ := r.ttlResult(sj)
+	_, res := r.ttlResult(sj)
 	res.RequeueAfter = minPositive(minPositive(res.RequeueAfter, plan.RequeueAfter), wait)
 	return res, nil
 }
@@ -181,10 +183,14 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, ownerUIDIndex, indexPodOwner); err != nil {
 		return fmt.Errorf("indexing pods by owner: %w", err)
 	}
-	return builder.ControllerManagedBy(mgr).
+	err := builder.ControllerManagedBy(mgr).
 		For(&batchv1alpha1.SafeJob{}).
 		Watches(&corev1.Pod{}, &podHandler{tracker: r.tracker}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).
 		Named("safejob").
 		Complete(r)
+	if err != nil {
+		return fmt.Errorf("building controller: %w", err)
+	}
+	return nil
 }

@@ -44,6 +44,8 @@ type State struct {
 	Open map[string]PodRef
 	// Closed holds the pods of the listed entries whose outcome is recorded.
 	Closed map[string]PodRef
+
+	openIndex map[int32]bool
 }
 
 // Replay reads a ledger and returns its meaning, or an error naming the
@@ -58,6 +60,7 @@ func Replay(l *batchv1alpha1.Ledger) (*State, error) {
 		Failures:      map[int32]int32{},
 		Open:          map[string]PodRef{},
 		Closed:        map[string]PodRef{},
+		openIndex:     map[int32]bool{},
 	}
 	var last int64
 	if cp := l.Checkpoint; cp != nil {
@@ -97,13 +100,13 @@ func (st *State) loadCheckpoint(cp *batchv1alpha1.LedgerCheckpoint) error {
 			return fmt.Errorf("index %d both succeeded and failed", i)
 		}
 	}
-	if cp.Seq < 0 || cp.Failed < 0 || cp.Lost < 0 || cp.Evicted < 0 || cp.Ignored < 0 {
+	if min(cp.Seq, int64(cp.Failed), int64(cp.Lost), int64(cp.Evicted), int64(cp.Ignored)) < 0 {
 		return fmt.Errorf("negative count")
 	}
 	st.Failed, st.Lost, st.Evicted, st.Ignored = cp.Failed, cp.Lost, cp.Evicted, cp.Ignored
 	st.FailJob = cp.FailJob
 	for _, is := range cp.Indexes {
-		if is.Index < 0 || is.Attempts < 0 || is.Failures < 0 || is.Failures > is.Attempts {
+		if min(is.Index, is.Attempts, is.Failures) < 0 || is.Failures > is.Attempts {
 			return fmt.Errorf("index %d: bad counts", is.Index)
 		}
 		if _, dup := st.Attempts[is.Index]; dup || st.done(is.Index) {
@@ -123,26 +126,10 @@ func (st *State) apply(e *batchv1alpha1.LedgerEntry) error {
 	if e.Index < 0 || e.Attempt < 0 {
 		return fmt.Errorf("negative index or attempt")
 	}
-	if e.Type == batchv1alpha1.EntryLaunched {
-		if st.done(e.Index) {
-			return fmt.Errorf("launch of finished index %d", e.Index)
-		}
-		if e.Attempt != st.Attempts[e.Index] {
-			return fmt.Errorf("launch of index %d attempt %d, want attempt %d", e.Index, e.Attempt, st.Attempts[e.Index])
-		}
-		for _, o := range st.Open {
-			if o.Index == e.Index {
-				return fmt.Errorf("launch of index %d while pod %s is open", e.Index, o.Name)
-			}
-		}
-		if _, dup := st.Open[e.Pod]; dup {
-			return fmt.Errorf("pod %s launched twice", e.Pod)
-		}
-		st.Attempts[e.Index]++
-		st.Open[e.Pod] = PodRef{Name: e.Pod, Index: e.Index, Attempt: e.Attempt, Seq: e.Seq, Time: e.Time.Time}
-		return nil
-	}
-	if e.Type == batchv1alpha1.EntryScheduled {
+	switch e.Type {
+	case batchv1alpha1.EntryLaunched:
+		return st.applyLaunch(e)
+	case batchv1alpha1.EntryScheduled:
 		return fmt.Errorf("entry type Scheduled is not valid in a SafeJob without schedule")
 	}
 	ref, ok := st.Open[e.Pod]
@@ -168,7 +155,28 @@ func (st *State) apply(e *batchv1alpha1.LedgerEntry) error {
 		return fmt.Errorf("unknown entry type %q", e.Type)
 	}
 	delete(st.Open, e.Pod)
+	delete(st.openIndex, ref.Index)
 	st.Closed[e.Pod] = ref
+	return nil
+}
+
+// applyLaunch opens a launch: the next attempt of an unfinished, idle index.
+func (st *State) applyLaunch(e *batchv1alpha1.LedgerEntry) error {
+	if st.done(e.Index) {
+		return fmt.Errorf("launch of finished index %d", e.Index)
+	}
+	if e.Attempt != st.Attempts[e.Index] {
+		return fmt.Errorf("launch of index %d attempt %d, want attempt %d", e.Index, e.Attempt, st.Attempts[e.Index])
+	}
+	if _, dup := st.Open[e.Pod]; dup {
+		return fmt.Errorf("pod %s launched twice", e.Pod)
+	}
+	if st.openIndex[e.Index] {
+		return fmt.Errorf("launch of index %d while another pod of it is open", e.Index)
+	}
+	st.Attempts[e.Index]++
+	st.openIndex[e.Index] = true
+	st.Open[e.Pod] = PodRef{Name: e.Pod, Index: e.Index, Attempt: e.Attempt, Seq: e.Seq, Time: e.Time.Time}
 	return nil
 }
 

@@ -290,7 +290,8 @@ func (d *decision) decideTarget() {
 	case d.deadlineLeft() < 0:
 		reason, msg = batchv1alpha1.ReasonDeadlineExceeded, "Job was active longer than specified deadline"
 	case int32(len(st.Succeeded)) >= completions:
-		t, reason, msg = batchv1alpha1.ConditionSuccessCriteriaMet, batchv1alpha1.ReasonCompletionsReached, "Reached expected number of succeeded pods"
+		t, reason = batchv1alpha1.ConditionSuccessCriteriaMet, batchv1alpha1.ReasonCompletionsReached
+		msg = "Reached expected number of succeeded pods"
 	case len(st.FailedIndexes) > 0 && int32(len(st.Succeeded)+len(st.FailedIndexes)) >= completions:
 		reason, msg = batchv1alpha1.ReasonFailedIndexes, "Job has failed indexes"
 	default:

@@ -30,8 +30,8 @@ type world struct {
 	// exempt holds pods whose outcome may go unrecorded: force-deleted, or
 	// created by a lagging controller after its launch was closed.
 	exempt map[string]bool
-	ctrls         []*modelController
-	states        map[int]*State // replayed versions, by index
+	ctrls  []*modelController
+	states map[int]*State // replayed versions, by index
 }
 
 type modelController struct {

@@ -7,9 +7,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/test/testutil"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 func TestRunsToComplete(t *testing.T) {

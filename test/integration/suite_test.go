@@ -68,7 +68,7 @@ func run(m *testing.M) int {
 	if err != nil {
 		panic(err)
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	policy, logPath, err := testutil.WriteAuditPolicy(dir)
 	if err != nil {
 		panic(err)
@@ -135,7 +135,7 @@ func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 		t.Fatalf("creating manager: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var cl client.Client = mgr.GetClient()
+	cl := mgr.GetClient()
 	if opts.wrapClient != nil {
 		cl = opts.wrapClient(cl, cancel)
 	}
@@ -165,7 +165,9 @@ func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 	return stop
 }
 
-func eventRecorder(mgr ctrl.Manager) events.EventRecorder { return mgr.GetEventRecorder("safejob-controller") }
+func eventRecorder(mgr ctrl.Manager) events.EventRecorder {
+	return mgr.GetEventRecorder("safejob-controller")
+}
 
 // newNamespace creates a namespace for one test.
 func newNamespace(t *testing.T) string {
@@ -262,4 +264,21 @@ func (h *harness) finalCheck(t *testing.T, sj *batchv1alpha1.SafeJob) map[string
 	testutil.CheckPods(t, k8s, sj, creates, h.kubelet.Succeeded())
 	h.watch.Check(t)
 	return creates
+}
+
+// waitForEvent waits for an event with the reason about the named object.
+func waitForEvent(t *testing.T, ns, name, reason string) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "a "+reason+" event for "+name, func() (bool, error) {
+		events := &corev1.EventList{}
+		if err := k8s.List(context.Background(), events, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		for _, e := range events.Items {
+			if e.Reason == reason && e.InvolvedObject.Name == name {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 }

@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/test/testutil"
@@ -138,16 +141,30 @@ func TestMalformedLedger(t *testing.T) {
 			t.Errorf("pod %s created for a SafeJob with a malformed ledger", name)
 		}
 	}
-	events := &corev1.EventList{}
-	waitFor(t, 30*time.Second, "a LedgerCorrupt event", func() (bool, error) {
-		if err := k8s.List(context.Background(), events, client.InNamespace(h.ns)); err != nil {
-			return false, err
+	waitForEvent(t, h.ns, "malformed", batchv1alpha1.ReasonLedgerCorrupt)
+}
+
+// TestSamplesValid sends every manifest of config/samples to the API server
+// as a dry run: the samples users start from are always accepted.
+func TestSamplesValid(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	files, err := filepath.Glob(filepath.Join("..", "..", "config", "samples", "batch_*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no samples found: %v", err)
+	}
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
 		}
-		for _, e := range events.Items {
-			if e.Reason == batchv1alpha1.ReasonLedgerCorrupt && e.InvolvedObject.Name == "malformed" {
-				return true, nil
-			}
+		sj := &batchv1alpha1.SafeJob{}
+		if err := yaml.UnmarshalStrict(raw, sj); err != nil {
+			t.Fatalf("%s: %v", f, err)
 		}
-		return false, nil
-	})
+		sj.Namespace = ns
+		if err := k8s.Create(context.Background(), sj, client.DryRunAll); err != nil {
+			t.Errorf("%s refused: %v", f, err)
+		}
+	}
 }

@@ -56,7 +56,7 @@ func PodCreates(logPath, ns string) (map[string]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening audit log: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	out := map[string]int{}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
