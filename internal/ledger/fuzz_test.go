@@ -1,0 +1,55 @@
+package ledger
+
+import (
+	"encoding/json"
+	"testing"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+)
+
+// FuzzReplayFold decodes arbitrary ledgers: Replay must never panic, and a
+// ledger that replays must fold into one with exactly the same meaning.
+func FuzzReplayFold(f *testing.F) {
+	seeds := []batchv1alpha1.Ledger{
+		ledgerOf(launched(1, 0, 0), outcome(2, batchv1alpha1.EntrySucceeded, 0, 0, "")),
+		ledgerOf(launched(1, 0, 0), outcome(2, batchv1alpha1.EntryFailed, 0, 0, batchv1alpha1.FailReasonCounted),
+			launched(3, 0, 1), launched(4, 1, 0), outcome(5, batchv1alpha1.EntryLost, 0, 1, "")),
+		{Seq: 9, Checkpoint: &batchv1alpha1.LedgerCheckpoint{Seq: 8, SucceededIndexes: "0-3", Failed: 2,
+			Indexes: []batchv1alpha1.IndexState{{Index: 4, Attempts: 2, Failures: 1}}},
+			Entries: []batchv1alpha1.LedgerEntry{launched(9, 4, 2)}},
+	}
+	for _, s := range seeds {
+		raw, err := json.Marshal(s)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(raw, uint8(2))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte, keep uint8) {
+		var l batchv1alpha1.Ledger
+		if json.Unmarshal(raw, &l) != nil || len(l.Entries) > 500 {
+			return
+		}
+		before, err := Replay(&l)
+		if err != nil {
+			return
+		}
+		folded, err := Fold(&l, int(keep%8))
+		if err != nil {
+			t.Fatalf("Fold of a valid ledger failed: %v", err)
+		}
+		after, err := Replay(&folded)
+		if err != nil {
+			t.Fatalf("folded ledger does not replay: %v", err)
+		}
+		if err := after.Covers(before); err != nil {
+			t.Fatalf("fold lost a fact: %v", err)
+		}
+		if err := before.Covers(after); err != nil {
+			t.Fatalf("fold invented a fact: %v", err)
+		}
+		if len(after.Open) != len(before.Open) || folded.Seq != l.Seq {
+			t.Fatalf("fold changed open launches or seq")
+		}
+	})
+}

@@ -1,0 +1,336 @@
+package ledger
+
+import (
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+)
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func spec(par, completions int32) batchv1alpha1.SafeJobSpec {
+	return batchv1alpha1.SafeJobSpec{Parallelism: ptr.To(par), Completions: ptr.To(completions), BackoffLimit: ptr.To[int32](6)}
+}
+
+func launched(seq int64, i, a int32) batchv1alpha1.LedgerEntry {
+	return batchv1alpha1.LedgerEntry{Seq: seq, Type: batchv1alpha1.EntryLaunched, Pod: PodName("sj", i, a), Index: i, Attempt: a,
+		Time: metav1.NewTime(t0)}
+}
+
+func outcome(seq int64, typ batchv1alpha1.EntryType, i, a int32, reason string) batchv1alpha1.LedgerEntry {
+	return batchv1alpha1.LedgerEntry{Seq: seq, Type: typ, Pod: PodName("sj", i, a), Index: i, Attempt: a, Time: metav1.NewTime(t0),
+		Reason: reason}
+}
+
+func ledgerOf(entries ...batchv1alpha1.LedgerEntry) batchv1alpha1.Ledger {
+	l := batchv1alpha1.Ledger{Entries: entries}
+	if len(entries) > 0 {
+		l.Seq = entries[len(entries)-1].Seq
+	}
+	return l
+}
+
+func pod(i, a int32) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: PodName("sj", i, a), Finalizers: []string{batchv1alpha1.LedgerFinalizer},
+			Labels: map[string]string{batchv1alpha1.CompletionIndexLabel: itoa(i), batchv1alpha1.AttemptLabel: itoa(a)}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+}
+
+func itoa(i int32) string { return strconv.Itoa(int(i)) }
+
+func withPhase(p *corev1.Pod, phase corev1.PodPhase, code int32, conds ...corev1.PodConditionType) *corev1.Pod {
+	p.Status.Phase = phase
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code}}}}
+	for _, c := range conds {
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: c, Status: corev1.ConditionTrue})
+	}
+	return p
+}
+
+func TestDecide(t *testing.T) {
+	cases := map[string]struct {
+		spec        batchv1alpha1.SafeJobSpec
+		ledger      batchv1alpha1.Ledger
+		conditions  []metav1.Condition
+		pods        []*corev1.Pod
+		lastSeen    []*corev1.Pod
+		gone        []string
+		pending     []string
+		wantAppend  []batchv1alpha1.LedgerEntry
+		wantCreate  []string
+		wantRelease []string
+		wantDelete  []string
+		wantConds   []string
+		wantActive  int32
+	}{
+		"first reconcile launches up to parallelism": {
+			spec:       spec(2, 5),
+			wantAppend: []batchv1alpha1.LedgerEntry{launched(1, 0, 0), launched(2, 1, 0)},
+			wantActive: 2,
+		},
+		"launch is created only once observed and pending here": {
+			spec:       spec(2, 5),
+			ledger:     ledgerOf(launched(1, 0, 0), launched(2, 1, 0)),
+			pending:    []string{"sj-0-0"},
+			wantCreate: []string{"sj-0-0"},
+			wantActive: 2,
+		},
+		"launch neither seen nor pending waits for a live read": {
+			spec:       spec(1, 1),
+			ledger:     ledgerOf(launched(1, 0, 0)),
+			wantActive: 1,
+		},
+		"succeeded pod is recorded, finalizer kept until observed": {
+			spec:       spec(1, 2),
+			ledger:     ledgerOf(launched(1, 0, 0)),
+			pods:       []*corev1.Pod{withPhase(pod(0, 0), corev1.PodSucceeded, 0)},
+			wantAppend: []batchv1alpha1.LedgerEntry{outcome(2, batchv1alpha1.EntrySucceeded, 0, 0, ""), launched(3, 1, 0)},
+			wantActive: 1,
+		},
+		"observed outcome releases the finalizer": {
+			spec:        spec(1, 2),
+			ledger:      ledgerOf(launched(1, 0, 0), outcome(2, batchv1alpha1.EntrySucceeded, 0, 0, ""), launched(3, 1, 0)),
+			pods:        []*corev1.Pod{withPhase(pod(0, 0), corev1.PodSucceeded, 0)},
+			wantRelease: []string{"sj-0-0"},
+			wantActive:  1,
+		},
+		"terminal state seen before deletion counts (pod GC)": {
+			spec:       spec(1, 1),
+			ledger:     ledgerOf(launched(1, 0, 0)),
+			lastSeen:   []*corev1.Pod{withPhase(pod(0, 0), corev1.PodSucceeded, 0)},
+			wantAppend: []batchv1alpha1.LedgerEntry{outcome(2, batchv1alpha1.EntrySucceeded, 0, 0, "")},
+			wantConds:  []string{batchv1alpha1.ConditionSuccessCriteriaMet, batchv1alpha1.ConditionComplete},
+		},
+		"pod confirmed gone is Lost and relaunched as a new attempt": {
+			spec:       spec(1, 1),
+			ledger:     ledgerOf(launched(1, 0, 0)),
+			gone:       []string{"sj-0-0"},
+			wantAppend: []batchv1alpha1.LedgerEntry{outcome(2, batchv1alpha1.EntryLost, 0, 0, ""), launched(3, 0, 1)},
+			wantActive: 1,
+		},
+		"failure past backoffLimit sets FailureTarget, then Failed": {
+			spec:   batchv1alpha1.SafeJobSpec{Parallelism: ptr.To[int32](1), Completions: ptr.To[int32](1), BackoffLimit: ptr.To[int32](0)},
+			ledger: ledgerOf(launched(1, 0, 0)),
+			pods:   []*corev1.Pod{withPhase(pod(0, 0), corev1.PodFailed, 1)},
+			wantAppend: []batchv1alpha1.LedgerEntry{
+				outcome(2, batchv1alpha1.EntryFailed, 0, 0, batchv1alpha1.FailReasonCounted)},
+			wantConds: []string{batchv1alpha1.ConditionFailureTarget},
+		},
+		"podFailurePolicy Ignore does not count": {
+			spec: batchv1alpha1.SafeJobSpec{Parallelism: ptr.To[int32](1), Completions: ptr.To[int32](1), BackoffLimit: ptr.To[int32](0),
+				PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+					Action:          batchv1.PodFailurePolicyActionIgnore,
+					OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget}},
+				}}}},
+			ledger: ledgerOf(launched(1, 0, 0)),
+			pods:   []*corev1.Pod{withPhase(pod(0, 0), corev1.PodFailed, 137, corev1.DisruptionTarget)},
+			wantAppend: []batchv1alpha1.LedgerEntry{
+				outcome(2, batchv1alpha1.EntryFailed, 0, 0, batchv1alpha1.FailReasonIgnored), launched(3, 0, 1)},
+			wantActive: 1,
+		},
+		"suspend deletes running pods and evicts uncreated launches": {
+			spec:       func() batchv1alpha1.SafeJobSpec { s := spec(2, 4); s.Suspend = ptr.To(true); return s }(),
+			ledger:     ledgerOf(launched(1, 0, 0), launched(2, 1, 0)),
+			pods:       []*corev1.Pod{pod(0, 0)},
+			pending:    []string{"sj-1-0"},
+			wantAppend: []batchv1alpha1.LedgerEntry{outcome(3, batchv1alpha1.EntryEvicted, 1, 0, EvictReasonSuspended)},
+			wantDelete: []string{"sj-0-0"},
+			wantConds:  []string{batchv1alpha1.ConditionSuspended},
+			wantActive: 1,
+		},
+		"pod of a closed launch that still runs is stopped": {
+			spec:        spec(1, 2),
+			ledger:      ledgerOf(launched(1, 0, 0), outcome(2, batchv1alpha1.EntryLost, 0, 0, ""), launched(3, 0, 1)),
+			pods:        []*corev1.Pod{pod(0, 0)},
+			wantRelease: []string{"sj-0-0"},
+			wantDelete:  []string{"sj-0-0"},
+			wantActive:  1,
+		},
+		"pod from a newer ledger than the cache is left alone": {
+			spec:       spec(1, 2),
+			ledger:     ledgerOf(launched(1, 0, 0)),
+			pods:       []*corev1.Pod{pod(0, 0), pod(1, 0)},
+			wantActive: 1,
+		},
+		"finished SafeJob does nothing but release": {
+			spec:        spec(1, 1),
+			ledger:      ledgerOf(launched(1, 0, 0), outcome(2, batchv1alpha1.EntrySucceeded, 0, 0, "")),
+			conditions:  []metav1.Condition{{Type: batchv1alpha1.ConditionComplete, Status: metav1.ConditionTrue}},
+			pods:        []*corev1.Pod{withPhase(pod(0, 0), corev1.PodSucceeded, 0)},
+			wantRelease: []string{"sj-0-0"},
+			wantConds:   []string{batchv1alpha1.ConditionComplete},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			in := &Input{Name: "sj", Spec: &tc.spec, Pods: tc.pods, Now: t0.Add(time.Minute),
+				Status:   &batchv1alpha1.SafeJobStatus{Ledger: tc.ledger, Conditions: tc.conditions},
+				LastSeen: map[string]*corev1.Pod{}, Gone: map[string]bool{}, Pending: map[string]bool{}}
+			for _, p := range tc.lastSeen {
+				in.LastSeen[p.Name] = p
+			}
+			for _, n := range tc.gone {
+				in.Gone[n] = true
+			}
+			for _, n := range tc.pending {
+				in.Pending[n] = true
+			}
+			plan, err := Decide(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ignoreTime := cmpopts.IgnoreFields(batchv1alpha1.LedgerEntry{}, "Time")
+			if diff := cmp.Diff(tc.wantAppend, plan.Append, ignoreTime, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("appended (-want,+got):\n%s", diff)
+			}
+			var creates []string
+			for _, c := range plan.Create {
+				creates = append(creates, c.Name)
+			}
+			if diff := cmp.Diff(tc.wantCreate, creates, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("creates (-want,+got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantRelease, plan.Release, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("releases (-want,+got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantDelete, plan.Delete, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("deletes (-want,+got):\n%s", diff)
+			}
+			var conds []string
+			for _, c := range plan.Status.Conditions {
+				if c.Status == metav1.ConditionTrue {
+					conds = append(conds, c.Type)
+				}
+			}
+			if diff := cmp.Diff(tc.wantConds, conds, cmpopts.EquateEmpty(), cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
+				t.Errorf("true conditions (-want,+got):\n%s", diff)
+			}
+			if plan.Status.Active != tc.wantActive {
+				t.Errorf("active %d, want %d", plan.Status.Active, tc.wantActive)
+			}
+		})
+	}
+}
+
+// TestStatusWriteSequence drives one SafeJob through its life and checks the
+// sequence of status writes, not only the final state.
+func TestStatusWriteSequence(t *testing.T) {
+	s := spec(1, 2)
+	s.CompletionMode = batchv1alpha1.IndexedCompletion
+	status := &batchv1alpha1.SafeJobStatus{}
+	pending := map[string]bool{}
+	var pods []*corev1.Pod
+	step := func(now time.Time) *Plan {
+		t.Helper()
+		plan, err := Decide(&Input{Name: "sj", Spec: &s, Status: status, Pods: pods, Now: now, Pending: pending,
+			Gone: map[string]bool{}, LastSeen: map[string]*corev1.Pod{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range plan.Append {
+			if e.Type == batchv1alpha1.EntryLaunched {
+				pending[e.Pod] = true
+			}
+		}
+		for _, c := range plan.Create {
+			delete(pending, c.Name)
+			pods = append(pods, pod(c.Index, c.Attempt))
+		}
+		for _, p := range pods {
+			if slices.Contains(plan.Release, p.Name) {
+				p.Finalizers = nil
+			}
+		}
+		status = &plan.Status
+		return plan
+	}
+	type write struct {
+		Seq       int64
+		Types     []batchv1alpha1.EntryType
+		Completed string
+		Active    int32
+		Create    int
+		Release   int
+	}
+	summarise := func(p *Plan) write {
+		w := write{Seq: p.Status.Ledger.Seq, Completed: p.Status.CompletedIndexes, Active: p.Status.Active,
+			Create: len(p.Create), Release: len(p.Release)}
+		for _, e := range p.Append {
+			w.Types = append(w.Types, e.Type)
+		}
+		return w
+	}
+	var got []write
+	got = append(got, summarise(step(t0)))               // launch index 0
+	got = append(got, summarise(step(t0)))               // create it
+	pods[0] = withPhase(pods[0], corev1.PodSucceeded, 0) // kubelet
+	got = append(got, summarise(step(t0)))               // record success, launch index 1
+	got = append(got, summarise(step(t0)))               // release pod 0, create pod 1
+	pods[1] = withPhase(pods[1], corev1.PodSucceeded, 0) // kubelet
+	got = append(got, summarise(step(t0)))               // record success: complete needs the release first
+	last := step(t0)                                     // release pod 1 and complete
+	got = append(got, summarise(last))
+	want := []write{
+		{Seq: 1, Types: []batchv1alpha1.EntryType{"Launched"}, Active: 1},
+		{Seq: 1, Active: 1, Create: 1},
+		{Seq: 3, Types: []batchv1alpha1.EntryType{"Succeeded", "Launched"}, Completed: "0", Active: 1},
+		{Seq: 3, Completed: "0", Active: 1, Create: 1, Release: 1},
+		{Seq: 4, Types: []batchv1alpha1.EntryType{"Succeeded"}, Completed: "0-1"},
+		{Seq: 4, Completed: "0-1", Release: 1},
+	}
+	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("status writes (-want,+got):\n%s", diff)
+	}
+	if c := findTrue(last.Status.Conditions, batchv1alpha1.ConditionComplete); !c {
+		t.Errorf("not Complete after the last release: %+v", last.Status.Conditions)
+	}
+}
+
+func findTrue(conds []metav1.Condition, t string) bool {
+	for _, c := range conds {
+		if c.Type == t && c.Status == metav1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+func TestDeadlineAndTTL(t *testing.T) {
+	s := spec(1, 1)
+	s.ActiveDeadlineSeconds = ptr.To[int64](10)
+	s.TTLSecondsAfterFinished = ptr.To[int32](30)
+	status := &batchv1alpha1.SafeJobStatus{StartTime: ptr.To(metav1.NewTime(t0)), Ledger: ledgerOf(launched(1, 0, 0))}
+	in := &Input{Name: "sj", Spec: &s, Status: status, Pods: []*corev1.Pod{pod(0, 0)}, Now: t0.Add(4 * time.Second)}
+	plan, err := Decide(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.RequeueAfter != 6*time.Second {
+		t.Errorf("requeue after %s, want 6s until the deadline", plan.RequeueAfter)
+	}
+	in.Now = t0.Add(11 * time.Second)
+	if plan, err = Decide(in); err != nil {
+		t.Fatal(err)
+	}
+	if !findTrue(plan.Status.Conditions, batchv1alpha1.ConditionFailureTarget) || len(plan.Delete) != 1 {
+		t.Fatalf("past the deadline: want FailureTarget and the pod deleted, got %+v, delete %v", plan.Status.Conditions, plan.Delete)
+	}
+	finished := &batchv1alpha1.SafeJobStatus{Conditions: []metav1.Condition{{Type: batchv1alpha1.ConditionFailed,
+		Status: metav1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0)}}}
+	if left, ok := TTLLeft(&s, finished, t0.Add(20*time.Second)); !ok || left != 10*time.Second {
+		t.Errorf("TTL left %s %v, want 10s", left, ok)
+	}
+}
