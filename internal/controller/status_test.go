@@ -1,0 +1,54 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
+)
+
+func TestRecordEvents(t *testing.T) {
+	rec := events.NewFakeRecorder(10)
+	r := &SafeJobReconciler{Recorder: rec}
+	old := &batchv1alpha1.SafeJob{}
+	updated := &batchv1alpha1.SafeJob{Status: batchv1alpha1.SafeJobStatus{Conditions: []metav1.Condition{
+		{Type: batchv1alpha1.ConditionFailed, Status: metav1.ConditionTrue, Reason: batchv1alpha1.ReasonBackoffLimitExceeded,
+			Message: "Job has reached the specified backoff limit"}}}}
+	r.recordEvents(updated, old, &ledger.Plan{Append: []batchv1alpha1.LedgerEntry{
+		{Type: batchv1alpha1.EntryFailed, Pod: "a-0-0", Reason: batchv1alpha1.FailReasonCounted},
+		{Type: batchv1alpha1.EntryFailed, Pod: "a-0-1", Reason: batchv1alpha1.FailReasonIgnored},
+		{Type: batchv1alpha1.EntryLost, Pod: "a-0-2"},
+	}})
+	close(rec.Events)
+	var got []string
+	for e := range rec.Events {
+		got = append(got, e)
+	}
+	want := []string{
+		"Warning PodFailed Pod a-0-0 failed (Counted)",
+		"Warning PodLost Pod a-0-2 disappeared before its outcome was seen",
+		"Warning BackoffLimitExceeded Job has reached the specified backoff limit",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("events (-want,+got):\n%s", diff)
+	}
+}
+
+func TestSetCondition(t *testing.T) {
+	var conds []metav1.Condition
+	now := time.Unix(10, 0)
+	if !setCondition(&conds, batchv1alpha1.ConditionLedgerValid, false, batchv1alpha1.ReasonLedgerCorrupt, "bad", now) {
+		t.Fatal("first set reported no change")
+	}
+	if setCondition(&conds, batchv1alpha1.ConditionLedgerValid, false, batchv1alpha1.ReasonLedgerCorrupt, "bad", now.Add(time.Second)) {
+		t.Error("setting the same condition again reported a change")
+	}
+	if conds[0].LastTransitionTime.Time != now {
+		t.Errorf("transition time moved to %s", conds[0].LastTransitionTime)
+	}
+}
