@@ -62,25 +62,28 @@ func TestReplayRejects(t *testing.T) {
 	}
 }
 
-func TestFoldKeepsMeaning(t *testing.T) {
+// longLedger has 40 indexes: every third failed once first, the last five still run.
+func longLedger() batchv1alpha1.Ledger {
 	var entries []batchv1alpha1.LedgerEntry
 	seq := int64(0)
 	next := func() int64 { seq++; return seq }
 	for i := range int32(40) {
 		entries = append(entries, launched(next(), i, 0))
+		attempt := int32(0)
 		if i%3 == 0 {
 			entries = append(entries, outcome(next(), batchv1alpha1.EntryFailed, i, 0, batchv1alpha1.FailReasonCounted),
 				launched(next(), i, 1))
+			attempt = 1
 		}
 		if i < 35 {
-			attempt := int32(0)
-			if i%3 == 0 {
-				attempt = 1
-			}
 			entries = append(entries, outcome(next(), batchv1alpha1.EntrySucceeded, i, attempt, ""))
 		}
 	}
-	l := ledgerOf(entries...)
+	return ledgerOf(entries...)
+}
+
+func TestFoldKeepsMeaning(t *testing.T) {
+	l := longLedger()
 	before, err := Replay(&l)
 	if err != nil {
 		t.Fatal(err)
