@@ -28,8 +28,9 @@ const (
 
 // Reasons of Evicted entries written by the controller itself.
 const (
-	EvictReasonSuspended = "Suspended"
-	EvictReasonStopped   = "JobFinishing"
+	EvictReasonSuspended  = "Suspended"
+	EvictReasonStopped    = "JobFinishing"
+	EvictReasonScaledDown = "ParallelismReduced"
 )
 
 // Input is everything the controller gathered for one SafeJob.
@@ -109,6 +110,7 @@ func Decide(in *Input) (*Plan, error) {
 	d.status = *in.Status.DeepCopy()
 	d.target = d.stickyTarget()
 	d.stopping = d.target != "" || ptr.Deref(in.Spec.Suspend, false)
+	d.victims = d.pickVictims()
 	d.recordOutcomes()
 	d.applyAppends()
 	if !d.finished() {
@@ -137,6 +139,9 @@ type decision struct {
 	// target is "" or the condition (SuccessCriteriaMet, FailureTarget) the SafeJob moves to.
 	target   string
 	stopping bool
+	// victims are the open launches being stopped: all of them when the
+	// SafeJob stops, the newest beyond parallelism after a scale-down.
+	victims map[string]bool
 }
 
 func (d *decision) cond(t string) *metav1.Condition {
@@ -225,17 +230,35 @@ func (d *decision) recordOutcomes() {
 }
 
 func (d *decision) stopReason() string {
-	if d.target == "" {
+	switch {
+	case d.target != "":
+		return EvictReasonStopped
+	case d.stopping:
 		return EvictReasonSuspended
+	default:
+		return EvictReasonScaledDown
 	}
-	return EvictReasonStopped
+}
+
+// pickVictims chooses the open launches to stop.
+func (d *decision) pickVictims() map[string]bool {
+	open := sortedOpen(d.st)
+	n := len(open)
+	if !d.stopping {
+		n -= int(ptr.Deref(d.in.Spec.Parallelism, 1))
+	}
+	victims := map[string]bool{}
+	for k := len(open) - 1; k >= 0 && len(victims) < n; k-- {
+		victims[open[k].Name] = true
+	}
+	return victims
 }
 
 // failure classifies a failed pod: stopped by the controller (Evicted), or
 // Failed with the podFailurePolicy action, FailIndex once the index has used
 // up backoffLimitPerIndex.
 func (d *decision) failure(pod *corev1.Pod, ref PodRef, failures map[int32]int32) (batchv1alpha1.EntryType, string) {
-	if d.stopping && pod.DeletionTimestamp != nil {
+	if d.victims[ref.Name] && pod.DeletionTimestamp != nil {
 		return batchv1alpha1.EntryEvicted, d.stopReason()
 	}
 	reason := failureReason(d.in.Spec.PodFailurePolicy, pod)
@@ -324,20 +347,19 @@ func (d *decision) decideSuspend() {
 	}
 }
 
-// stopPods deletes the running pods of a stopping SafeJob.
+// stopPods deletes the running pods of the victims: those of a stopping
+// SafeJob, or those beyond a reduced parallelism.
 func (d *decision) stopPods() {
-	if !d.stopping {
-		return
-	}
+	d.victims = d.pickVictims()
 	for _, ref := range sortedOpen(d.st) {
 		pod := d.seen[ref.Name]
-		if pod != nil && d.in.LastSeen[ref.Name] != pod && !isTerminal(pod) && pod.DeletionTimestamp == nil {
+		if d.victims[ref.Name] && pod != nil && d.in.LastSeen[ref.Name] != pod && !isTerminal(pod) && pod.DeletionTimestamp == nil {
 			d.plan.Delete = append(d.plan.Delete, ref.Name)
 		}
 	}
-	// A pending launch that the stop found uncreated is closed before it starts.
+	// A pending launch stopped before it was created is closed before it starts.
 	for _, ref := range sortedOpen(d.st) {
-		if d.seen[ref.Name] == nil && d.in.Pending[ref.Name] {
+		if d.victims[ref.Name] && d.seen[ref.Name] == nil && d.in.Pending[ref.Name] {
 			d.add(batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryEvicted, Pod: ref.Name, Index: ref.Index,
 				Attempt: ref.Attempt, Reason: d.stopReason()})
 			d.plan.Create = slices.DeleteFunc(d.plan.Create, func(c PodRef) bool { return c.Name == ref.Name })

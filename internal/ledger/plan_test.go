@@ -151,6 +151,24 @@ func TestDecide(t *testing.T) {
 			wantConds:  []string{batchv1alpha1.ConditionSuspended},
 			wantActive: 1,
 		},
+		"scale-down stops the newest launch beyond parallelism": {
+			spec:       spec(1, 4),
+			ledger:     ledgerOf(launched(1, 0, 0), launched(2, 1, 0)),
+			pods:       []*corev1.Pod{pod(0, 0), pod(1, 0)},
+			wantDelete: []string{"sj-1-0"},
+			wantActive: 2,
+		},
+		"scale-down victim that ends Failed is Evicted, not a failure": {
+			spec:   spec(1, 4),
+			ledger: ledgerOf(launched(1, 0, 0), launched(2, 1, 0)),
+			pods: []*corev1.Pod{pod(0, 0), func() *corev1.Pod {
+				p := withPhase(pod(1, 0), corev1.PodFailed, 143)
+				p.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
+				return p
+			}()},
+			wantAppend: []batchv1alpha1.LedgerEntry{outcome(3, batchv1alpha1.EntryEvicted, 1, 0, EvictReasonScaledDown)},
+			wantActive: 1,
+		},
 		"pod of a closed launch that still runs is stopped": {
 			spec:        spec(1, 2),
 			ledger:      ledgerOf(launched(1, 0, 0), outcome(2, batchv1alpha1.EntryLost, 0, 0, ""), launched(3, 0, 1)),

@@ -32,6 +32,10 @@ type world struct {
 	exempt map[string]bool
 	ctrls  []*modelController
 	states map[int]*State // replayed versions, by index
+	// parallelism as first set; rescale varies it, calm restores it.
+	parallelism int32
+	// writtenAt holds the parallelism in force when each version was written.
+	writtenAt []int32
 }
 
 type modelController struct {
@@ -45,9 +49,10 @@ type modelController struct {
 func newWorld(t *testing.T, seed uint64, spec batchv1alpha1.SafeJobSpec, controllers int) *world {
 	w := &world{
 		t: t, rng: rand.New(rand.NewPCG(seed, seed^0x5afe)), now: time.Unix(1_700_000_000, 0),
-		spec: spec, versions: []batchv1alpha1.SafeJobStatus{{}},
+		spec: spec, versions: []batchv1alpha1.SafeJobStatus{{}}, writtenAt: []int32{0},
 		pods: map[string]*corev1.Pod{}, created: map[string]int{}, everSucceeded: map[string]bool{}, exempt: map[string]bool{}, states: map[int]*State{},
 	}
+	w.parallelism = ptr.Deref(spec.Parallelism, 1)
 	for range controllers {
 		w.ctrls = append(w.ctrls, w.freshController())
 	}
@@ -117,6 +122,7 @@ func (w *world) reconcile(c *modelController, crash bool) {
 		return // resourceVersion conflict
 	}
 	w.versions = append(w.versions, plan.Status)
+	w.writtenAt = append(w.writtenAt, ptr.Deref(w.spec.Parallelism, 1))
 	c.writtenOver = c.version
 	for _, e := range plan.Append {
 		if e.Type == batchv1alpha1.EntryLaunched {
@@ -229,6 +235,21 @@ func (w *world) podGC() {
 	}
 }
 
+// rescale changes parallelism, as a user editing the spec would.
+func (w *world) rescale() {
+	w.spec.Parallelism = ptr.To(int32(w.rng.IntN(int(w.parallelism) + 1)))
+}
+
+// launchedSince reports whether l has a Launched entry after seq.
+func launchedSince(l *batchv1alpha1.Ledger, seq int64) bool {
+	for _, e := range l.Entries {
+		if e.Seq > seq && e.Type == batchv1alpha1.EntryLaunched {
+			return true
+		}
+	}
+	return false
+}
+
 // forceDelete removes a random pod outright, finalizer and all.
 func (w *world) forceDelete() {
 	names := sortedKeys(w.pods)
@@ -264,8 +285,11 @@ func (w *world) check() {
 	cur := w.current()
 	st := w.currentState()
 	par, completions := ptr.Deref(w.spec.Parallelism, 1), ptr.Deref(w.spec.Completions, 1)
-	// I2: open launches within parallelism and what completions still need.
-	if int32(len(st.Open)) > par || int32(len(st.Open)+len(st.Succeeded)) > completions {
+	// I2: open launches within what completions still need, and a version
+	// that launched stays within parallelism (after a scale-down, the older
+	// launches above it are being stopped).
+	launchedNow := len(w.versions) > 1 && launchedSince(&cur.Ledger, w.state(len(w.versions)-2).Seq)
+	if launchedNow && int32(len(st.Open)) > w.writtenAt[len(w.writtenAt)-1] || int32(len(st.Open)+len(st.Succeeded)) > completions {
 		w.t.Fatalf("I2: %d open launches, %d succeeded, parallelism %d, completions %d", len(st.Open), len(st.Succeeded), par, completions)
 	}
 	// I4: each version's meaning contains the previous one's.
@@ -317,8 +341,10 @@ func (w *world) step(faults bool) {
 		*c = *w.freshController() // crash: memory lost, cache rebuilt
 		w.syncLedger(c)
 		w.syncPods(c)
-	case faults:
+	case r < 99 && faults:
 		w.forceDelete()
+	case faults:
+		w.rescale()
 	}
 	w.check()
 }
@@ -357,6 +383,7 @@ func TestPropertyInvariants(t *testing.T) {
 // calm runs without faults until the SafeJob finishes and every finalizer is gone (I7).
 func (w *world) calm(t *testing.T, steps int) {
 	t.Helper()
+	w.spec.Parallelism = ptr.To(w.parallelism)
 	for range steps {
 		if _, done := w.finished(); done && w.noFinalizers() {
 			return
