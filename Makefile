@@ -74,8 +74,17 @@ build: manifests generate fmt vet ## Build the manager binary.
 	go build -o bin/manager ./cmd
 
 .PHONY: run
-run: manifests generate fmt vet ## Run the controller against the cluster of the current kubeconfig.
-	go run ./cmd
+run: build ## Run SafeJob: against $$KUBECONFIG (or ~/.kube/config) if there is one, else on a local cluster with the samples.
+	@if [ -n "$${KUBECONFIG:-}" ] || [ -f "$$HOME/.kube/config" ]; then \
+		echo "Running the operator against $${KUBECONFIG:-$$HOME/.kube/config}"; \
+		exec bin/manager --health-probe-bind-address=127.0.0.1:8081; \
+	else \
+		exec go run ./hack/localcluster run; \
+	fi
+
+.PHONY: cluster
+cluster: ## Start the local cluster only (Ctrl-C stops it).
+	go run ./hack/localcluster up
 
 ##@ Deployment
 

@@ -1,0 +1,356 @@
+// Package cluster starts a local Kubernetes control plane from real parts,
+// all on 127.0.0.1: etcd and kube-apiserver (with an audit log of pod and
+// SafeJob writes), kube-scheduler, kube-controller-manager and KWOK managing
+// simulated nodes. Everything is built pinned from the Go module proxy by
+// hack/ scripts and cached outside the repository.
+package cluster
+
+import (
+	"context"
+	_ "embed"
+
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+)
+
+//go:embed stages.yaml
+var podStages []byte
+
+// auditPolicy records writes to pods, Jobs and SafeJobs (not their reads).
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+- level: Request
+  verbs: ["create"]
+  resources:
+  - group: ""
+    resources: ["pods"]
+- level: Metadata
+  verbs: ["create", "update", "patch", "delete"]
+  resources:
+  - group: ""
+    resources: ["pods", "pods/status"]
+  - group: "batch"
+    resources: ["jobs", "jobs/status"]
+  - group: "batch.safejob.dev"
+    resources: ["safejobs", "safejobs/status"]
+- level: None
+`
+
+// Options shape the cluster.
+type Options struct {
+	// Dir holds logs, kubeconfig and the audit log. Required.
+	Dir string
+	// Root is the repository root (for hack/ scripts and the CRDs).
+	Root string
+	// Nodes is the number of simulated nodes (default 4).
+	Nodes int
+	// PodGCThreshold is kube-controller-manager's --terminated-pod-gc-threshold (default 12500).
+	PodGCThreshold int
+	// ControllerManagerQPS sets kube-controller-manager's client rate (default: its own default, 20).
+	ControllerManagerQPS int
+	// Progress receives one line per step (default: discarded).
+	Progress io.Writer
+}
+
+// Cluster is a running local cluster.
+type Cluster struct {
+	// Config reaches the API server as cluster admin.
+	Config *rest.Config
+	// Kubeconfig is the path of an admin kubeconfig.
+	Kubeconfig string
+	// AuditLog is the path of the API server's audit log.
+	AuditLog string
+	// BinDir holds the Kubernetes binaries (kubectl among them).
+	BinDir string
+
+	opts  Options
+	env   *envtest.Environment
+	procs []*Process
+}
+
+// Scheme has the types the cluster's clients use.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := batchv1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// Start brings the cluster up; on error everything started is stopped.
+func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
+	if opts.Nodes == 0 {
+		opts.Nodes = 4
+	}
+	if opts.PodGCThreshold == 0 {
+		opts.PodGCThreshold = 12500
+	}
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	c = &Cluster{opts: opts, AuditLog: filepath.Join(opts.Dir, "audit.log")}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	c.step("Building Kubernetes %s binaries (cached after the first time)", "v1.35.4")
+	if c.BinDir, err = c.hack("k8s-binaries.sh", "etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl"); err != nil {
+		return nil, err
+	}
+	kwok, err := c.hack("kwok.sh")
+	if err != nil {
+		return nil, err
+	}
+	if err := c.startControlPlane(); err != nil {
+		return nil, err
+	}
+	for _, p := range []struct {
+		name string
+		args []string
+	}{
+		{"kube-scheduler", c.schedulerArgs()},
+		{"kube-controller-manager", c.controllerManagerArgs()},
+	} {
+		if err := c.run(filepath.Join(c.BinDir, p.name), p.name, p.args...); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.startKwok(kwok); err != nil {
+		return nil, err
+	}
+	if err := c.addNodes(ctx); err != nil {
+		return nil, err
+	}
+	c.step("Cluster ready: %d simulated nodes; kubeconfig %s", opts.Nodes, c.Kubeconfig)
+	return c, nil
+}
+
+func (c *Cluster) step(format string, args ...any) {
+	_, _ = fmt.Fprintf(c.opts.Progress, "==> "+format+"\n", args...)
+}
+
+// hack runs a hack/ script and returns the last line it printed.
+func (c *Cluster) hack(script string, args ...string) (string, error) {
+	cmd := exec.Command(filepath.Join(c.opts.Root, "hack", script), args...)
+	cmd.Stderr = c.opts.Progress
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("running hack/%s: %w", script, err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1], nil
+}
+
+func (c *Cluster) startControlPlane() error {
+	c.step("Starting etcd and kube-apiserver")
+	policy := filepath.Join(c.opts.Dir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+		return fmt.Errorf("writing audit policy: %w", err)
+	}
+	c.env = &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(c.opts.Root, "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: c.BinDir,
+	}
+	c.env.ControlPlane.GetAPIServer().Configure().
+		Set("disable-admission-plugins", "ServiceAccount,TaintNodesByCondition").
+		Set("audit-policy-file", policy).
+		Set("audit-log-path", c.AuditLog).
+		Set("audit-log-maxsize", "0").
+		Set("bind-address", "127.0.0.1")
+	cfg, err := c.env.Start()
+	if err != nil {
+		return fmt.Errorf("starting etcd and kube-apiserver: %w", err)
+	}
+	cfg.QPS, cfg.Burst = 500, 1000
+	c.Config = cfg
+	user, err := c.env.ControlPlane.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return fmt.Errorf("adding admin user: %w", err)
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		return fmt.Errorf("writing kubeconfig: %w", err)
+	}
+	c.Kubeconfig = filepath.Join(c.opts.Dir, "kubeconfig")
+	if err := os.WriteFile(c.Kubeconfig, kubeconfig, 0o600); err != nil {
+		return fmt.Errorf("writing kubeconfig: %w", err)
+	}
+	return nil
+}
+
+func (c *Cluster) schedulerArgs() []string {
+	return []string{"--kubeconfig=" + c.Kubeconfig, "--leader-elect=false", "--bind-address=127.0.0.1",
+		"--secure-port=0", "--kube-api-qps=500", "--kube-api-burst=1000"}
+}
+
+func (c *Cluster) controllerManagerArgs() []string {
+	args := []string{"--kubeconfig=" + c.Kubeconfig, "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
+		"--controllers=podgc,garbage-collector,ttl-after-finished,job,cronjob,namespace",
+		"--terminated-pod-gc-threshold=" + strconv.Itoa(c.opts.PodGCThreshold),
+		"--use-service-account-credentials=false"}
+	if c.opts.ControllerManagerQPS > 0 {
+		args = append(args, fmt.Sprintf("--kube-api-qps=%d", c.opts.ControllerManagerQPS),
+			fmt.Sprintf("--kube-api-burst=%d", 2*c.opts.ControllerManagerQPS))
+	}
+	return args
+}
+
+func (c *Cluster) startKwok(bin string) error {
+	stages := filepath.Join(c.opts.Dir, "kwok-stages.yaml")
+	if err := os.WriteFile(stages, podStages, 0o600); err != nil {
+		return fmt.Errorf("writing KWOK stages: %w", err)
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	return c.run(bin, "kwok", "--kubeconfig="+c.Kubeconfig, "--config="+stages,
+		"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+		"--cidr=10.0.0.1/16", "--node-ip=127.0.0.1", fmt.Sprintf("--server-address=127.0.0.1:%d", port))
+}
+
+// addNodes creates the simulated nodes and waits until they are Ready.
+func (c *Cluster) addNodes(ctx context.Context) error {
+	c.step("Adding %d simulated nodes", c.opts.Nodes)
+	cl, err := client.New(c.Config, client.Options{Scheme: Scheme()})
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	for i := range c.opts.Nodes {
+		if err := cl.Create(ctx, NewNode(fmt.Sprintf("kwok-node-%d", i), nil)); err != nil {
+			return fmt.Errorf("creating node: %w", err)
+		}
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var nodes corev1.NodeList
+		if err := cl.List(ctx, &nodes); err != nil {
+			return fmt.Errorf("listing nodes: %w", err)
+		}
+		ready := 0
+		for _, n := range nodes.Items {
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+		if ready == c.opts.Nodes {
+			return nil
+		}
+		if err := c.checkAlive(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d nodes Ready after 2m; KWOK log:\n%s", ready, c.opts.Nodes, c.proc("kwok").Tail(20))
+		}
+		time.Sleep(200 * time.Millisecond) // polling interval of the node readiness check
+	}
+}
+
+// NewNode is a node KWOK manages, with the given extra labels.
+func NewNode(name string, labels map[string]string) *corev1.Node {
+	l := map[string]string{"type": "kwok", corev1.LabelHostname: name}
+	for k, v := range labels {
+		l[k] = v
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l,
+			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"}},
+		Status: corev1.NodeStatus{
+			Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32"),
+				corev1.ResourceMemory: resource.MustParse("256Gi"), corev1.ResourcePods: resource.MustParse("1000")},
+			Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32"),
+				corev1.ResourceMemory: resource.MustParse("256Gi"), corev1.ResourcePods: resource.MustParse("1000")},
+		},
+	}
+}
+
+func (c *Cluster) run(bin, name string, args ...string) error {
+	c.step("Starting %s", name)
+	p, err := StartProcess(name, filepath.Join(c.opts.Dir, name+".log"), bin, args...)
+	if err != nil {
+		return err
+	}
+	c.procs = append(c.procs, p)
+	time.Sleep(300 * time.Millisecond) // let an immediate flag or bind failure surface
+	return c.checkAlive()
+}
+
+func (c *Cluster) proc(name string) *Process {
+	for _, p := range c.procs {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// checkAlive reports the first component that exited, with its log tail.
+func (c *Cluster) checkAlive() error {
+	for _, p := range c.procs {
+		if err := p.Exited(); err != nil {
+			return fmt.Errorf("%s exited: %w; last lines of %s:\n%s", p.Name, err, p.LogPath, p.Tail(20))
+		}
+	}
+	return nil
+}
+
+// Stop stops every component, last started first.
+func (c *Cluster) Stop() {
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		c.procs[i].Stop()
+	}
+	c.procs = nil
+	if c.env != nil {
+		_ = c.env.Stop()
+		c.env = nil
+	}
+}
+
+// RestartAPIServer stops kube-apiserver and starts it again on the same port
+// and etcd: clients see their connections drop and watches restart.
+func (c *Cluster) RestartAPIServer() error {
+	api := c.env.ControlPlane.GetAPIServer()
+	if err := api.Stop(); err != nil {
+		return fmt.Errorf("stopping kube-apiserver: %w", err)
+	}
+	if err := api.Start(); err != nil {
+		return fmt.Errorf("starting kube-apiserver: %w", err)
+	}
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free port: %w", err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

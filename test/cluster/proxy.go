@@ -1,0 +1,139 @@
+package cluster
+
+import (
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+)
+
+// Proxy is a loopback TCP proxy that delays every chunk of traffic by a
+// jittered delay (order kept) and cuts random connections, so clients behind
+// it see slow watches, dropped streams and relists.
+type Proxy struct {
+	// Addr is where the proxy listens.
+	Addr string
+
+	target   string
+	minDelay time.Duration
+	maxDelay time.Duration
+	ln       net.Listener
+	mu       sync.Mutex
+	conns    map[net.Conn]bool
+	stop     chan struct{}
+	wg       sync.WaitGroup
+}
+
+// StartProxy forwards 127.0.0.1:<free port> to target, each chunk delayed by
+// a random duration in [minDelay, maxDelay]; every cutEvery (if > 0) one
+// random open connection is closed.
+func StartProxy(target string, minDelay, maxDelay, cutEvery time.Duration) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{Addr: ln.Addr().String(), target: target, minDelay: minDelay, maxDelay: maxDelay, ln: ln,
+		conns: map[net.Conn]bool{}, stop: make(chan struct{})}
+	p.wg.Go(p.accept)
+	if cutEvery > 0 {
+		p.wg.Go(func() { p.cut(cutEvery) })
+	}
+	return p, nil
+}
+
+func (p *Proxy) accept() {
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		out, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = in.Close()
+			continue
+		}
+		p.track(in, out)
+		p.wg.Go(func() { p.pipe(in, out) })
+		p.wg.Go(func() { p.pipe(out, in) })
+	}
+}
+
+func (p *Proxy) track(conns ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range conns {
+		p.conns[c] = true
+	}
+}
+
+// pipe copies src to dst, holding each chunk back by a random delay; chunks
+// leave in the order they came.
+func (p *Proxy) pipe(src, dst net.Conn) {
+	type chunk struct {
+		data []byte
+		due  time.Time
+	}
+	ch := make(chan chunk, 4096)
+	go func() {
+		defer close(ch)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := src.Read(buf)
+			if n > 0 {
+				d := p.minDelay + time.Duration(rand.Int64N(int64(p.maxDelay-p.minDelay)+1))
+				ch <- chunk{data: buf[:n], due: time.Now().Add(d)}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for c := range ch {
+		time.Sleep(time.Until(c.due)) // the simulated link delay itself
+		if _, err := dst.Write(c.data); err != nil {
+			break
+		}
+	}
+	p.close(src, dst)
+	for range ch { //nolint:revive // drain so the reader can exit
+	}
+}
+
+func (p *Proxy) close(conns ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+		delete(p.conns, c)
+	}
+}
+
+func (p *Proxy) cut(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		for c := range p.conns {
+			_ = c.Close() // the pipes notice and close the peer
+			break
+		}
+		p.mu.Unlock()
+	}
+}
+
+// Close stops the proxy and every connection through it.
+func (p *Proxy) Close() {
+	close(p.stop)
+	_ = p.ln.Close()
+	p.mu.Lock()
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}

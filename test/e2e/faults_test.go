@@ -1,0 +1,164 @@
+package e2e
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/safejob/safejob/test/cluster"
+)
+
+// soak is set by `make chaos`: longer, larger runs of every scenario.
+var soak = os.Getenv("SAFEJOB_CHAOS") != ""
+
+type scenario struct {
+	name    string
+	opts    cluster.Options
+	quick   workload
+	long    workload
+	setup   func(e *env)                      // before operators start
+	fault   func(ctx context.Context, e *env) // runs until the workload ends
+	reruns  bool                              // the fault deletes running pods: their re-runs are needed work
+	timeout time.Duration
+}
+
+func scenarios() []scenario {
+	short := workload{jobs: 40, completions: 1, parallelism: 1, duration: "500ms"}
+	return []scenario{
+		{name: "pod GC at threshold 1", opts: cluster.Options{PodGCThreshold: 1},
+			quick: short, long: workload{jobs: 200, completions: 1, parallelism: 1, duration: "500ms"}},
+		{name: "operator SIGKILLed every few seconds",
+			quick: workload{jobs: 30, completions: 3, parallelism: 2, duration: "1s"},
+			long:  workload{jobs: 200, completions: 3, parallelism: 2, duration: "1s"},
+			fault: every(2*time.Second, func(e *env) { e.killOperator() })},
+		{name: "delayed, cut connections (proxy 0.5-3s)",
+			quick: workload{jobs: 10, completions: 3, parallelism: 2, duration: "500ms"},
+			long:  workload{jobs: 50, completions: 5, parallelism: 2, duration: "500ms"},
+			setup: func(e *env) { e.throughProxy(500*time.Millisecond, 3*time.Second, 5*time.Second) }},
+		{name: "two replicas without leader election",
+			quick: workload{jobs: 20, completions: 4, parallelism: 2, duration: "500ms"},
+			long:  workload{jobs: 100, completions: 5, parallelism: 3, duration: "500ms"},
+			setup: func(e *env) { e.startOperator() }},
+		{name: "kube-apiserver restarted mid-run",
+			quick: workload{jobs: 20, completions: 3, parallelism: 2, duration: "1s"},
+			long:  workload{jobs: 100, completions: 3, parallelism: 2, duration: "1s"},
+			fault: once(3*time.Second, func(e *env) {
+				if err := e.c.RestartAPIServer(); err != nil {
+					e.t.Errorf("restarting kube-apiserver: %v", err)
+				}
+			})},
+		{name: "running pods force-deleted (finalizer stripped)",
+			quick: workload{jobs: 20, completions: 3, parallelism: 2, duration: "2s"},
+			long:  workload{jobs: 100, completions: 3, parallelism: 2, duration: "2s"},
+			fault: every(700*time.Millisecond, forceDeleteRunningPod), reruns: true},
+	}
+}
+
+// TestFaults runs every scenario, for SafeJob and batch/v1 Job side by side,
+// and prints the table. SafeJob must create no extra pod, lose no completion
+// and leave no job stuck, in every scenario.
+func TestFaults(t *testing.T) {
+	var mu sync.Mutex
+	var rows []result
+	for _, sc := range scenarios() {
+		t.Run(sc.name, func(t *testing.T) {
+			w, timeout := sc.quick, 3*time.Minute
+			if soak {
+				w, timeout = sc.long, 15*time.Minute
+			}
+			e := newEnv(t, sc.opts)
+			if sc.setup != nil {
+				sc.setup(e)
+			}
+			e.startOperator()
+			ctx, stop := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			if sc.fault != nil {
+				wg.Go(func() { sc.fault(ctx, e) })
+			}
+			e.submit(w)
+			forced := e.forcedDeletes()
+			got := e.waitAndMeasure(sc.name, w, timeout, func(ns string) int {
+				if sc.reruns {
+					return forced(ns)
+				}
+				return 0
+			})
+			stop()
+			wg.Wait()
+			mu.Lock()
+			rows = append(rows, got...)
+			mu.Unlock()
+			sj := got[0]
+			if sj.extra != 0 || sj.lost != 0 || sj.stuck != 0 || sj.duplicates != 0 || sj.holds != 0 {
+				t.Errorf("SafeJob: %d extra pods, %d lost completions, %d stuck, %d pod names created twice, %d pods holding the finalizer",
+					sj.extra, sj.lost, sj.stuck, sj.duplicates, sj.holds)
+			}
+			t.Log(report(t, got))
+		})
+	}
+	t.Log(report(t, rows))
+	if soak {
+		_ = os.WriteFile(os.Getenv("SAFEJOB_CHAOS"), []byte(report(t, rows)), 0o600)
+	}
+}
+
+func every(d time.Duration, f func(*env)) func(context.Context, *env) {
+	return func(ctx context.Context, e *env) {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				f(e)
+			}
+		}
+	}
+}
+
+func once(after time.Duration, f func(*env)) func(context.Context, *env) {
+	return func(ctx context.Context, e *env) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(after):
+			f(e)
+		}
+	}
+}
+
+// forceDeleteRunningPod strips the finalizers of one random running pod of
+// each controller and deletes it at once, as a careless third party would.
+func forceDeleteRunningPod(e *env) {
+	ctx := context.Background()
+	for _, ns := range []string{nsSafeJob, nsBatch} {
+		var pods corev1.PodList
+		if err := e.cl.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+			continue
+		}
+		var running []corev1.Pod
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				running = append(running, p)
+			}
+		}
+		if len(running) == 0 {
+			continue
+		}
+		p := running[rand.IntN(len(running))]
+		patch := client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`))
+		if err := e.cl.Patch(ctx, &p, patch); err != nil {
+			continue
+		}
+		if err := e.cl.Delete(ctx, &p, client.GracePeriodSeconds(0)); err == nil {
+			e.noteForced(ns)
+		}
+	}
+}

@@ -1,0 +1,471 @@
+// Package e2e runs the SafeJob operator as a separate process on the local
+// cluster (scheduler, controller-manager, KWOK nodes) and checks it from
+// evidence it cannot fake: the API server's audit log and the final pod and
+// ledger state. Every scenario runs the same workload as batch/v1 Jobs under
+// the built-in Job controller and reports both side by side.
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/test/cluster"
+)
+
+const (
+	nsSafeJob = "safejob"
+	nsBatch   = "batch"
+)
+
+var (
+	root       string
+	managerBin string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	var err error
+	if root, err = filepath.Abs(filepath.Join("..", "..")); err != nil {
+		panic(err)
+	}
+	dir, err := os.MkdirTemp("", "safejob-e2e-")
+	if err != nil {
+		panic(err)
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	managerBin = filepath.Join(dir, "manager")
+	build := exec.Command("go", "build", "-o", managerBin, "./cmd")
+	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "building the operator: %v\n", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// workload is the same work for both controllers: jobs jobs of completions
+// pods each, parallelism at a time, every pod running for duration.
+type workload struct {
+	jobs        int
+	completions int32
+	parallelism int32
+	duration    string
+}
+
+// env is one scenario's cluster, operators and evidence.
+type env struct {
+	t          *testing.T
+	c          *cluster.Cluster
+	cl         client.Client
+	dir        string
+	kubeconfig string // what operators use (may point at a proxy)
+	mu         sync.Mutex
+	ops        []*cluster.Process
+	started    int
+	pods       *podRecorder
+	forced     map[string]int // running pods force-deleted, by namespace
+}
+
+func newEnv(t *testing.T, opts cluster.Options) *env {
+	t.Helper()
+	opts.Dir, opts.Root = t.TempDir(), root
+	if testing.Verbose() {
+		opts.Progress = os.Stderr
+	}
+	ctx := context.Background()
+	c, err := cluster.Start(ctx, opts)
+	if err != nil {
+		t.Fatalf("starting the local cluster: %v", err)
+	}
+	t.Cleanup(c.Stop)
+	cl, err := client.New(c.Config, client.Options{Scheme: cluster.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, c: c, cl: cl, dir: opts.Dir, kubeconfig: c.Kubeconfig}
+	for _, ns := range []string{nsSafeJob, nsBatch} {
+		if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.pods = recordPods(t, c)
+	t.Cleanup(e.stopOperators)
+	return e
+}
+
+// throughProxy makes operators reach the API server through a delaying,
+// connection-cutting proxy.
+func (e *env) throughProxy(minDelay, maxDelay, cutEvery time.Duration) {
+	e.t.Helper()
+	cfg, err := clientcmd.LoadFromFile(e.c.Kubeconfig)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, kc := range cfg.Clusters {
+		p, err := cluster.StartProxy(strings.TrimPrefix(kc.Server, "https://"), minDelay, maxDelay, cutEvery)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.t.Cleanup(p.Close)
+		kc.Server = "https://" + p.Addr
+	}
+	e.kubeconfig = filepath.Join(e.dir, "kubeconfig-proxy")
+	if err := clientcmd.WriteToFile(*cfg, e.kubeconfig); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) noteForced(ns string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.forced == nil {
+		e.forced = map[string]int{}
+	}
+	e.forced[ns]++
+}
+
+// forcedDeletes returns a reader of the force-delete counts.
+func (e *env) forcedDeletes() func(string) int {
+	return func(ns string) int {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.forced[ns]
+	}
+}
+
+// startOperator runs one more operator process, without leader election.
+func (e *env) startOperator() *cluster.Process {
+	e.t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.started++
+	p, err := cluster.StartProcess(fmt.Sprintf("manager-%d", e.started), filepath.Join(e.dir, fmt.Sprintf("manager-%d.log", e.started)),
+		managerBin, "--kubeconfig="+e.kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0",
+		"--kube-api-qps=200", "--kube-api-burst=400")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.ops = append(e.ops, p)
+	return p
+}
+
+// killOperator SIGKILLs the newest running operator and starts another.
+func (e *env) killOperator() {
+	e.mu.Lock()
+	var victim *cluster.Process
+	for i := len(e.ops) - 1; i >= 0; i-- {
+		if e.ops[i].Exited() == nil {
+			victim = e.ops[i]
+			break
+		}
+	}
+	e.mu.Unlock()
+	if victim != nil {
+		victim.Kill()
+	}
+	e.startOperator()
+}
+
+func (e *env) stopOperators() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range e.ops {
+		p.Stop()
+	}
+}
+
+// submit creates the workload as SafeJobs and as batch/v1 Jobs.
+func (e *env) submit(w workload) {
+	e.t.Helper()
+	ctx := context.Background()
+	tmpl := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"kwok.safejob.dev/duration": w.duration}},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
+	}
+	for i := range w.jobs {
+		name := fmt.Sprintf("w-%d", i)
+		sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: nsSafeJob},
+			Spec: batchv1alpha1.SafeJobSpec{Template: tmpl, Completions: ptr.To(w.completions), Parallelism: ptr.To(w.parallelism),
+				BackoffLimit: ptr.To[int32](1000)}}
+		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: nsBatch},
+			Spec: batchv1.JobSpec{Template: tmpl, Completions: ptr.To(w.completions), Parallelism: ptr.To(w.parallelism),
+				BackoffLimit: ptr.To[int32](1000)}}
+		for _, obj := range []client.Object{sj, job} {
+			if err := e.cl.Create(ctx, obj); err != nil {
+				e.t.Fatalf("creating %s: %v", name, err)
+			}
+		}
+	}
+}
+
+// result is one controller's row of a scenario.
+type result struct {
+	scenario, controller           string
+	created, needed, extra         int
+	lost, stuck, duplicates, holds int
+}
+
+// waitAndMeasure waits until every job of both controllers has finished, or
+// timeout, then measures both from the audit log and the pod recorder.
+func (e *env) waitAndMeasure(scenario string, w workload, timeout time.Duration, allowedReruns func(ns string) int) []result {
+	e.t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(timeout)
+	var sjs batchv1alpha1.SafeJobList
+	var jobs batchv1.JobList
+	for {
+		if err := e.cl.List(ctx, &sjs, client.InNamespace(nsSafeJob)); err != nil {
+			e.t.Fatal(err)
+		}
+		if err := e.cl.List(ctx, &jobs, client.InNamespace(nsBatch)); err != nil {
+			e.t.Fatal(err)
+		}
+		if unfinishedSafeJobs(sjs.Items) == 0 && unfinishedJobs(jobs.Items) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond) // polling interval of the completion check
+	}
+	creates, err := podCreates(e.c.AuditLog)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	needed := w.jobs * int(w.completions)
+	sjRow := result{scenario: scenario, controller: "SafeJob", needed: needed, stuck: unfinishedSafeJobs(sjs.Items)}
+	jobRow := result{scenario: scenario, controller: "batch/v1 Job", needed: needed, stuck: unfinishedJobs(jobs.Items)}
+	counted := map[string]int{}
+	for _, sj := range sjs.Items {
+		counted[nsSafeJob+"/"+sj.Name] = int(sj.Status.Succeeded)
+	}
+	for _, j := range jobs.Items {
+		counted[nsBatch+"/"+j.Name] = int(j.Status.Succeeded)
+	}
+	for _, row := range []*result{&sjRow, &jobRow} {
+		ns := nsSafeJob
+		if row == &jobRow {
+			ns = nsBatch
+		}
+		for _, n := range creates[ns] {
+			row.created += n
+			row.duplicates += n - 1
+		}
+		row.extra = max(0, row.created-row.needed-allowedReruns(ns))
+		for owner, succeeded := range e.pods.succeededByOwner(ns) {
+			row.lost += max(0, succeeded-counted[ns+"/"+owner])
+		}
+	}
+	sjRow.holds = e.podsHoldingFinalizer(nsSafeJob)
+	e.checkLedgers(sjs.Items)
+	return []result{sjRow, jobRow}
+}
+
+func unfinishedSafeJobs(items []batchv1alpha1.SafeJob) int {
+	n := 0
+	for _, sj := range items {
+		done := false
+		for _, c := range sj.Status.Conditions {
+			if (c.Type == batchv1alpha1.ConditionComplete || c.Type == batchv1alpha1.ConditionFailed) && c.Status == metav1.ConditionTrue {
+				done = true
+			}
+		}
+		if !done {
+			n++
+		}
+	}
+	return n
+}
+
+func unfinishedJobs(items []batchv1.Job) int {
+	n := 0
+	for _, j := range items {
+		done := false
+		for _, c := range j.Status.Conditions {
+			if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+				done = true
+			}
+		}
+		if !done {
+			n++
+		}
+	}
+	return n
+}
+
+// podsHoldingFinalizer counts pods that still carry the ledger finalizer (I5).
+func (e *env) podsHoldingFinalizer(ns string) int {
+	var pods corev1.PodList
+	if err := e.cl.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
+		e.t.Fatal(err)
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if slices.Contains(p.Finalizers, batchv1alpha1.LedgerFinalizer) {
+			n++
+		}
+	}
+	return n
+}
+
+// checkLedgers asserts that every final ledger replays and matches its counters.
+func (e *env) checkLedgers(items []batchv1alpha1.SafeJob) {
+	for _, sj := range items {
+		st, err := ledger.Replay(&sj.Status.Ledger)
+		if err != nil {
+			e.t.Errorf("%s: ledger does not replay: %v", sj.Name, err)
+			continue
+		}
+		if int(sj.Status.Succeeded) != len(st.Succeeded) {
+			e.t.Errorf("%s: status.succeeded %d, ledger %d", sj.Name, sj.Status.Succeeded, len(st.Succeeded))
+		}
+	}
+}
+
+// podRecorder watches every pod and remembers which reached Succeeded, by
+// namespace and owner: completions the cluster really produced.
+type podRecorder struct {
+	mu        sync.Mutex
+	succeeded map[string]map[string]string // ns -> pod UID -> owner name
+}
+
+func recordPods(t *testing.T, c *cluster.Cluster) *podRecorder {
+	t.Helper()
+	r := &podRecorder{succeeded: map[string]map[string]string{}}
+	informers, err := cache.New(c.Config, cache.Options{Scheme: cluster.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	inf, err := informers.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	see := func(obj any) {
+		if pod, ok := obj.(*corev1.Pod); ok && pod.Status.Phase == corev1.PodSucceeded {
+			if ref := metav1.GetControllerOf(pod); ref != nil {
+				r.mu.Lock()
+				if r.succeeded[pod.Namespace] == nil {
+					r.succeeded[pod.Namespace] = map[string]string{}
+				}
+				r.succeeded[pod.Namespace][string(pod.UID)] = ref.Name
+				r.mu.Unlock()
+			}
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: see, UpdateFunc: func(_, obj any) { see(obj) },
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			see(obj)
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = informers.Start(ctx) }()
+	if !informers.WaitForCacheSync(ctx) {
+		t.Fatal("pod recorder did not sync")
+	}
+	return r
+}
+
+func (r *podRecorder) succeededByOwner(ns string) map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]int{}
+	for _, owner := range r.succeeded[ns] {
+		out[owner]++
+	}
+	return out
+}
+
+type auditEvent struct {
+	Verb      string `json:"verb"`
+	Stage     string `json:"stage"`
+	ObjectRef struct {
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+		Namespace   string `json:"namespace"`
+		Name        string `json:"name"`
+	} `json:"objectRef"`
+	ResponseStatus struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+	RequestObject struct {
+		Metadata struct {
+			Name         string `json:"name"`
+			GenerateName string `json:"generateName"`
+		} `json:"metadata"`
+	} `json:"requestObject"`
+}
+
+// podCreates counts the successful pod creates per namespace and pod name
+// (or generateName prefix plus a serial, for generated names).
+func podCreates(path string) (map[string]map[string]int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	out := map[string]map[string]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	serial := 0
+	for sc.Scan() {
+		var e auditEvent
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return nil, err
+		}
+		if e.Verb != "create" || e.Stage != "ResponseComplete" || e.ObjectRef.Resource != "pods" ||
+			e.ObjectRef.Subresource != "" || e.ResponseStatus.Code != 201 {
+			continue
+		}
+		name := e.RequestObject.Metadata.Name
+		if name == "" {
+			serial++
+			name = fmt.Sprintf("%s#%d", e.RequestObject.Metadata.GenerateName, serial)
+		}
+		if out[e.ObjectRef.Namespace] == nil {
+			out[e.ObjectRef.Namespace] = map[string]int{}
+		}
+		out[e.ObjectRef.Namespace][name]++
+	}
+	return out, sc.Err()
+}
+
+// report prints the side-by-side table of a set of scenario rows.
+func report(t *testing.T, rows []result) string {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n| scenario | controller | pods created | pods needed | extra pods | lost completions | stuck jobs |\n")
+	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d |\n", r.scenario, r.controller, r.created, r.needed, r.extra, r.lost, r.stuck)
+	}
+	return b.String()
+}
