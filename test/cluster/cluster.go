@@ -101,7 +101,7 @@ func Scheme() *runtime.Scheme {
 }
 
 // Start brings the cluster up; on error everything started is stopped.
-func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
+func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if opts.Nodes == 0 {
 		opts.Nodes = 4
 	}
@@ -111,7 +111,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
 	}
-	c = &Cluster{opts: opts, AuditLog: filepath.Join(opts.Dir, "audit.log")}
+	c := &Cluster{opts: opts, AuditLog: filepath.Join(opts.Dir, "audit.log")}
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -210,7 +210,8 @@ func (c *Cluster) schedulerArgs() []string {
 
 func (c *Cluster) controllerManagerArgs() []string {
 	args := []string{"--kubeconfig=" + c.Kubeconfig, "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
-		"--controllers=podgc,garbage-collector,ttl-after-finished,job,cronjob,namespace",
+		"--controllers=pod-garbage-collector-controller,garbage-collector-controller,ttl-after-finished-controller," +
+			"job-controller,cronjob-controller,namespace-controller",
 		"--terminated-pod-gc-threshold=" + strconv.Itoa(c.opts.PodGCThreshold),
 		"--use-service-account-credentials=false"}
 	if c.opts.ControllerManagerQPS > 0 {
