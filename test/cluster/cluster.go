@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -334,17 +335,91 @@ func (c *Cluster) Stop() {
 	}
 }
 
-// RestartAPIServer stops kube-apiserver and starts it again on the same port
-// and etcd: clients see their connections drop and watches restart.
-func (c *Cluster) RestartAPIServer() error {
-	api := c.env.ControlPlane.GetAPIServer()
-	if err := api.Stop(); err != nil {
+// RestartAPIServer stops kube-apiserver and starts it again with the same
+// command line (same port, certificates and etcd): clients see their
+// connections refused for a while, then watches restart and relist.
+func (c *Cluster) RestartAPIServer(ctx context.Context) error {
+	pid, args, err := childProcess("kube-apiserver")
+	if err != nil {
+		return err
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		return fmt.Errorf("stopping kube-apiserver: %w", err)
 	}
-	if err := api.Start(); err != nil {
-		return fmt.Errorf("starting kube-apiserver: %w", err)
+	for processExists(pid) {
+		time.Sleep(50 * time.Millisecond) // polling interval of the process exit check
 	}
-	return nil
+	c.step("kube-apiserver stopped; starting it again")
+	if err := c.run(args[0], "kube-apiserver", args[1:]...); err != nil {
+		return err
+	}
+	return c.waitReady(ctx, time.Minute)
+}
+
+// waitReady waits until the API server answers /readyz.
+func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
+	rc, err := rest.RESTClientFor(withCodec(c.Config))
+	if err != nil {
+		return fmt.Errorf("creating REST client: %w", err)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		if err := rc.Get().AbsPath("/readyz").Do(ctx).Error(); err == nil {
+			return nil
+		} else if time.Now().After(deadline) {
+			return fmt.Errorf("kube-apiserver not ready after %s: %w", timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond) // polling interval of the readiness check
+	}
+}
+
+func withCodec(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
+	cfg.GroupVersion = &corev1.SchemeGroupVersion
+	return cfg
+}
+
+// childProcess finds this process's child running the named binary and
+// returns its PID and command line.
+func childProcess(name string) (int, []string, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, nil, fmt.Errorf("reading /proc: %w", err)
+	}
+	self := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// stat: pid (comm) state ppid ...
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		comm := string(stat[strings.IndexByte(string(stat), '(')+1 : strings.LastIndexByte(string(stat), ')')])
+		if len(fields) < 2 || comm != name || fields[1] != strconv.Itoa(self) {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			return 0, nil, fmt.Errorf("reading command line of %s: %w", name, err)
+		}
+		return pid, strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00"), nil
+	}
+	return 0, nil, fmt.Errorf("no running %s started by this process", name)
+}
+
+func processExists(pid int) bool {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	// A zombie has exited; only its parent has yet to reap it.
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	return len(fields) > 0 && fields[0] != "Z"
 }
 
 func freePort() (int, error) {

@@ -37,10 +37,10 @@ func scenarios() []scenario {
 			quick: workload{jobs: 30, completions: 3, parallelism: 2, duration: "1s"},
 			long:  workload{jobs: 200, completions: 3, parallelism: 2, duration: "1s"},
 			fault: every(2*time.Second, func(e *env) { e.killOperator() })},
-		{name: "delayed, cut connections (proxy 0.5-3s)",
-			quick: workload{jobs: 10, completions: 3, parallelism: 2, duration: "500ms"},
+		{name: "watch delayed 0.5-3s and cut by a proxy",
+			quick: workload{jobs: 6, completions: 2, parallelism: 2, duration: "500ms"},
 			long:  workload{jobs: 50, completions: 5, parallelism: 2, duration: "500ms"},
-			setup: func(e *env) { e.throughProxy(500*time.Millisecond, 3*time.Second, 5*time.Second) }},
+			setup: func(e *env) { e.throughProxy(500*time.Millisecond, 3*time.Second, 30*time.Second) }},
 		{name: "two replicas without leader election",
 			quick: workload{jobs: 20, completions: 4, parallelism: 2, duration: "500ms"},
 			long:  workload{jobs: 100, completions: 5, parallelism: 3, duration: "500ms"},
@@ -49,7 +49,7 @@ func scenarios() []scenario {
 			quick: workload{jobs: 20, completions: 3, parallelism: 2, duration: "1s"},
 			long:  workload{jobs: 100, completions: 3, parallelism: 2, duration: "1s"},
 			fault: once(3*time.Second, func(e *env) {
-				if err := e.c.RestartAPIServer(); err != nil {
+				if err := e.c.RestartAPIServer(context.Background()); err != nil {
 					e.t.Errorf("restarting kube-apiserver: %v", err)
 				}
 			})},
@@ -99,6 +99,7 @@ func TestFaults(t *testing.T) {
 			if sj.extra != 0 || sj.lost != 0 || sj.stuck != 0 || sj.duplicates != 0 || sj.holds != 0 {
 				t.Errorf("SafeJob: %d extra pods, %d lost completions, %d stuck, %d pod names created twice, %d pods holding the finalizer",
 					sj.extra, sj.lost, sj.stuck, sj.duplicates, sj.holds)
+				e.logOperators()
 			}
 			t.Log(report(t, got))
 		})

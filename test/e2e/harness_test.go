@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -190,6 +191,15 @@ func (e *env) killOperator() {
 	e.startOperator()
 }
 
+// logOperators prints the last lines of every operator's log.
+func (e *env) logOperators() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range e.ops {
+		e.t.Logf("last lines of %s:\n%s", p.Name, p.Tail(30))
+	}
+}
+
 func (e *env) stopOperators() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -239,13 +249,14 @@ func (e *env) waitAndMeasure(scenario string, w workload, timeout time.Duration,
 	var sjs batchv1alpha1.SafeJobList
 	var jobs batchv1.JobList
 	for {
-		if err := e.cl.List(ctx, &sjs, client.InNamespace(nsSafeJob)); err != nil {
-			e.t.Fatal(err)
-		}
-		if err := e.cl.List(ctx, &jobs, client.InNamespace(nsBatch)); err != nil {
-			e.t.Fatal(err)
-		}
-		if unfinishedSafeJobs(sjs.Items) == 0 && unfinishedJobs(jobs.Items) == 0 || time.Now().After(deadline) {
+		// Errors are retried: a scenario may have the API server down for a while.
+		err1 := e.cl.List(ctx, &sjs, client.InNamespace(nsSafeJob))
+		err2 := e.cl.List(ctx, &jobs, client.InNamespace(nsBatch))
+		done := err1 == nil && err2 == nil && unfinishedSafeJobs(sjs.Items) == 0 && unfinishedJobs(jobs.Items) == 0
+		if done || time.Now().After(deadline) {
+			if err := errors.Join(err1, err2); err != nil {
+				e.t.Fatalf("listing jobs: %v", err)
+			}
 			break
 		}
 		time.Sleep(500 * time.Millisecond) // polling interval of the completion check
