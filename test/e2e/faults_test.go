@@ -56,7 +56,7 @@ func scenarios() []scenario {
 		{name: "running pods force-deleted (finalizer stripped)",
 			quick: workload{jobs: 20, completions: 3, parallelism: 2, duration: "2s"},
 			long:  workload{jobs: 100, completions: 3, parallelism: 2, duration: "2s"},
-			fault: every(700*time.Millisecond, forceDeleteRunningPod), reruns: true},
+			fault: forNext(10*time.Second, every(700*time.Millisecond, forceDeleteRunningPod)), reruns: true},
 	}
 }
 
@@ -122,6 +122,15 @@ func every(d time.Duration, f func(*env)) func(context.Context, *env) {
 				f(e)
 			}
 		}
+	}
+}
+
+// forNext runs a fault for a while only, so the workload can then finish.
+func forNext(d time.Duration, fault func(context.Context, *env)) func(context.Context, *env) {
+	return func(ctx context.Context, e *env) {
+		ctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		fault(ctx, e)
 	}
 }
 

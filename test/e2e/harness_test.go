@@ -284,6 +284,9 @@ func (e *env) waitAndMeasure(scenario string, w workload, timeout time.Duration,
 			row.created += n
 			row.duplicates += n - 1
 		}
+		// The audit log is the primary evidence; a create whose client was
+		// killed mid-request can be missing from it, but not from the watch.
+		row.created = max(row.created, e.pods.podsSeen(ns))
 		row.extra = max(0, row.created-row.needed-allowedReruns(ns))
 		for owner, succeeded := range e.pods.succeededByOwner(ns) {
 			row.lost += max(0, succeeded-counted[ns+"/"+owner])
@@ -360,11 +363,12 @@ func (e *env) checkLedgers(items []batchv1alpha1.SafeJob) {
 type podRecorder struct {
 	mu        sync.Mutex
 	succeeded map[string]map[string]string // ns -> pod UID -> owner name
+	seen      map[string]map[string]bool   // ns -> UIDs of every pod seen
 }
 
 func recordPods(t *testing.T, c *cluster.Cluster) *podRecorder {
 	t.Helper()
-	r := &podRecorder{succeeded: map[string]map[string]string{}}
+	r := &podRecorder{succeeded: map[string]map[string]string{}, seen: map[string]map[string]bool{}}
 	informers, err := cache.New(c.Config, cache.Options{Scheme: cluster.Scheme()})
 	if err != nil {
 		t.Fatal(err)
@@ -376,6 +380,14 @@ func recordPods(t *testing.T, c *cluster.Cluster) *podRecorder {
 		t.Fatal(err)
 	}
 	see := func(obj any) {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			r.mu.Lock()
+			if r.seen[pod.Namespace] == nil {
+				r.seen[pod.Namespace] = map[string]bool{}
+			}
+			r.seen[pod.Namespace][string(pod.UID)] = true
+			r.mu.Unlock()
+		}
 		if pod, ok := obj.(*corev1.Pod); ok && pod.Status.Phase == corev1.PodSucceeded {
 			if ref := metav1.GetControllerOf(pod); ref != nil {
 				r.mu.Lock()
@@ -403,6 +415,12 @@ func recordPods(t *testing.T, c *cluster.Cluster) *podRecorder {
 		t.Fatal("pod recorder did not sync")
 	}
 	return r
+}
+
+func (r *podRecorder) podsSeen(ns string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.seen[ns])
 }
 
 func (r *podRecorder) succeededByOwner(ns string) map[string]int {
