@@ -63,6 +63,15 @@ test: manifests generate fmt vet envtest-assets ## Run unit and integration test
 test-unit: ## Run the tests that need no cluster.
 	go test ./api/... ./internal/... -count=1
 
+.PHONY: test-e2e
+test-e2e: ## Run only the end-to-end suite on the local cluster (quick fault variants).
+	go test ./test/e2e/ -count=1 -v -timeout 40m
+
+.PHONY: chaos
+chaos: ## Soak every fault scenario (larger, longer) and print the SafeJob/batch/v1 table.
+	SAFEJOB_CHAOS=$(CURDIR)/chaos-results.md go test ./test/e2e/ -run TestFaults -count=1 -v -timeout 180m
+	@cat chaos-results.md
+
 .PHONY: fuzz
 fuzz: ## Fuzz the ledger's decoding and folding for a minute.
 	go test ./internal/ledger -run '^$$' -fuzz FuzzReplayFold -fuzztime 60s

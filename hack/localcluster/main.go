@@ -34,6 +34,7 @@ import (
 func main() {
 	exitWhenDone := flag.Bool("exit-when-complete", false, "run: exit once every sample has finished")
 	nodes := flag.Int("nodes", 4, "number of simulated nodes")
+	manager := flag.String("manager", "bin/manager", "run: the operator binary")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: localcluster [flags] run|up\n")
 		flag.PrintDefaults()
@@ -45,13 +46,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, flag.Arg(0), *nodes, *exitWhenDone); err != nil && !errors.Is(err, context.Canceled) {
+	if err := run(ctx, flag.Arg(0), *nodes, *manager, *exitWhenDone); err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintf(os.Stderr, "localcluster: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, mode string, nodes int, exitWhenDone bool) error {
+func run(ctx context.Context, mode string, nodes int, manager string, exitWhenDone bool) error {
 	root, err := os.Getwd()
 	if err != nil {
 		return fmt.Errorf("finding the repository root: %w", err)
@@ -62,7 +63,7 @@ func run(ctx context.Context, mode string, nodes int, exitWhenDone bool) error {
 	}
 	c, err := cluster.Start(ctx, cluster.Options{Dir: dir, Root: root, Nodes: nodes, Progress: os.Stdout})
 	if err != nil {
-		return err
+		return fmt.Errorf("starting the local cluster: %w", err)
 	}
 	defer func() {
 		fmt.Println("==> Stopping the cluster")
@@ -75,7 +76,7 @@ func run(ctx context.Context, mode string, nodes int, exitWhenDone bool) error {
 		<-ctx.Done()
 		return nil
 	}
-	op, err := startOperator(root, dir, c.Kubeconfig)
+	op, err := startOperator(manager, dir, c.Kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -92,8 +93,8 @@ func run(ctx context.Context, mode string, nodes int, exitWhenDone bool) error {
 	if err := watchProgress(ctx, cl, op, len(names)); err != nil {
 		return err
 	}
-	fmt.Printf("\nEvery sample finished. Look around in another shell:\n  export KUBECONFIG=%s\n  %s get sj,pods\n  %s get sj safejob-sample -o yaml   # the ledger is in status\n",
-		c.Kubeconfig, kubectl, kubectl)
+	fmt.Printf("\nEvery sample finished. Look around in another shell:\n  export KUBECONFIG=%s\n", c.Kubeconfig)
+	fmt.Printf("  %s get sj,pods\n  %s get sj safejob-sample -o yaml   # the ledger is in status\n", kubectl, kubectl)
 	if exitWhenDone {
 		return nil
 	}
@@ -102,15 +103,18 @@ func run(ctx context.Context, mode string, nodes int, exitWhenDone bool) error {
 	return nil
 }
 
-// startOperator runs bin/manager (built by `make run`) against the cluster.
-func startOperator(root, dir, kubeconfig string) (*cluster.Process, error) {
-	bin := filepath.Join(root, "bin", "manager")
+// startOperator runs the operator (bin/manager, built by `make run`) against the cluster.
+func startOperator(bin, dir, kubeconfig string) (*cluster.Process, error) {
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("operator binary missing (run `make build`): %w", err)
 	}
 	fmt.Println("==> Starting the SafeJob operator (log: " + filepath.Join(dir, "manager.log") + ")")
-	return cluster.StartProcess("manager", filepath.Join(dir, "manager.log"), bin,
+	p, err := cluster.StartProcess("manager", filepath.Join(dir, "manager.log"), bin,
 		"--kubeconfig="+kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("starting the operator: %w", err)
+	}
+	return p, nil
 }
 
 // applySamples creates every SafeJob of config/samples in namespace default.
@@ -165,7 +169,7 @@ func watchProgress(ctx context.Context, cl client.Client, op *cluster.Process, w
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return context.Cause(ctx) //nolint:wrapcheck // cancellation is reported as is
 		case <-tick.C:
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -189,6 +190,9 @@ func (c *Cluster) startControlPlane() error {
 	}
 	cfg.QPS, cfg.Burst = 500, 1000
 	c.Config = cfg
+	if err := c.adopt(context.Background()); err != nil {
+		return err
+	}
 	user, err := c.env.ControlPlane.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
 		return fmt.Errorf("adding admin user: %w", err)
@@ -323,10 +327,21 @@ func (c *Cluster) checkAlive() error {
 	return nil
 }
 
-// Stop stops every component, last started first.
+// Stop stops every component: the clients of the API server first, then
+// kube-apiserver, then etcd.
 func (c *Cluster) Stop() {
-	for i := len(c.procs) - 1; i >= 0; i-- {
-		c.procs[i].Stop()
+	order := func(p *Process) int {
+		switch p.Name {
+		case "etcd":
+			return 2
+		case "kube-apiserver":
+			return 1
+		}
+		return 0
+	}
+	slices.SortStableFunc(c.procs, func(a, b *Process) int { return order(a) - order(b) })
+	for _, p := range c.procs {
+		p.Stop()
 	}
 	c.procs = nil
 	if c.env != nil {
@@ -335,21 +350,55 @@ func (c *Cluster) Stop() {
 	}
 }
 
-// RestartAPIServer stops kube-apiserver and starts it again with the same
-// command line (same port, certificates and etcd): clients see their
-// connections refused for a while, then watches restart and relist.
-func (c *Cluster) RestartAPIServer(ctx context.Context) error {
-	pid, args, err := childProcess("kube-apiserver")
+// adopt restarts etcd and kube-apiserver, as started by envtest, as our own
+// children with the same command lines, so that they die with us even when
+// we are killed and can be stopped and restarted by PID.
+func (c *Cluster) adopt(ctx context.Context) error {
+	api, err := c.killChild("kube-apiserver")
 	if err != nil {
 		return err
 	}
-	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
-		return fmt.Errorf("stopping kube-apiserver: %w", err)
+	etcd, err := c.killChild("etcd")
+	if err != nil {
+		return err
+	}
+	if err := c.run(etcd[0], "etcd", etcd[1:]...); err != nil {
+		return err
+	}
+	if err := c.run(api[0], "kube-apiserver", api[1:]...); err != nil {
+		return err
+	}
+	return c.waitReady(ctx, time.Minute)
+}
+
+// killChild SIGKILLs our child running the named binary, waits for it to be
+// gone and returns its command line.
+func (c *Cluster) killChild(name string) ([]string, error) {
+	pid, args, err := childProcess(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return nil, fmt.Errorf("stopping %s: %w", name, err)
 	}
 	for processExists(pid) {
-		time.Sleep(50 * time.Millisecond) // polling interval of the process exit check
+		time.Sleep(20 * time.Millisecond) // polling interval of the process exit check
 	}
-	c.step("kube-apiserver stopped; starting it again")
+	return args, nil
+}
+
+// RestartAPIServer kills kube-apiserver (SIGKILL, a crash) and starts it
+// again with the same command line (same port, certificates and etcd):
+// clients see connections refused for a while, then watches restart and relist.
+func (c *Cluster) RestartAPIServer(ctx context.Context) error {
+	p := c.proc("kube-apiserver")
+	if p == nil {
+		return fmt.Errorf("kube-apiserver is not running")
+	}
+	args := p.Args()
+	p.Kill()
+	c.procs = slices.DeleteFunc(c.procs, func(q *Process) bool { return q == p })
+	c.step("kube-apiserver killed; starting it again")
 	if err := c.run(args[0], "kube-apiserver", args[1:]...); err != nil {
 		return err
 	}

@@ -29,6 +29,7 @@ func StartProcess(name, logPath, bin string, args ...string) (*Process, error) {
 		return nil, fmt.Errorf("opening %s log: %w", name, err)
 	}
 	cmd := exec.Command(bin, args...)
+	cmd.Args[0] = bin
 	cmd.Stdout, cmd.Stderr = log, log
 	// Own process group, and killed with us if we die.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -50,6 +51,9 @@ func StartProcess(name, logPath, bin string, args ...string) (*Process, error) {
 	}()
 	return p, nil
 }
+
+// Args is the command line (binary first).
+func (p *Process) Args() []string { return p.cmd.Args }
 
 // Pid is the process ID.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }

@@ -18,14 +18,13 @@ import (
 var soak = os.Getenv("SAFEJOB_CHAOS") != ""
 
 type scenario struct {
-	name    string
-	opts    cluster.Options
-	quick   workload
-	long    workload
-	setup   func(e *env)                      // before operators start
-	fault   func(ctx context.Context, e *env) // runs until the workload ends
-	reruns  bool                              // the fault deletes running pods: their re-runs are needed work
-	timeout time.Duration
+	name   string
+	opts   cluster.Options
+	quick  workload
+	long   workload
+	setup  func(e *env)                      // before operators start
+	fault  func(ctx context.Context, e *env) // runs until the workload ends
+	reruns bool                              // the fault deletes running pods: their re-runs are needed work
 }
 
 func scenarios() []scenario {

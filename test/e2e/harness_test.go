@@ -159,7 +159,7 @@ func (e *env) forcedDeletes() func(string) int {
 }
 
 // startOperator runs one more operator process, without leader election.
-func (e *env) startOperator() *cluster.Process {
+func (e *env) startOperator() {
 	e.t.Helper()
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -171,7 +171,6 @@ func (e *env) startOperator() *cluster.Process {
 		e.t.Fatal(err)
 	}
 	e.ops = append(e.ops, p)
-	return p
 }
 
 // killOperator SIGKILLs the newest running operator and starts another.
@@ -253,6 +252,9 @@ func (e *env) waitAndMeasure(scenario string, w workload, timeout time.Duration,
 		err1 := e.cl.List(ctx, &sjs, client.InNamespace(nsSafeJob))
 		err2 := e.cl.List(ctx, &jobs, client.InNamespace(nsBatch))
 		done := err1 == nil && err2 == nil && unfinishedSafeJobs(sjs.Items) == 0 && unfinishedJobs(jobs.Items) == 0
+		if err1 == nil && err2 == nil && testing.Verbose() {
+			e.t.Logf("%s unfinished: %d SafeJobs, %d Jobs", time.Now().Format("15:04:05"), unfinishedSafeJobs(sjs.Items), unfinishedJobs(jobs.Items))
+		}
 		if done || time.Now().After(deadline) {
 			if err := errors.Join(err1, err2); err != nil {
 				e.t.Fatalf("listing jobs: %v", err)
@@ -261,25 +263,28 @@ func (e *env) waitAndMeasure(scenario string, w workload, timeout time.Duration,
 		}
 		time.Sleep(500 * time.Millisecond) // polling interval of the completion check
 	}
+	return e.measure(scenario, w, sjs.Items, jobs.Items, allowedReruns)
+}
+
+// measure builds both controllers' rows from the audit log, the pod
+// recorder and the final objects.
+func (e *env) measure(scenario string, w workload, sjs []batchv1alpha1.SafeJob, jobs []batchv1.Job,
+	allowedReruns func(ns string) int) []result {
 	creates, err := podCreates(e.c.AuditLog)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	needed := w.jobs * int(w.completions)
-	sjRow := result{scenario: scenario, controller: "SafeJob", needed: needed, stuck: unfinishedSafeJobs(sjs.Items)}
-	jobRow := result{scenario: scenario, controller: "batch/v1 Job", needed: needed, stuck: unfinishedJobs(jobs.Items)}
+	sjRow := result{scenario: scenario, controller: "SafeJob", needed: needed, stuck: unfinishedSafeJobs(sjs)}
+	jobRow := result{scenario: scenario, controller: "batch/v1 Job", needed: needed, stuck: unfinishedJobs(jobs)}
 	counted := map[string]int{}
-	for _, sj := range sjs.Items {
+	for _, sj := range sjs {
 		counted[nsSafeJob+"/"+sj.Name] = int(sj.Status.Succeeded)
 	}
-	for _, j := range jobs.Items {
+	for _, j := range jobs {
 		counted[nsBatch+"/"+j.Name] = int(j.Status.Succeeded)
 	}
-	for _, row := range []*result{&sjRow, &jobRow} {
-		ns := nsSafeJob
-		if row == &jobRow {
-			ns = nsBatch
-		}
+	for ns, row := range map[string]*result{nsSafeJob: &sjRow, nsBatch: &jobRow} {
 		for _, n := range creates[ns] {
 			row.created += n
 			row.duplicates += n - 1
@@ -293,7 +298,7 @@ func (e *env) waitAndMeasure(scenario string, w workload, timeout time.Duration,
 		}
 	}
 	sjRow.holds = e.podsHoldingFinalizer(nsSafeJob)
-	e.checkLedgers(sjs.Items)
+	e.checkLedgers(sjs)
 	return []result{sjRow, jobRow}
 }
 
