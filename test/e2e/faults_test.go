@@ -38,7 +38,7 @@ func scenarios() []scenario {
 			fault: every(2*time.Second, func(e *env) { e.killOperator() })},
 		{name: "watch delayed 0.5-3s and cut by a proxy",
 			quick: workload{jobs: 6, completions: 2, parallelism: 2, duration: "500ms"},
-			long:  workload{jobs: 50, completions: 5, parallelism: 2, duration: "500ms"},
+			long:  workload{jobs: 20, completions: 3, parallelism: 2, duration: "500ms"},
 			setup: func(e *env) { e.throughProxy(500*time.Millisecond, 3*time.Second, 30*time.Second) }},
 		{name: "two replicas without leader election",
 			quick: workload{jobs: 20, completions: 4, parallelism: 2, duration: "500ms"},
