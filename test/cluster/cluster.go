@@ -415,8 +415,12 @@ func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
 	for {
 		if err := rc.Get().AbsPath("/readyz").Do(ctx).Error(); err == nil {
 			return nil
-		} else if time.Now().After(deadline) {
-			return fmt.Errorf("kube-apiserver not ready after %s: %w", timeout, err)
+		} else if time.Now().After(deadline) || ctx.Err() != nil {
+			tail := ""
+			if p := c.proc("kube-apiserver"); p != nil {
+				tail = "; last lines of its log:\n" + p.Tail(20)
+			}
+			return fmt.Errorf("kube-apiserver not ready after %s: %w%s", timeout, err, tail)
 		}
 		time.Sleep(100 * time.Millisecond) // polling interval of the readiness check
 	}

@@ -47,8 +47,8 @@ func scenarios() []scenario {
 		{name: "kube-apiserver restarted mid-run",
 			quick: workload{jobs: 20, completions: 3, parallelism: 2, duration: "1s"},
 			long:  workload{jobs: 100, completions: 3, parallelism: 2, duration: "1s"},
-			fault: once(3*time.Second, func(e *env) {
-				if err := e.c.RestartAPIServer(context.Background()); err != nil {
+			fault: once(3*time.Second, func(ctx context.Context, e *env) {
+				if err := e.c.RestartAPIServer(ctx); err != nil && ctx.Err() == nil {
 					e.t.Errorf("restarting kube-apiserver: %v", err)
 				}
 			})},
@@ -76,12 +76,15 @@ func TestFaults(t *testing.T) {
 				sc.setup(e)
 			}
 			e.startOperator()
+			e.submit(w)
+			// Faults start once the workload is submitted, and are over before
+			// the cluster is torn down, whatever way the test ends.
 			ctx, stop := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
+			t.Cleanup(func() { stop(); wg.Wait() })
 			if sc.fault != nil {
 				wg.Go(func() { sc.fault(ctx, e) })
 			}
-			e.submit(w)
 			forced := e.forcedDeletes()
 			got := e.waitAndMeasure(sc.name, w, timeout, func(ns string) int {
 				if sc.reruns {
@@ -133,12 +136,12 @@ func forNext(d time.Duration, fault func(context.Context, *env)) func(context.Co
 	}
 }
 
-func once(after time.Duration, f func(*env)) func(context.Context, *env) {
+func once(after time.Duration, f func(context.Context, *env)) func(context.Context, *env) {
 	return func(ctx context.Context, e *env) {
 		select {
 		case <-ctx.Done():
 		case <-time.After(after):
-			f(e)
+			f(ctx, e)
 		}
 	}
 }
