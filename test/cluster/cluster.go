@@ -31,32 +31,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/test/testutil"
 )
 
 //go:embed stages.yaml
 var podStages []byte
-
-// auditPolicy records writes to pods, Jobs and SafeJobs (not their reads).
-const auditPolicy = `apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived", "ResponseStarted"]
-rules:
-- level: Request
-  verbs: ["create"]
-  resources:
-  - group: ""
-    resources: ["pods"]
-- level: Metadata
-  verbs: ["create", "update", "patch", "delete"]
-  resources:
-  - group: ""
-    resources: ["pods", "pods/status"]
-  - group: "batch"
-    resources: ["jobs", "jobs/status"]
-  - group: "batch.safejob.dev"
-    resources: ["safejobs", "safejobs/status"]
-- level: None
-`
 
 // Options shape the cluster.
 type Options struct {
@@ -169,9 +148,9 @@ func (c *Cluster) hack(script string, args ...string) (string, error) {
 
 func (c *Cluster) startControlPlane() error {
 	c.step("Starting etcd and kube-apiserver")
-	policy := filepath.Join(c.opts.Dir, "audit-policy.yaml")
-	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
-		return fmt.Errorf("writing audit policy: %w", err)
+	policy, _, err := testutil.WriteAuditPolicy(c.opts.Dir)
+	if err != nil {
+		return err
 	}
 	c.env = &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(c.opts.Root, "config", "crd", "bases")},

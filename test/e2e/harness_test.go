@@ -6,9 +6,7 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -32,6 +30,7 @@ import (
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger"
 	"github.com/safejob/safejob/test/cluster"
+	"github.com/safejob/safejob/test/testutil"
 )
 
 const (
@@ -270,7 +269,7 @@ func (e *env) waitAndMeasure(scenario string, w workload, timeout time.Duration,
 // recorder and the final objects.
 func (e *env) measure(scenario string, w workload, sjs []batchv1alpha1.SafeJob, jobs []batchv1.Job,
 	allowedReruns func(ns string) int) []result {
-	creates, err := podCreates(e.c.AuditLog)
+	creates, err := testutil.PodCreatesByNamespace(e.c.AuditLog)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -436,60 +435,6 @@ func (r *podRecorder) succeededByOwner(ns string) map[string]int {
 		out[owner]++
 	}
 	return out
-}
-
-type auditEvent struct {
-	Verb      string `json:"verb"`
-	Stage     string `json:"stage"`
-	ObjectRef struct {
-		Resource    string `json:"resource"`
-		Subresource string `json:"subresource"`
-		Namespace   string `json:"namespace"`
-		Name        string `json:"name"`
-	} `json:"objectRef"`
-	ResponseStatus struct {
-		Code int `json:"code"`
-	} `json:"responseStatus"`
-	RequestObject struct {
-		Metadata struct {
-			Name         string `json:"name"`
-			GenerateName string `json:"generateName"`
-		} `json:"metadata"`
-	} `json:"requestObject"`
-}
-
-// podCreates counts the successful pod creates per namespace and pod name
-// (or generateName prefix plus a serial, for generated names).
-func podCreates(path string) (map[string]map[string]int, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = f.Close() }()
-	out := map[string]map[string]int{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	serial := 0
-	for sc.Scan() {
-		var e auditEvent
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			return nil, err
-		}
-		if e.Verb != "create" || e.Stage != "ResponseComplete" || e.ObjectRef.Resource != "pods" ||
-			e.ObjectRef.Subresource != "" || e.ResponseStatus.Code != 201 {
-			continue
-		}
-		name := e.RequestObject.Metadata.Name
-		if name == "" {
-			serial++
-			name = fmt.Sprintf("%s#%d", e.RequestObject.Metadata.GenerateName, serial)
-		}
-		if out[e.ObjectRef.Namespace] == nil {
-			out[e.ObjectRef.Namespace] = map[string]int{}
-		}
-		out[e.ObjectRef.Namespace][name]++
-	}
-	return out, sc.Err()
 }
 
 // report prints the side-by-side table of a set of scenario rows.

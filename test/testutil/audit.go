@@ -8,7 +8,8 @@ import (
 	"path/filepath"
 )
 
-// AuditPolicy records every pod create with its request body, and nothing else.
+// AuditPolicy records every pod create with its request body, and the
+// metadata of every write to pods, Jobs and SafeJobs; no reads.
 const AuditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived", "ResponseStarted"]
@@ -18,6 +19,15 @@ rules:
   resources:
   - group: ""
     resources: ["pods"]
+- level: Metadata
+  verbs: ["create", "update", "patch", "delete"]
+  resources:
+  - group: ""
+    resources: ["pods", "pods/status"]
+  - group: "batch"
+    resources: ["jobs", "jobs/status"]
+  - group: "batch.safejob.dev"
+    resources: ["safejobs", "safejobs/status"]
 - level: None
 `
 
@@ -35,16 +45,18 @@ type auditEvent struct {
 	Verb      string `json:"verb"`
 	Stage     string `json:"stage"`
 	ObjectRef struct {
-		Resource  string `json:"resource"`
-		Namespace string `json:"namespace"`
-		Name      string `json:"name"`
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+		Namespace   string `json:"namespace"`
+		Name        string `json:"name"`
 	} `json:"objectRef"`
 	ResponseStatus struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
 	RequestObject struct {
 		Metadata struct {
-			Name string `json:"name"`
+			Name         string `json:"name"`
+			GenerateName string `json:"generateName"`
 		} `json:"metadata"`
 	} `json:"requestObject"`
 }
@@ -52,28 +64,49 @@ type auditEvent struct {
 // PodCreates reads the API server's audit log and counts, per pod name, the
 // successful pod creates in namespace ns: evidence no controller can fake.
 func PodCreates(logPath, ns string) (map[string]int, error) {
+	all, err := PodCreatesByNamespace(logPath)
+	if err != nil {
+		return nil, err
+	}
+	if all[ns] == nil {
+		return map[string]int{}, nil
+	}
+	return all[ns], nil
+}
+
+// PodCreatesByNamespace counts the successful pod creates per namespace and
+// pod name; a generated name counts as its prefix plus a serial.
+func PodCreatesByNamespace(logPath string) (map[string]map[string]int, error) {
 	f, err := os.Open(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("opening audit log: %w", err)
 	}
 	defer func() { _ = f.Close() }()
-	out := map[string]int{}
+	out := map[string]map[string]int{}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	serial := 0
 	for sc.Scan() {
 		var e auditEvent
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			return nil, fmt.Errorf("reading audit log: %w", err)
 		}
 		if e.Verb != "create" || e.Stage != "ResponseComplete" || e.ObjectRef.Resource != "pods" ||
-			e.ObjectRef.Namespace != ns || e.ResponseStatus.Code != 201 {
+			e.ObjectRef.Subresource != "" || e.ResponseStatus.Code != 201 {
 			continue
 		}
 		name := e.ObjectRef.Name
 		if name == "" {
 			name = e.RequestObject.Metadata.Name
 		}
-		out[name]++
+		if name == "" {
+			serial++
+			name = fmt.Sprintf("%s#%d", e.RequestObject.Metadata.GenerateName, serial)
+		}
+		if out[e.ObjectRef.Namespace] == nil {
+			out[e.ObjectRef.Namespace] = map[string]int{}
+		}
+		out[e.ObjectRef.Namespace][name]++
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("reading audit log: %w", err)
