@@ -109,6 +109,10 @@ install: manifests kubectl ## Install the CRDs into the cluster of the current k
 uninstall: manifests kubectl ## Uninstall the CRDs.
 	$(KUBECTL) delete --ignore-not-found -f config/crd/bases
 
+.PHONY: docker-build
+docker-build: ## Build the operator image $(IMG) (needs a container engine; none is used by the tests).
+	docker build -t $(IMG) .
+
 .PHONY: deploy
 deploy: manifests kubectl ## Deploy the controller (image $(IMG)) to the cluster of the current kubeconfig.
 	cd config/manager && $(KUBECTL) kustomize . >/dev/null
