@@ -55,8 +55,13 @@ verify: manifests generate fmt ## Regenerate everything and fail if the tree cha
 envtest-assets: ## Build etcd and kube-apiserver (pinned, cached) for the integration tests.
 	@hack/k8s-binaries.sh etcd kube-apiserver >/dev/null
 
+.PHONY: cluster-assets
+cluster-assets: envtest-assets ## Build the rest of the local cluster (pinned, cached): scheduler, controller-manager, kubectl, KWOK.
+	@hack/k8s-binaries.sh kube-scheduler kube-controller-manager kubectl >/dev/null
+	@hack/kwok.sh >/dev/null
+
 .PHONY: test
-test: manifests generate fmt vet envtest-assets ## Run unit and integration tests against a real API server.
+test: manifests generate fmt vet cluster-assets ## Run unit, integration (real API server) and end-to-end (local cluster) tests.
 	KUBEBUILDER_ASSETS="$$(hack/k8s-binaries.sh etcd kube-apiserver)" go test ./... -count=1 -timeout 40m
 
 .PHONY: test-unit
