@@ -3,8 +3,6 @@
 package testutil
 
 import (
-	"strconv"
-
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -107,73 +105,3 @@ func (w *SafeJobWrapper) RestartPolicy(p corev1.RestartPolicy) *SafeJobWrapper {
 	return w
 }
 
-// PodAnnotation adds an annotation to the pod template (the fake kubelet reads its script there).
-func (w *SafeJobWrapper) PodAnnotation(k, v string) *SafeJobWrapper {
-	if w.Spec.Template.Annotations == nil {
-		w.Spec.Template.Annotations = map[string]string{}
-	}
-	w.Spec.Template.Annotations[k] = v
-	return w
-}
-
-// PodWrapper builds pods for tests.
-type PodWrapper struct{ corev1.Pod }
-
-// MakePod returns a pod of a SafeJob's launch.
-func MakePod(name, ns string, index, attempt int32) *PodWrapper {
-	return &PodWrapper{corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: ns,
-			Labels: map[string]string{
-				batchv1alpha1.CompletionIndexLabel: itoa(index),
-				batchv1alpha1.AttemptLabel:         itoa(attempt),
-			},
-			Finalizers: []string{batchv1alpha1.LedgerFinalizer},
-		},
-		Status: corev1.PodStatus{Phase: corev1.PodPending},
-	}}
-}
-
-// Obj returns the pod.
-func (w *PodWrapper) Obj() *corev1.Pod { return &w.Pod }
-
-// Phase sets status.phase.
-func (w *PodWrapper) Phase(p corev1.PodPhase) *PodWrapper {
-	w.Status.Phase = p
-	return w
-}
-
-// Ready marks the pod Running and Ready.
-func (w *PodWrapper) Ready() *PodWrapper {
-	w.Status.Phase = corev1.PodRunning
-	w.Status.Conditions = append(w.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
-	return w
-}
-
-// ExitCode gives the pod a terminated container with this exit code.
-func (w *PodWrapper) ExitCode(code int32) *PodWrapper {
-	w.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main",
-		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code}}}}
-	return w
-}
-
-// Condition adds a pod condition with status True.
-func (w *PodWrapper) Condition(t corev1.PodConditionType) *PodWrapper {
-	w.Status.Conditions = append(w.Status.Conditions, corev1.PodCondition{Type: t, Status: corev1.ConditionTrue})
-	return w
-}
-
-// Deleting sets a deletionTimestamp.
-func (w *PodWrapper) Deleting() *PodWrapper {
-	now := metav1.Now()
-	w.DeletionTimestamp = &now
-	return w
-}
-
-// NoFinalizer drops the ledger finalizer.
-func (w *PodWrapper) NoFinalizer() *PodWrapper {
-	w.Finalizers = nil
-	return w
-}
-
-func itoa(i int32) string { return strconv.Itoa(int(i)) }
