@@ -104,4 +104,3 @@ func (w *SafeJobWrapper) RestartPolicy(p corev1.RestartPolicy) *SafeJobWrapper {
 	w.Spec.Template.Spec.RestartPolicy = p
 	return w
 }
-
