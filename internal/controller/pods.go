@@ -240,14 +240,14 @@ func (h *podHandler) Create(_ context.Context, e event.CreateEvent, q workqueue.
 
 func (h *podHandler) Update(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	pod, ok := e.ObjectNew.(*corev1.Pod)
-	if ok && isTerminalPod(pod) && !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
+	if ok && ledger.IsTerminal(pod) && !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
 		h.remember(pod)
 	}
 	enqueueOwner(e.ObjectNew, q)
 }
 
 func (h *podHandler) Delete(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	if pod, ok := e.Object.(*corev1.Pod); ok && isTerminalPod(pod) {
+	if pod, ok := e.Object.(*corev1.Pod); ok && ledger.IsTerminal(pod) {
 		h.remember(pod)
 	}
 	enqueueOwner(e.Object, q)
@@ -267,10 +267,6 @@ func enqueueOwner(obj client.Object, q workqueue.TypedRateLimitingInterface[reco
 	if ref := metav1.GetControllerOf(obj); ref != nil && isSafeJobRef(ref) {
 		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: ref.Name}})
 	}
-}
-
-func isTerminalPod(pod *corev1.Pod) bool {
-	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
 // CacheOptions limits the pod cache to pods that carry the SafeJob label.

@@ -96,7 +96,7 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 		return reconcile.Result{}, err
 	}
 	_, res := r.ttlResult(sj)
-	res.RequeueAfter = minPositive(minPositive(res.RequeueAfter, plan.RequeueAfter), wait)
+	res.RequeueAfter = ledger.MinPositive(ledger.MinPositive(res.RequeueAfter, plan.RequeueAfter), wait)
 	return res, nil
 }
 

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,11 +43,4 @@ func (r *SafeJobReconciler) expireTTL(ctx context.Context, sj *batchv1alpha1.Saf
 	default:
 		return true, fmt.Errorf("deleting SafeJob after TTL: %w", err)
 	}
-}
-
-func minPositive(a, b time.Duration) time.Duration {
-	if a <= 0 || (b > 0 && b < a) {
-		return b
-	}
-	return a
 }

@@ -32,20 +32,3 @@ func TestTTLResult(t *testing.T) {
 		t.Error("TTL applied to an unfinished SafeJob")
 	}
 }
-
-func TestMinPositive(t *testing.T) {
-	cases := map[string]struct{ a, b, want time.Duration }{
-		"both":       {a: 3, b: 2, want: 2},
-		"a zero":     {a: 0, b: 2, want: 2},
-		"b zero":     {a: 3, b: 0, want: 3},
-		"both zero":  {want: 0},
-		"a negative": {a: -1, b: 5, want: 5},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			if got := minPositive(tc.a, tc.b); got != tc.want {
-				t.Errorf("minPositive(%d, %d) = %d, want %d", tc.a, tc.b, got, tc.want)
-			}
-		})
-	}
-}

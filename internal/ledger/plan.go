@@ -91,7 +91,7 @@ func Unaccounted(in *Input) ([]PodRef, time.Duration, error) {
 			continue
 		}
 		if due := ref.Time.Add(LostGrace).Sub(in.Now); due > 0 {
-			wait = minPositive(wait, due)
+			wait = MinPositive(wait, due)
 			continue
 		}
 		out = append(out, ref)
@@ -207,7 +207,7 @@ func (d *decision) recordOutcomes() {
 			d.closedPod(pod)
 			continue
 		}
-		if !isTerminal(pod) {
+		if !IsTerminal(pod) {
 			continue
 		}
 		e := batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntrySucceeded, Pod: name, Index: ref.Index, Attempt: ref.Attempt}
@@ -289,7 +289,7 @@ func (d *decision) closedPod(pod *corev1.Pod) {
 	if hasFinalizer(pod) {
 		d.plan.Release = append(d.plan.Release, pod.Name)
 	}
-	if !isTerminal(pod) && pod.DeletionTimestamp == nil {
+	if !IsTerminal(pod) && pod.DeletionTimestamp == nil {
 		d.plan.Delete = append(d.plan.Delete, pod.Name)
 	}
 }
@@ -353,7 +353,7 @@ func (d *decision) stopPods() {
 	d.victims = d.pickVictims()
 	for _, ref := range sortedOpen(d.st) {
 		pod := d.seen[ref.Name]
-		if d.victims[ref.Name] && pod != nil && d.in.LastSeen[ref.Name] != pod && !isTerminal(pod) && pod.DeletionTimestamp == nil {
+		if d.victims[ref.Name] && pod != nil && d.in.LastSeen[ref.Name] != pod && !IsTerminal(pod) && pod.DeletionTimestamp == nil {
 			d.plan.Delete = append(d.plan.Delete, ref.Name)
 		}
 	}
@@ -444,7 +444,7 @@ func (d *decision) writeStatus() error {
 	d.plan.Status = *s
 	if !d.finished() && d.target == "" {
 		if left := d.deadlineLeft(); left < time.Duration(1<<62-1) {
-			d.plan.RequeueAfter = minPositive(d.plan.RequeueAfter, left)
+			d.plan.RequeueAfter = MinPositive(d.plan.RequeueAfter, left)
 		}
 	}
 	return nil
@@ -471,7 +471,7 @@ func observed(in *Input) map[string]*corev1.Pod {
 		seen[name] = pod
 	}
 	for _, pod := range in.Pods {
-		if last := seen[pod.Name]; last != nil && !isTerminal(pod) {
+		if last := seen[pod.Name]; last != nil && !IsTerminal(pod) {
 			continue // a terminal state seen before beats a stale cache
 		}
 		seen[pod.Name] = pod
@@ -507,7 +507,8 @@ func RefFromPod(pod *corev1.Pod) (PodRef, bool) {
 	return PodRef{Name: pod.Name, Index: int32(i), Attempt: int32(a)}, true
 }
 
-func isTerminal(pod *corev1.Pod) bool {
+// IsTerminal reports whether a pod has ended, Succeeded or Failed.
+func IsTerminal(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
@@ -527,7 +528,8 @@ func hasFinalizer(pod *corev1.Pod) bool {
 	return slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer)
 }
 
-func minPositive(a, b time.Duration) time.Duration {
+// MinPositive is the smaller of two durations, ignoring those that are not positive.
+func MinPositive(a, b time.Duration) time.Duration {
 	if a <= 0 || (b > 0 && b < a) {
 		return b
 	}

@@ -78,7 +78,7 @@ func (w *world) syncLedger(c *modelController) {
 // final state behind, as a delete event carries it.
 func (w *world) syncPods(c *modelController) {
 	for name, old := range c.pods {
-		if _, ok := w.pods[name]; !ok && isTerminal(old) {
+		if _, ok := w.pods[name]; !ok && IsTerminal(old) {
 			c.lastSeen[name] = old
 		}
 	}
@@ -193,7 +193,7 @@ func (w *world) maybeRemove(name string) {
 func (w *world) kubelet() {
 	var names []string
 	for _, name := range sortedKeys(w.pods) {
-		if !isTerminal(w.pods[name]) {
+		if !IsTerminal(w.pods[name]) {
 			names = append(names, name)
 		}
 	}
@@ -227,7 +227,7 @@ func (w *world) finish(p *corev1.Pod, phase corev1.PodPhase, code int32) {
 // podGC deletes a terminal pod, as --terminated-pod-gc-threshold=1 would.
 func (w *world) podGC() {
 	for _, name := range sortedKeys(w.pods) {
-		if p := w.pods[name]; isTerminal(p) && p.DeletionTimestamp == nil {
+		if p := w.pods[name]; IsTerminal(p) && p.DeletionTimestamp == nil {
 			p.DeletionTimestamp = ptr.To(metav1.NewTime(w.now))
 			w.maybeRemove(name)
 			return

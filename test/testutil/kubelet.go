@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/safejob/safejob/internal/ledger"
 )
 
 // Fate is what the fake kubelet does with a running pod.
@@ -123,7 +125,7 @@ func (k *Kubelet) Succeeded() map[string]bool {
 
 func (k *Kubelet) observe(pod *corev1.Pod, deleted bool) {
 	k.mu.Lock()
-	if deleted || isTerminal(pod) {
+	if deleted || ledger.IsTerminal(pod) {
 		delete(k.active, pod.Name)
 	} else {
 		k.active[pod.Name] = true
@@ -160,7 +162,7 @@ func (k *Kubelet) step(ctx context.Context, key types.NamespacedName) error {
 	fate := k.fate(pod)
 	k.mu.Unlock()
 	switch {
-	case isTerminal(pod):
+	case ledger.IsTerminal(pod):
 		if k.DeleteTerminal && pod.DeletionTimestamp == nil {
 			return client.IgnoreNotFound(k.Client.Delete(ctx, pod))
 		}
@@ -210,8 +212,4 @@ func ignoreConflict(err error) error {
 		return nil
 	}
 	return err
-}
-
-func isTerminal(pod *corev1.Pod) bool {
-	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
