@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -77,13 +78,19 @@ func PodCreates(logPath, ns string) (map[string]int, error) {
 // PodCreatesByNamespace counts the successful pod creates per namespace and
 // pod name; a generated name counts as its prefix plus a serial.
 func PodCreatesByNamespace(logPath string) (map[string]map[string]int, error) {
-	f, err := os.Open(logPath)
+	raw, err := os.ReadFile(logPath)
 	if err != nil {
-		return nil, fmt.Errorf("opening audit log: %w", err)
+		return nil, fmt.Errorf("reading audit log: %w", err)
 	}
-	defer func() { _ = f.Close() }()
+	// The API server may be appending while we read: a last line without its
+	// newline is an event still being written, not a malformed one.
+	if i := bytes.LastIndexByte(raw, '\n'); i >= 0 {
+		raw = raw[:i+1]
+	} else {
+		raw = nil
+	}
 	out := map[string]map[string]int{}
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(raw))
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	serial := 0
 	for sc.Scan() {
