@@ -20,6 +20,38 @@ const (
 	JobCompletionIndexAnnotation = "batch.kubernetes.io/job-completion-index"
 	// JobCompletionIndexEnv is the environment variable that Indexed pods see.
 	JobCompletionIndexEnv = "JOB_COMPLETION_INDEX"
+
+	// RunFinalizer is carried by every run of a scheduled SafeJob until the
+	// run's outcome is committed to the parent's ledger and observed.
+	RunFinalizer = "batch.safejob.dev/run"
+	// ParentLabel names the scheduled SafeJob that created a run.
+	ParentLabel = "batch.safejob.dev/scheduled-by"
+	// ScheduledTimeLabel carries a run's scheduled time in Unix seconds.
+	ScheduledTimeLabel = "batch.safejob.dev/scheduled-time"
+	// ScheduledTimeAnnotation carries a run's scheduled time in RFC 3339.
+	ScheduledTimeAnnotation = "batch.safejob.dev/scheduled-time"
+)
+
+// ConcurrencyPolicy says what a scheduled SafeJob does when a run is due
+// while an earlier run is still active.
+// +kubebuilder:validation:Enum=Allow;Forbid;Replace
+type ConcurrencyPolicy string
+
+const (
+	// AllowConcurrent starts the run regardless.
+	AllowConcurrent ConcurrencyPolicy = "Allow"
+	// ForbidConcurrent skips the run while any earlier run, or any pod of
+	// one, is still running or terminating.
+	ForbidConcurrent ConcurrencyPolicy = "Forbid"
+	// ReplaceConcurrent deletes the earlier runs and starts the new run once
+	// their pods are gone.
+	ReplaceConcurrent ConcurrencyPolicy = "Replace"
+)
+
+// Defaults of the run history limits.
+const (
+	DefaultSuccessfulRunsHistoryLimit int32 = 3
+	DefaultFailedRunsHistoryLimit     int32 = 1
 )
 
 // CompletionMode specifies how pod completions are tracked.
@@ -35,21 +67,27 @@ const (
 
 // SafeJobSpec describes the work a SafeJob runs.
 //
-// Fields for schedules (schedule, timeZone, concurrencyPolicy, ...) and queueing
-// will join this struct; none of the existing fields changes meaning when they do.
+// With schedule set, the SafeJob is a parent: it runs no pods itself and
+// creates one child SafeJob (a run) per scheduled time, with the job fields
+// below copied. The template and the job fields of a parent may be edited;
+// the change applies to the runs created after it.
 //
+// +kubebuilder:validation:XValidation:rule="has(self.schedule) == has(oldSelf.schedule)",message="schedule cannot be added to or removed from an existing SafeJob"
+// +kubebuilder:validation:XValidation:rule="has(self.schedule) || self.template == oldSelf.template",message="template is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.schedule) || self.completions == oldSelf.completions",message="completions is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.schedule) || self.completionMode == oldSelf.completionMode",message="completionMode is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.schedule) || (has(self.backoffLimitPerIndex) ? has(oldSelf.backoffLimitPerIndex) && self.backoffLimitPerIndex == oldSelf.backoffLimitPerIndex : !has(oldSelf.backoffLimitPerIndex))",message="backoffLimitPerIndex is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.schedule) || (has(self.podFailurePolicy) ? has(oldSelf.podFailurePolicy) && self.podFailurePolicy == oldSelf.podFailurePolicy : !has(oldSelf.podFailurePolicy))",message="podFailurePolicy is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.schedule) || !(has(self.timeZone) || has(self.concurrencyPolicy) || has(self.startingDeadlineSeconds) || has(self.successfulRunsHistoryLimit) || has(self.failedRunsHistoryLimit))",message="timeZone, concurrencyPolicy, startingDeadlineSeconds and the run history limits require schedule"
 // +kubebuilder:validation:XValidation:rule="!has(self.backoffLimitPerIndex) || self.completionMode == 'Indexed'",message="backoffLimitPerIndex requires completionMode Indexed"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxFailedIndexes) || has(self.backoffLimitPerIndex)",message="maxFailedIndexes requires backoffLimitPerIndex"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxFailedIndexes) || self.maxFailedIndexes <= self.completions",message="maxFailedIndexes must not exceed completions"
 // +kubebuilder:validation:XValidation:rule="self.completionMode != 'Indexed' || self.completions >= 1",message="completions must be at least 1 when completionMode is Indexed"
-// +kubebuilder:validation:XValidation:rule="has(self.backoffLimitPerIndex) == has(oldSelf.backoffLimitPerIndex)",message="backoffLimitPerIndex is immutable"
-// +kubebuilder:validation:XValidation:rule="has(self.podFailurePolicy) == has(oldSelf.podFailurePolicy)",message="podFailurePolicy is immutable"
 type SafeJobSpec struct {
 	// template is the pod template of every pod the SafeJob creates.
 	// Its restartPolicy must be Never or OnFailure. Immutable.
 	// +required
 	// +kubebuilder:validation:XValidation:rule="has(self.spec.restartPolicy) && self.spec.restartPolicy in ['Never', 'OnFailure']",message="template.spec.restartPolicy must be Never or OnFailure"
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="template is immutable"
 	Template corev1.PodTemplateSpec `json:"template"`
 
 	// parallelism is the most pods that run at once. 0 pauses launching.
@@ -65,13 +103,11 @@ type SafeJobSpec struct {
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100000
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="completions is immutable"
 	Completions *int32 `json:"completions,omitempty"`
 
 	// completionMode is NonIndexed (default) or Indexed, as in batch/v1. Immutable.
 	// +optional
 	// +kubebuilder:default=NonIndexed
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="completionMode is immutable"
 	CompletionMode CompletionMode `json:"completionMode,omitempty"`
 
 	// backoffLimit is the number of counted pod failures after which the SafeJob fails.
@@ -86,7 +122,6 @@ type SafeJobSpec struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100000
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="backoffLimitPerIndex is immutable"
 	BackoffLimitPerIndex *int32 `json:"backoffLimitPerIndex,omitempty"`
 
 	// maxFailedIndexes is the number of failed indexes after which the SafeJob
@@ -99,7 +134,6 @@ type SafeJobSpec struct {
 	// podFailurePolicy decides what a failed pod means, with the rules and
 	// actions (FailJob, FailIndex, Ignore, Count) of batch/v1. Immutable.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="podFailurePolicy is immutable"
 	PodFailurePolicy *batchv1.PodFailurePolicy `json:"podFailurePolicy,omitempty"`
 
 	// activeDeadlineSeconds bounds the time since the SafeJob started (or was
@@ -119,6 +153,45 @@ type SafeJobSpec struct {
 	// +optional
 	// +kubebuilder:default=false
 	Suspend *bool `json:"suspend,omitempty"`
+
+	// schedule makes the SafeJob a parent that starts one run per scheduled
+	// time: a 5-field cron expression ("*/5 * * * *"), a macro (@hourly,
+	// @daily, ...) or "@every <duration>", as CronJob accepts. While suspend is
+	// true no run starts; runs already started are not affected.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^(@(yearly|annually|monthly|weekly|daily|midnight|hourly|every [0-9a-zµ.]+)|[^ @]+( +[^ @]+){4})$`
+	Schedule *string `json:"schedule,omitempty"`
+
+	// timeZone is the IANA name of the time zone the schedule is read in
+	// (default UTC). Requires schedule.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="timestamp('2000-01-01T00:00:00Z').getHours(self) >= 0",message="timeZone must be an IANA time zone name such as Europe/Berlin"
+	TimeZone *string `json:"timeZone,omitempty"`
+
+	// concurrencyPolicy is Allow (default), Forbid or Replace. Requires schedule.
+	// +optional
+	ConcurrencyPolicy ConcurrencyPolicy `json:"concurrencyPolicy,omitempty"`
+
+	// startingDeadlineSeconds: a run that cannot start within this many
+	// seconds of its scheduled time is missed. Requires schedule.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	StartingDeadlineSeconds *int64 `json:"startingDeadlineSeconds,omitempty"`
+
+	// successfulRunsHistoryLimit is the number of finished, successful runs
+	// kept (default 3). Requires schedule.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	SuccessfulRunsHistoryLimit *int32 `json:"successfulRunsHistoryLimit,omitempty"`
+
+	// failedRunsHistoryLimit is the number of finished, failed runs kept
+	// (default 1). Requires schedule.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	FailedRunsHistoryLimit *int32 `json:"failedRunsHistoryLimit,omitempty"`
 }
 
 // ConditionType of a SafeJob, as in batch/v1.
@@ -136,6 +209,12 @@ const (
 	// ConditionLedgerValid is False when status.ledger cannot be read; the
 	// controller then takes no action for the SafeJob.
 	ConditionLedgerValid = "LedgerValid"
+	// ConditionScheduling says whether a scheduled SafeJob starts runs, and
+	// why not (suspended, invalid schedule, waiting for an earlier run).
+	ConditionScheduling = "Scheduling"
+	// ConditionMissedRuns is True when scheduled times were not run; its
+	// message gives the count and the latest missed time.
+	ConditionMissedRuns = "MissedRuns"
 )
 
 // Condition reasons, as in batch/v1 where batch/v1 has one.
@@ -150,6 +229,13 @@ const (
 	ReasonResumed                  = "JobResumed"
 	ReasonLedgerCorrupt            = "LedgerCorrupt"
 	ReasonLedgerOK                 = "LedgerOK"
+	ReasonScheduled                = "Scheduled"
+	ReasonScheduleSuspended        = "ScheduleSuspended"
+	ReasonInvalidSchedule          = "InvalidSchedule"
+	ReasonWaitingForRun            = "WaitingForEarlierRun"
+	ReasonTooManyMissedTimes       = "TooManyMissedTimes"
+	ReasonMissedSchedule           = "MissedSchedule"
+	ReasonNoMissedRuns             = "NoMissedRuns"
 )
 
 // EntryType is the kind of fact a ledger entry records.
@@ -168,7 +254,9 @@ const (
 	// EntryEvicted records that a launched pod was stopped by suspension or
 	// preemption; it never counts as a failure.
 	EntryEvicted EntryType = "Evicted"
-	// EntryScheduled records a scheduled run (reserved for schedules).
+	// EntryScheduled records a run of a scheduled SafeJob: it authorises the
+	// creation of exactly one child SafeJob. A parent's ledger holds only
+	// Scheduled entries and the outcomes (Succeeded, Failed, Lost) of its runs.
 	EntryScheduled EntryType = "Scheduled"
 )
 
@@ -189,10 +277,22 @@ type LedgerEntry struct {
 	// type is the kind of fact.
 	// +required
 	Type EntryType `json:"type"`
-	// pod is the name of the pod the fact is about.
-	// +required
+	// pod is the name of the pod the fact is about (empty for run entries).
+	// +optional
 	// +kubebuilder:validation:MaxLength=253
-	Pod string `json:"pod"`
+	Pod string `json:"pod,omitempty"`
+	// run is the name of the child SafeJob a run entry is about.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Run string `json:"run,omitempty"`
+	// scheduledTime is the scheduled time of a run entry.
+	// +optional
+	ScheduledTime *metav1.Time `json:"scheduledTime,omitempty"`
+	// missed is, on a Scheduled entry, the number of scheduled times since
+	// the previous run that were not run.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Missed int64 `json:"missed,omitempty"`
 	// index is the completion index of the pod.
 	// +required
 	// +kubebuilder:validation:Minimum=0
@@ -204,7 +304,8 @@ type LedgerEntry struct {
 	// time is when the fact was committed.
 	// +required
 	Time metav1.Time `json:"time"`
-	// reason qualifies the fact (for Failed: Counted, Ignored, FailIndex or FailJob).
+	// reason qualifies the fact (for a pod's Failed: Counted, Ignored,
+	// FailIndex or FailJob; for a run's outcome: its condition's reason).
 	// +optional
 	// +kubebuilder:validation:MaxLength=128
 	Reason string `json:"reason,omitempty"`
@@ -267,6 +368,18 @@ type LedgerCheckpoint struct {
 	// +listMapKey=index
 	// +kubebuilder:validation:MaxItems=100000
 	Indexes []IndexState `json:"indexes,omitempty"`
+	// lastScheduleTime is the latest scheduled time of a folded run. No time
+	// at or before it is ever run again.
+	// +optional
+	LastScheduleTime *metav1.Time `json:"lastScheduleTime,omitempty"`
+	// runs is the number of runs folded (Succeeded, Failed and Lost).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Runs int64 `json:"runs,omitempty"`
+	// missed is the number of scheduled times folded that were not run.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Missed int64 `json:"missed,omitempty"`
 }
 
 // Ledger is the append-only record of what the SafeJob launched and how each
@@ -295,7 +408,8 @@ type Ledger struct {
 // SafeJobStatus is the observed state of a SafeJob. Every counter and index
 // set in it is derived from the ledger.
 type SafeJobStatus struct {
-	// conditions: Complete, Failed, Suspended, SuccessCriteriaMet, FailureTarget, LedgerValid.
+	// conditions: Complete, Failed, Suspended, SuccessCriteriaMet, FailureTarget, LedgerValid;
+	// for scheduled SafeJobs Scheduling and MissedRuns.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -334,6 +448,21 @@ type SafeJobStatus struct {
 	// ledger is the append-only record of launches and outcomes.
 	// +optional
 	Ledger Ledger `json:"ledger,omitempty"`
+
+	// lastScheduleTime is the scheduled time of the latest run. Scheduled SafeJobs only.
+	// +optional
+	LastScheduleTime *metav1.Time `json:"lastScheduleTime,omitempty"`
+	// lastSuccessfulTime is when the latest successful run completed. Scheduled SafeJobs only.
+	// +optional
+	LastSuccessfulTime *metav1.Time `json:"lastSuccessfulTime,omitempty"`
+	// activeRuns are the runs whose outcome is not yet recorded. Scheduled SafeJobs only.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10000
+	ActiveRuns []corev1.ObjectReference `json:"activeRuns,omitempty"`
+	// missedRuns is the number of scheduled times that were not run.
+	// +optional
+	MissedRuns int64 `json:"missedRuns,omitempty"`
 }
 
 // SafeJob runs pods to completion like a batch/v1 Job, with every launch and
@@ -346,6 +475,8 @@ type SafeJobStatus struct {
 // +kubebuilder:printcolumn:name="Ledger",type=integer,JSONPath=`.status.ledger.seq`
 // +kubebuilder:printcolumn:name="Complete",type=string,JSONPath=`.status.conditions[?(@.type=="Complete")].status`
 // +kubebuilder:printcolumn:name="Failed",type=string,JSONPath=`.status.conditions[?(@.type=="Failed")].status`
+// +kubebuilder:printcolumn:name="Schedule",type=string,JSONPath=`.spec.schedule`,priority=1
+// +kubebuilder:printcolumn:name="Last Schedule",type=date,JSONPath=`.status.lastScheduleTime`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type SafeJob struct {
 	metav1.TypeMeta `json:",inline"`

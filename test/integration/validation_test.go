@@ -51,6 +51,30 @@ func TestBadInputRefused(t *testing.T) {
 			sj:       testutil.MakeSafeJob("perindex", ns).BackoffLimitPerIndex(1).Obj(),
 			wantMsgs: []string{"backoffLimitPerIndex requires completionMode Indexed"},
 		},
+		"schedule with six fields": {
+			sj:       testutil.MakeSafeJob("six", ns).Schedule("* * * * * *").Obj(),
+			wantMsgs: []string{"spec.schedule"},
+		},
+		"unknown macro": {
+			sj:       testutil.MakeSafeJob("macro", ns).Schedule("@fortnightly").Obj(),
+			wantMsgs: []string{"spec.schedule"},
+		},
+		"unknown time zone": {
+			sj:       testutil.MakeSafeJob("tz", ns).Schedule("@hourly").TimeZone("Mars/Olympus_Mons").Obj(),
+			wantMsgs: []string{"spec.timeZone", "IANA time zone"},
+		},
+		"concurrencyPolicy without schedule": {
+			sj:       testutil.MakeSafeJob("policy", ns).ConcurrencyPolicy(batchv1alpha1.ForbidConcurrent).Obj(),
+			wantMsgs: []string{"require schedule"},
+		},
+		"unknown concurrencyPolicy": {
+			sj:       testutil.MakeSafeJob("policy2", ns).Schedule("@hourly").ConcurrencyPolicy("Sometimes").Obj(),
+			wantMsgs: []string{"spec.concurrencyPolicy", "Sometimes"},
+		},
+		"negative history limit": {
+			sj:       testutil.MakeSafeJob("history", ns).Schedule("@hourly").HistoryLimits(-1, 1).Obj(),
+			wantMsgs: []string{"spec.successfulRunsHistoryLimit"},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -79,6 +103,8 @@ func TestImmutableFields(t *testing.T) {
 		"completionMode": {mutate: func(sj *batchv1alpha1.SafeJob) { sj.Spec.CompletionMode = batchv1alpha1.IndexedCompletion }, wantMsg: "completionMode is immutable"},
 		"template": {mutate: func(sj *batchv1alpha1.SafeJob) { sj.Spec.Template.Spec.Containers[0].Image = "other" },
 			wantMsg: "template is immutable"},
+		"scheduleAdded": {mutate: func(sj *batchv1alpha1.SafeJob) { sj.Spec.Schedule = ptr.To("@hourly") },
+			wantMsg: "schedule cannot be added"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

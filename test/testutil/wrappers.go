@@ -104,3 +104,43 @@ func (w *SafeJobWrapper) RestartPolicy(p corev1.RestartPolicy) *SafeJobWrapper {
 	w.Spec.Template.Spec.RestartPolicy = p
 	return w
 }
+
+// Schedule makes the SafeJob a scheduled parent.
+func (w *SafeJobWrapper) Schedule(s string) *SafeJobWrapper {
+	w.Spec.Schedule = &s
+	return w
+}
+
+// TimeZone sets spec.timeZone.
+func (w *SafeJobWrapper) TimeZone(tz string) *SafeJobWrapper {
+	w.Spec.TimeZone = &tz
+	return w
+}
+
+// ConcurrencyPolicy sets spec.concurrencyPolicy.
+func (w *SafeJobWrapper) ConcurrencyPolicy(p batchv1alpha1.ConcurrencyPolicy) *SafeJobWrapper {
+	w.Spec.ConcurrencyPolicy = p
+	return w
+}
+
+// StartingDeadlineSeconds sets spec.startingDeadlineSeconds.
+func (w *SafeJobWrapper) StartingDeadlineSeconds(s int64) *SafeJobWrapper {
+	w.Spec.StartingDeadlineSeconds = &s
+	return w
+}
+
+// HistoryLimits sets the successful and failed run history limits.
+func (w *SafeJobWrapper) HistoryLimits(successful, failed int32) *SafeJobWrapper {
+	w.Spec.SuccessfulRunsHistoryLimit = &successful
+	w.Spec.FailedRunsHistoryLimit = &failed
+	return w
+}
+
+// Label sets a label on the SafeJob.
+func (w *SafeJobWrapper) Label(k, v string) *SafeJobWrapper {
+	if w.Labels == nil {
+		w.Labels = map[string]string{}
+	}
+	w.Labels[k] = v
+	return w
+}
