@@ -123,6 +123,16 @@ func wallAfter(a, b time.Time) bool {
 // The walk is bounded by the window, so a window of years over a schedule of
 // seconds costs time, never correctness.
 func (s *Schedule) MostRecent(earliest, now time.Time) (recent time.Time, missed int64, next time.Time, ok bool) {
+	if every, isEvery := s.sched.(cron.ConstantDelaySchedule); isEvery {
+		// @every: the times are start + k*Delay, k >= 1; count them directly.
+		start := earliest.Truncate(time.Second)
+		k := int64(now.Sub(start) / every.Delay)
+		if k < 1 {
+			return time.Time{}, 0, start.Add(every.Delay), false
+		}
+		recent = start.Add(time.Duration(k) * every.Delay)
+		return recent, k - 1, recent.Add(every.Delay), true
+	}
 	for t := s.Next(earliest); !t.IsZero(); t = s.Next(t) {
 		if t.After(now) {
 			return recent, missed, t, ok

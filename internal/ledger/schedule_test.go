@@ -135,6 +135,13 @@ func TestScheduleMostRecent(t *testing.T) {
 			wantNext: time.Date(2026, 5, 5, 13, 0, 0, 0, time.UTC),
 		},
 		"never": {schedule: "0 0 30 2 *", earliest: now.Add(-time.Hour)},
+		"@every 5s over a day": {
+			schedule: "@every 5s", earliest: now.Add(-24 * time.Hour),
+			wantRecent: now, wantMissed: 24*720 - 1, wantNext: now.Add(5 * time.Second), wantOK: true,
+		},
+		"@every 5s, none due": {
+			schedule: "@every 5s", earliest: now.Add(-4 * time.Second), wantNext: now.Add(time.Second),
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -148,6 +155,41 @@ func TestScheduleMostRecent(t *testing.T) {
 					recent, missed, next, ok, tc.wantRecent, tc.wantMissed, tc.wantNext, tc.wantOK)
 			}
 		})
+	}
+}
+
+// TestEveryMostRecentMatchesWalk checks the direct count of @every times
+// against a walk with Next, from earliest times with and without fractions
+// of a second.
+func TestEveryMostRecentMatchesWalk(t *testing.T) {
+	now := time.Date(2026, 5, 5, 12, 0, 30, 250, time.UTC)
+	for _, every := range []string{"@every 1s", "@every 5s", "@every 90s", "@every 1h"} {
+		s, err := ParseSchedule(every, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, back := range []time.Duration{0, 700 * time.Millisecond, 4 * time.Second, 5 * time.Second,
+			17*time.Minute + 300*time.Millisecond, 3 * time.Hour} {
+			earliest := now.Add(-back)
+			var wantRecent, wantNext time.Time
+			var wantMissed int64
+			wantOK := false
+			for tt := s.Next(earliest); ; tt = s.Next(tt) {
+				if tt.After(now) {
+					wantNext = tt
+					break
+				}
+				if wantOK {
+					wantMissed++
+				}
+				wantRecent, wantOK = tt, true
+			}
+			recent, missed, next, ok := s.MostRecent(earliest, now)
+			if !recent.Equal(wantRecent) || missed != wantMissed || !next.Equal(wantNext) || ok != wantOK {
+				t.Errorf("%s from %s: MostRecent = %s, %d, %s, %v; walk says %s, %d, %s, %v", every, back,
+					recent, missed, next, ok, wantRecent, wantMissed, wantNext, wantOK)
+			}
+		}
 	}
 }
 

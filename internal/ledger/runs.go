@@ -1,0 +1,207 @@
+package ledger
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+)
+
+// Reasons of run outcomes written by the controller itself.
+const (
+	// RunReasonReplaced: the run was stopped by concurrencyPolicy Replace.
+	RunReasonReplaced = "Replaced"
+	// RunReasonDeleted: the run was deleted before it finished.
+	RunReasonDeleted = "Deleted"
+	// RunReasonVanished: the run disappeared without its finalizer being
+	// released by the parent (someone removed it).
+	RunReasonVanished = "Vanished"
+)
+
+// RunRef identifies one run of a scheduled SafeJob.
+type RunRef struct {
+	Name          string
+	ScheduledTime time.Time
+	// Seq is that of the Scheduled entry.
+	Seq int64
+}
+
+// RunState is what a scheduled SafeJob's ledger means.
+type RunState struct {
+	// Seq is the ledger's seq.
+	Seq int64
+	// LastScheduled is the latest scheduled time ever committed; no time at
+	// or before it is ever scheduled again.
+	LastScheduled time.Time
+	// Open holds the runs whose outcome is not recorded, by name.
+	Open map[string]RunRef
+	// Closed holds the listed runs whose outcome is recorded, by name.
+	Closed map[string]RunRef
+	// Folded is the latest scheduled time of a run folded into the checkpoint.
+	Folded time.Time
+	// Runs counts the recorded outcomes; Missed the scheduled times not run.
+	Runs, Missed int64
+}
+
+// ReplayRuns reads the ledger of a scheduled SafeJob: Scheduled entries,
+// each for a later time than every Scheduled entry before it, and at most
+// one outcome (Succeeded, Failed, Evicted or Lost) for each.
+func ReplayRuns(l *batchv1alpha1.Ledger) (*RunState, error) {
+	st := &RunState{Seq: l.Seq, Open: map[string]RunRef{}, Closed: map[string]RunRef{}}
+	var cpSeq, last int64
+	if cp := l.Checkpoint; cp != nil {
+		if cp.SucceededIndexes != "" || cp.FailedIndexes != "" || len(cp.Indexes) > 0 || cp.Failed+cp.Lost+cp.Evicted+cp.Ignored != 0 {
+			return nil, fmt.Errorf("checkpoint: pod counts in the ledger of a scheduled SafeJob")
+		}
+		if min(cp.Seq, cp.Runs, cp.Missed) < 0 {
+			return nil, fmt.Errorf("checkpoint: negative count")
+		}
+		cpSeq, last = cp.Seq, cp.Seq
+		st.Runs, st.Missed = cp.Runs, cp.Missed
+		if cp.LastScheduleTime != nil {
+			st.LastScheduled, st.Folded = cp.LastScheduleTime.Time, cp.LastScheduleTime.Time
+		}
+	}
+	var prevSeq int64
+	var prevTime time.Time
+	for k := range l.Entries {
+		e := &l.Entries[k]
+		if e.Seq <= prevSeq {
+			return nil, fmt.Errorf("entry %d: seq %d not above %d", k, e.Seq, prevSeq)
+		}
+		prevSeq, last = e.Seq, max(last, e.Seq)
+		if e.Pod != "" || e.Run == "" || e.ScheduledTime == nil {
+			return nil, fmt.Errorf("entry %d (seq %d): a run entry names a run and its scheduled time, and no pod", k, e.Seq)
+		}
+		ref := RunRef{Name: e.Run, ScheduledTime: e.ScheduledTime.Time, Seq: e.Seq}
+		if e.Type == batchv1alpha1.EntryScheduled {
+			// Times only move forward: within the listed entries, and past the
+			// checkpoint for entries appended after it.
+			if !ref.ScheduledTime.After(prevTime) || (e.Seq > cpSeq && !ref.ScheduledTime.After(st.LastScheduled)) {
+				return nil, fmt.Errorf("entry %d (seq %d): run %s scheduled for %s, not after an earlier run",
+					k, e.Seq, e.Run, ref.ScheduledTime.UTC().Format(time.RFC3339))
+			}
+			if _, dup := st.Open[e.Run]; dup || e.Missed < 0 {
+				return nil, fmt.Errorf("entry %d (seq %d): run %s scheduled twice or with a negative missed count", k, e.Seq, e.Run)
+			}
+			if _, dup := st.Closed[e.Run]; dup {
+				return nil, fmt.Errorf("entry %d (seq %d): run %s scheduled twice", k, e.Seq, e.Run)
+			}
+			prevTime = ref.ScheduledTime
+			if ref.ScheduledTime.After(st.LastScheduled) {
+				st.LastScheduled = ref.ScheduledTime
+			}
+			st.Missed += e.Missed
+			st.Open[e.Run] = ref
+			continue
+		}
+		switch e.Type {
+		case batchv1alpha1.EntrySucceeded, batchv1alpha1.EntryFailed, batchv1alpha1.EntryEvicted, batchv1alpha1.EntryLost:
+		default:
+			return nil, fmt.Errorf("entry %d (seq %d): type %s is not valid in a scheduled SafeJob", k, e.Seq, e.Type)
+		}
+		open, ok := st.Open[e.Run]
+		if !ok || !open.ScheduledTime.Equal(ref.ScheduledTime) {
+			return nil, fmt.Errorf("entry %d (seq %d): %s for run %s that is not open", k, e.Seq, e.Type, e.Run)
+		}
+		delete(st.Open, e.Run)
+		st.Closed[e.Run] = open
+		st.Runs++
+	}
+	if l.Seq < last {
+		return nil, fmt.Errorf("ledger seq %d is below its last entry %d", l.Seq, last)
+	}
+	return st, nil
+}
+
+// SortedRuns returns runs in scheduled-time order.
+func SortedRuns(m map[string]RunRef) []RunRef {
+	out := make([]RunRef, 0, len(m))
+	for _, r := range m {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b RunRef) int { return a.ScheduledTime.Compare(b.ScheduledTime) })
+	return out
+}
+
+// FoldRuns moves every closed run but the newest keep into the checkpoint.
+// Open runs stay listed. The result replays to the same LastScheduled,
+// Open, Runs and Missed.
+func FoldRuns(l *batchv1alpha1.Ledger, keep int) (batchv1alpha1.Ledger, error) {
+	st, err := ReplayRuns(l)
+	if err != nil {
+		return batchv1alpha1.Ledger{}, err
+	}
+	closed := SortedRuns(st.Closed)
+	if len(closed) <= keep {
+		return *l.DeepCopy(), nil
+	}
+	fold := map[string]bool{}
+	for _, r := range closed[:len(closed)-keep] {
+		fold[r.Name] = true
+	}
+	cp := &batchv1alpha1.LedgerCheckpoint{}
+	if l.Checkpoint != nil {
+		cp = l.Checkpoint.DeepCopy()
+	}
+	out := batchv1alpha1.Ledger{Seq: l.Seq}
+	for _, e := range l.Entries {
+		if !fold[e.Run] {
+			out.Entries = append(out.Entries, e)
+			continue
+		}
+		cp.Seq = max(cp.Seq, e.Seq)
+		if e.Type == batchv1alpha1.EntryScheduled {
+			cp.Missed += e.Missed
+			if cp.LastScheduleTime == nil || e.ScheduledTime.After(cp.LastScheduleTime.Time) {
+				cp.LastScheduleTime = e.ScheduledTime.DeepCopy()
+			}
+		} else {
+			cp.Runs++
+		}
+	}
+	out.Checkpoint = cp
+	return out, nil
+}
+
+// Covers reports how st fails to keep every fact of prev (nil when it keeps
+// them all): I4 for the ledger of a scheduled SafeJob.
+func (st *RunState) Covers(prev *RunState) error {
+	if st.Seq < prev.Seq {
+		return fmt.Errorf("seq went from %d to %d", prev.Seq, st.Seq)
+	}
+	if st.LastScheduled.Before(prev.LastScheduled) {
+		return fmt.Errorf("last scheduled time went back from %s to %s", prev.LastScheduled, st.LastScheduled)
+	}
+	if st.Runs < prev.Runs || st.Missed < prev.Missed {
+		return fmt.Errorf("a count went down: runs %d -> %d, missed %d -> %d", prev.Runs, st.Runs, prev.Missed, st.Missed)
+	}
+	for name := range prev.Closed {
+		if _, reopened := st.Open[name]; reopened {
+			return fmt.Errorf("run %s reopened", name)
+		}
+	}
+	for name, r := range prev.Open {
+		_, open := st.Open[name]
+		_, closed := st.Closed[name]
+		if !open && !closed && r.ScheduledTime.After(st.Folded) {
+			return fmt.Errorf("run %s forgotten", name)
+		}
+	}
+	return nil
+}
+
+// RunName is the deterministic name of the run scheduled for t:
+// "<parent>-<minutes since the epoch>", as CronJob names its Jobs, or
+// "<parent>-<seconds since the epoch>" for times that are not on a whole
+// minute (@every schedules). The parent's name is shortened, with a hash,
+// so that the run's name stays a valid label value.
+func RunName(parent string, t time.Time) string {
+	suffix := "-" + strconv.FormatInt(t.Unix()/60, 10)
+	if t.Unix()%60 != 0 {
+		suffix = "-" + strconv.FormatInt(t.Unix(), 10)
+	}
+	return ShortName(parent, maxPodNameLen-len(suffix)) + suffix
+}

@@ -1,0 +1,489 @@
+package ledger
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+)
+
+var r0 = time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+
+func scheduled(seq int64, run string, at time.Time, missed int64) batchv1alpha1.LedgerEntry {
+	return batchv1alpha1.LedgerEntry{Seq: seq, Type: batchv1alpha1.EntryScheduled, Run: run,
+		ScheduledTime: ptr.To(metav1.NewTime(at)), Missed: missed}
+}
+
+func runOutcome(seq int64, typ batchv1alpha1.EntryType, run string, at time.Time) batchv1alpha1.LedgerEntry {
+	return batchv1alpha1.LedgerEntry{Seq: seq, Type: typ, Run: run, ScheduledTime: ptr.To(metav1.NewTime(at))}
+}
+
+func TestReplayRunsRejects(t *testing.T) {
+	a, b := r0, r0.Add(time.Minute)
+	cases := map[string]batchv1alpha1.Ledger{
+		"time goes back": {Seq: 2, Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-b", b, 0), scheduled(2, "x-a", a, 0)}},
+		"same time twice": {Seq: 2, Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-a", a, 0), scheduled(2, "x-a2", a, 0)}},
+		"run twice": {Seq: 2, Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-a", a, 0), scheduled(2, "x-a", b, 0)}},
+		"outcome of unknown run": {Seq: 1, Entries: []batchv1alpha1.LedgerEntry{runOutcome(1, batchv1alpha1.EntrySucceeded, "x-a", a)}},
+		"two outcomes": {Seq: 3, Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-a", a, 0),
+			runOutcome(2, batchv1alpha1.EntrySucceeded, "x-a", a), runOutcome(3, batchv1alpha1.EntryFailed, "x-a", a)}},
+		"pod launch in a parent": {Seq: 1, Entries: []batchv1alpha1.LedgerEntry{{Seq: 1, Type: batchv1alpha1.EntryLaunched, Pod: "p-0-0"}}},
+		"before the checkpoint": {Seq: 2, Checkpoint: &batchv1alpha1.LedgerCheckpoint{Seq: 1, LastScheduleTime: ptr.To(metav1.NewTime(b))},
+			Entries: []batchv1alpha1.LedgerEntry{scheduled(2, "x-a", a, 0)}},
+		"seq below entries": {Seq: 0, Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-a", a, 0)}},
+		"negative missed":   {Seq: 1, Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-a", a, -1)}},
+	}
+	for name, l := range cases {
+		if _, err := ReplayRuns(&l); err == nil {
+			t.Errorf("%s: ReplayRuns accepted %+v", name, l)
+		}
+	}
+	// A pod ledger refuses run entries.
+	l := batchv1alpha1.Ledger{Seq: 1, Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-a", a, 0)}}
+	if _, err := Replay(&l); err == nil {
+		t.Error("Replay accepted a Scheduled entry")
+	}
+}
+
+func TestRunName(t *testing.T) {
+	dns := regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	onMinute := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	if got, want := RunName("nightly", onMinute), fmt.Sprintf("nightly-%d", onMinute.Unix()/60); got != want {
+		t.Errorf("RunName on a minute = %q, want %q (CronJob's minutes)", got, want)
+	}
+	if got, want := RunName("fast", onMinute.Add(5*time.Second)), fmt.Sprintf("fast-%d", onMinute.Unix()+5); got != want {
+		t.Errorf("RunName off a minute = %q, want %q (seconds)", got, want)
+	}
+	long := strings.Repeat("a", 70) + "-" + strings.Repeat("b", 70)
+	seen := map[string]bool{}
+	for k := range 120 {
+		n := RunName(long, onMinute.Add(time.Duration(k)*5*time.Second))
+		if len(n) > 63 || !dns.MatchString(n) {
+			t.Errorf("RunName = %q: not a valid label value", n)
+		}
+		if seen[n] {
+			t.Errorf("RunName %q repeated for two times", n)
+		}
+		seen[n] = true
+	}
+	if RunName(long, onMinute) == RunName(long+"c", onMinute) {
+		t.Error("two long parents share a run name")
+	}
+}
+
+func TestFoldRunsKeepsMeaning(t *testing.T) {
+	var l batchv1alpha1.Ledger
+	at := r0
+	for k := range 60 {
+		at = at.Add(time.Minute)
+		name := RunName("p", at)
+		l = Append(&l, []batchv1alpha1.LedgerEntry{scheduled(0, name, at, int64(k%3))})
+		if k%7 != 3 { // every seventh run stays open
+			l = Append(&l, []batchv1alpha1.LedgerEntry{runOutcome(0, batchv1alpha1.EntrySucceeded, name, at)})
+		}
+	}
+	before, err := ReplayRuns(&l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	folded, err := FoldRuns(&l, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := ReplayRuns(&folded)
+	if err != nil {
+		t.Fatalf("folded ledger does not replay: %v", err)
+	}
+	if len(folded.Entries) >= len(l.Entries) {
+		t.Errorf("fold kept %d of %d entries", len(folded.Entries), len(l.Entries))
+	}
+	if !after.LastScheduled.Equal(before.LastScheduled) || after.Runs != before.Runs || after.Missed != before.Missed ||
+		len(after.Open) != len(before.Open) || len(after.Closed) != 5 {
+		t.Errorf("fold changed the meaning: before %+v after %+v", before, after)
+	}
+	if err := after.Covers(before); err != nil {
+		t.Errorf("folded state does not cover the original: %v", err)
+	}
+	// Appending after the fold still works and still refuses old times.
+	late := Append(&folded, []batchv1alpha1.LedgerEntry{scheduled(0, "p-old", r0.Add(30*time.Minute), 0)})
+	if _, err := ReplayRuns(&late); err == nil {
+		t.Error("a time before the folded ones was accepted after the fold")
+	}
+}
+
+// parent builds a scheduled SafeJob's spec for DecideRuns tests.
+func parentSpec(schedule string, policy batchv1alpha1.ConcurrencyPolicy) *batchv1alpha1.SafeJobSpec {
+	return &batchv1alpha1.SafeJobSpec{Schedule: &schedule, ConcurrencyPolicy: policy}
+}
+
+func child(name string, at time.Time, cond string) *batchv1alpha1.SafeJob {
+	run := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns",
+		Finalizers:  []string{batchv1alpha1.RunFinalizer},
+		Annotations: map[string]string{batchv1alpha1.ScheduledTimeAnnotation: at.UTC().Format(time.RFC3339)}}}
+	if cond != "" {
+		run.Status.Conditions = []metav1.Condition{{Type: cond, Status: metav1.ConditionTrue, Reason: "R"}}
+		run.Status.CompletionTime = ptr.To(metav1.NewTime(at.Add(time.Second)))
+	}
+	return run
+}
+
+func entryKinds(es []batchv1alpha1.LedgerEntry) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, string(e.Type)+":"+e.Run)
+	}
+	return out
+}
+
+func TestDecideRuns(t *testing.T) {
+	every := time.Minute
+	tick := func(k int) time.Time { return r0.Add(time.Duration(k) * every) }
+	name := func(k int) string { return RunName("p", tick(k)) }
+	ledgerOf := func(es ...batchv1alpha1.LedgerEntry) batchv1alpha1.SafeJobStatus {
+		l := Append(&batchv1alpha1.Ledger{}, es)
+		return batchv1alpha1.SafeJobStatus{Ledger: l}
+	}
+	cases := map[string]struct {
+		spec        *batchv1alpha1.SafeJobSpec
+		status      batchv1alpha1.SafeJobStatus
+		runs        []*batchv1alpha1.SafeJob
+		busy        map[string]int
+		seen        []string
+		now         time.Time
+		wantAppend  []string
+		wantCreate  []string
+		wantDelete  []string
+		wantRelease []string
+		wantMissed  int64
+		wantCond    map[string]string // type -> reason
+	}{
+		"first tick commits, creates nothing yet": {
+			spec: parentSpec("* * * * *", ""), now: tick(1).Add(time.Second),
+			wantAppend: []string{"Scheduled:" + name(1)},
+			wantCond:   map[string]string{batchv1alpha1.ConditionScheduling: batchv1alpha1.ReasonScheduled},
+		},
+		"observed commit creates the run": {
+			spec: parentSpec("* * * * *", ""), now: tick(1).Add(2 * time.Second),
+			status:     ledgerOf(scheduled(0, name(1), tick(1), 0)),
+			wantCreate: []string{name(1)},
+		},
+		"created run is not created again, next tick waits": {
+			spec: parentSpec("* * * * *", ""), now: tick(1).Add(3 * time.Second),
+			status: ledgerOf(scheduled(0, name(1), tick(1), 0)),
+			runs:   []*batchv1alpha1.SafeJob{child(name(1), tick(1), "")},
+		},
+		"more than 100 missed: the most recent runs, the rest counted": {
+			spec: parentSpec("* * * * *", ""), now: tick(300).Add(time.Second),
+			status:     ledgerOf(scheduled(0, name(1), tick(1), 0), runOutcome(0, batchv1alpha1.EntrySucceeded, name(1), tick(1))),
+			wantAppend: []string{"Scheduled:" + name(300)}, wantMissed: 298,
+			wantCond: map[string]string{batchv1alpha1.ConditionMissedRuns: batchv1alpha1.ReasonTooManyMissedTimes},
+		},
+		"startingDeadlineSeconds passed: nothing runs, the miss is reported": {
+			spec: func() *batchv1alpha1.SafeJobSpec {
+				s := parentSpec("* * * * *", "")
+				s.StartingDeadlineSeconds = ptr.To[int64](10)
+				return s
+			}(),
+			now:      tick(5).Add(20 * time.Second),
+			status:   ledgerOf(scheduled(0, name(1), tick(1), 0), runOutcome(0, batchv1alpha1.EntrySucceeded, name(1), tick(1))),
+			wantCond: map[string]string{batchv1alpha1.ConditionMissedRuns: batchv1alpha1.ReasonMissedSchedule},
+		},
+		"finished run: outcome recorded; committed outcome releases": {
+			spec: parentSpec("* * * * *", ""), now: tick(1).Add(30 * time.Second),
+			status:     ledgerOf(scheduled(0, name(1), tick(1), 0)),
+			runs:       []*batchv1alpha1.SafeJob{child(name(1), tick(1), batchv1alpha1.ConditionComplete)},
+			wantAppend: []string{"Succeeded:" + name(1)},
+		},
+		"closed run releases its finalizer": {
+			spec: parentSpec("* * * * *", ""), now: tick(1).Add(30 * time.Second),
+			status:      ledgerOf(scheduled(0, name(1), tick(1), 0), runOutcome(0, batchv1alpha1.EntrySucceeded, name(1), tick(1))),
+			runs:        []*batchv1alpha1.SafeJob{child(name(1), tick(1), batchv1alpha1.ConditionComplete)},
+			wantRelease: []string{name(1)},
+		},
+		"history limits delete the oldest finished runs": {
+			spec: func() *batchv1alpha1.SafeJobSpec {
+				s := parentSpec("* * * * *", "")
+				s.SuccessfulRunsHistoryLimit, s.FailedRunsHistoryLimit = ptr.To[int32](1), ptr.To[int32](0)
+				return s
+			}(),
+			now: tick(3).Add(30 * time.Second),
+			status: ledgerOf(scheduled(0, name(1), tick(1), 0), runOutcome(0, batchv1alpha1.EntrySucceeded, name(1), tick(1)),
+				scheduled(0, name(2), tick(2), 0), runOutcome(0, batchv1alpha1.EntrySucceeded, name(2), tick(2)),
+				scheduled(0, name(3), tick(3), 0), runOutcome(0, batchv1alpha1.EntryFailed, name(3), tick(3))),
+			runs: []*batchv1alpha1.SafeJob{child(name(1), tick(1), batchv1alpha1.ConditionComplete),
+				child(name(2), tick(2), batchv1alpha1.ConditionComplete), child(name(3), tick(3), batchv1alpha1.ConditionFailed)},
+			wantRelease: []string{name(1), name(2), name(3)},
+			wantDelete:  []string{name(1), name(3)},
+		},
+		"vanished run is Lost, never created again": {
+			spec: parentSpec("* * * * *", ""), now: tick(1).Add(30 * time.Second),
+			status:     ledgerOf(scheduled(0, name(1), tick(1), 0)),
+			seen:       []string{name(1)},
+			wantAppend: []string{"Lost:" + name(1)},
+		},
+		"Forbid: open run blocks the next tick": {
+			spec: parentSpec("* * * * *", batchv1alpha1.ForbidConcurrent), now: tick(2).Add(time.Second),
+			status:   ledgerOf(scheduled(0, name(1), tick(1), 0)),
+			runs:     []*batchv1alpha1.SafeJob{child(name(1), tick(1), "")},
+			wantCond: map[string]string{batchv1alpha1.ConditionScheduling: batchv1alpha1.ReasonWaitingForRun},
+		},
+		"Forbid: a pod of a finished, deleted run still terminating blocks": {
+			spec: parentSpec("* * * * *", batchv1alpha1.ForbidConcurrent), now: tick(2).Add(time.Second),
+			status:   ledgerOf(scheduled(0, name(1), tick(1), 0), runOutcome(0, batchv1alpha1.EntryEvicted, name(1), tick(1))),
+			busy:     map[string]int{name(1): 1},
+			wantCond: map[string]string{batchv1alpha1.ConditionScheduling: batchv1alpha1.ReasonWaitingForRun},
+		},
+		"Forbid: finished run does not block": {
+			spec: parentSpec("* * * * *", batchv1alpha1.ForbidConcurrent), now: tick(2).Add(time.Second),
+			status:      ledgerOf(scheduled(0, name(1), tick(1), 0), runOutcome(0, batchv1alpha1.EntrySucceeded, name(1), tick(1))),
+			runs:        []*batchv1alpha1.SafeJob{child(name(1), tick(1), batchv1alpha1.ConditionComplete)},
+			wantAppend:  []string{"Scheduled:" + name(2)},
+			wantRelease: []string{name(1)},
+		},
+		"Replace: new run committed while the old runs": {
+			spec: parentSpec("* * * * *", batchv1alpha1.ReplaceConcurrent), now: tick(2).Add(time.Second),
+			status:     ledgerOf(scheduled(0, name(1), tick(1), 0)),
+			runs:       []*batchv1alpha1.SafeJob{child(name(1), tick(1), "")},
+			wantAppend: []string{"Scheduled:" + name(2)},
+		},
+		"Replace: old run deleted, new one waits": {
+			spec: parentSpec("* * * * *", batchv1alpha1.ReplaceConcurrent), now: tick(2).Add(2 * time.Second),
+			status:     ledgerOf(scheduled(0, name(1), tick(1), 0), scheduled(0, name(2), tick(2), 0)),
+			runs:       []*batchv1alpha1.SafeJob{child(name(1), tick(1), "")},
+			wantDelete: []string{name(1)},
+			wantCond:   map[string]string{batchv1alpha1.ConditionScheduling: batchv1alpha1.ReasonWaitingForRun},
+		},
+		"Replace: deleting old run recorded as replaced, pods still there": {
+			spec: parentSpec("* * * * *", batchv1alpha1.ReplaceConcurrent), now: tick(2).Add(3 * time.Second),
+			status: ledgerOf(scheduled(0, name(1), tick(1), 0), scheduled(0, name(2), tick(2), 0)),
+			runs: []*batchv1alpha1.SafeJob{func() *batchv1alpha1.SafeJob {
+				c := child(name(1), tick(1), "")
+				c.DeletionTimestamp = ptr.To(metav1.NewTime(tick(2)))
+				return c
+			}()},
+			busy:       map[string]int{name(1): 2},
+			wantAppend: []string{"Evicted:" + name(1)},
+		},
+		"Replace: old pods gone, new run created": {
+			spec: parentSpec("* * * * *", batchv1alpha1.ReplaceConcurrent), now: tick(2).Add(9 * time.Second),
+			status: ledgerOf(scheduled(0, name(1), tick(1), 0), scheduled(0, name(2), tick(2), 0),
+				runOutcome(0, batchv1alpha1.EntryEvicted, name(1), tick(1))),
+			wantCreate: []string{name(2)},
+		},
+		"suspended: nothing scheduled": {
+			spec: func() *batchv1alpha1.SafeJobSpec {
+				s := parentSpec("* * * * *", "")
+				s.Suspend = ptr.To(true)
+				return s
+			}(),
+			now:      tick(5),
+			wantCond: map[string]string{batchv1alpha1.ConditionScheduling: batchv1alpha1.ReasonScheduleSuspended},
+		},
+		"invalid schedule: said in a condition": {
+			spec: parentSpec("61 * * * *", ""), now: tick(5),
+			wantCond: map[string]string{batchv1alpha1.ConditionScheduling: batchv1alpha1.ReasonInvalidSchedule},
+		},
+	}
+	for desc, tc := range cases {
+		t.Run(desc, func(t *testing.T) {
+			in := &RunInput{Name: "p", Created: r0, Spec: tc.spec, Status: &tc.status, Runs: map[string]*batchv1alpha1.SafeJob{},
+				Busy: tc.busy, Seen: map[string]bool{}, Now: tc.now}
+			for _, r := range tc.runs {
+				in.Runs[r.Name] = r
+			}
+			for _, s := range tc.seen {
+				in.Seen[s] = true
+			}
+			plan, err := DecideRuns(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var creates []string
+			for _, c := range plan.Create {
+				creates = append(creates, c.Name)
+			}
+			check := func(what string, got, want []string) {
+				if !slices.Equal(got, want) {
+					t.Errorf("%s = %v, want %v", what, got, want)
+				}
+			}
+			check("appended", entryKinds(plan.Append), tc.wantAppend)
+			check("created", creates, tc.wantCreate)
+			check("deleted", plan.Delete, tc.wantDelete)
+			check("released", plan.Release, tc.wantRelease)
+			if got := plan.Status.MissedRuns; got != tc.wantMissed {
+				t.Errorf("missedRuns = %d, want %d", got, tc.wantMissed)
+			}
+			for typ, reason := range tc.wantCond {
+				c := findCond(plan.Status.Conditions, typ)
+				if c == nil || c.Reason != reason {
+					t.Errorf("condition %s = %+v, want reason %s", typ, c, reason)
+				}
+			}
+			if _, err := ReplayRuns(&plan.Status.Ledger); err != nil {
+				t.Errorf("planned ledger does not replay: %v", err)
+			}
+		})
+	}
+}
+
+func findCond(cs []metav1.Condition, t string) *metav1.Condition {
+	for i := range cs {
+		if cs[i].Type == t {
+			return &cs[i]
+		}
+	}
+	return nil
+}
+
+// TestRunsWorldModel drives DecideRuns through a random world: stale caches,
+// crashes that drop a plan's actions, runs that finish, TTL and history
+// deletions, and all three concurrency policies. After every step: no
+// scheduled time has two runs, no run is created before its commit is
+// observed (I8), every run created is in the ledger, and no run that
+// finished and was deleted is created again.
+func TestRunsWorldModel(t *testing.T) {
+	for seed := range uint64(200) {
+		policies := []batchv1alpha1.ConcurrencyPolicy{batchv1alpha1.AllowConcurrent, batchv1alpha1.ForbidConcurrent, batchv1alpha1.ReplaceConcurrent}
+		policy := policies[seed%3]
+		t.Run(fmt.Sprintf("seed%d-%s", seed, policy), func(t *testing.T) {
+			runWorld(t, rand.New(rand.NewPCG(seed, 7)), policy)
+		})
+	}
+}
+
+type worldRun struct {
+	obj      *batchv1alpha1.SafeJob
+	finishAt time.Time
+	busyTill time.Time
+}
+
+func runWorld(t *testing.T, rng *rand.Rand, policy batchv1alpha1.ConcurrencyPolicy) {
+	spec := parentSpec("@every 5s", policy)
+	spec.SuccessfulRunsHistoryLimit, spec.FailedRunsHistoryLimit = ptr.To[int32](int32(rng.IntN(2))), ptr.To[int32](0)
+	var status batchv1alpha1.SafeJobStatus // the API server's copy
+	cached := status                       // the controller's cache, maybe stale
+	runs := map[string]*worldRun{}         // children in the API server
+	created := map[string]int{}            // creates that succeeded, by name
+	deleted := map[string]bool{}           // children removed for good
+	seen := map[string]bool{}
+	now := r0
+	for step := range 400 {
+		now = now.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
+		// The world moves: runs finish, pods of deleted runs terminate.
+		for _, r := range runs {
+			if r.obj.DeletionTimestamp == nil && finished(r.obj) == nil && !now.Before(r.finishAt) {
+				cond := batchv1alpha1.ConditionComplete
+				if rng.IntN(4) == 0 {
+					cond = batchv1alpha1.ConditionFailed
+				}
+				r.obj.Status.Conditions = []metav1.Condition{{Type: cond, Status: metav1.ConditionTrue, Reason: "R"}}
+				r.obj.Status.CompletionTime = ptr.To(metav1.NewTime(now))
+			}
+		}
+		// The cache catches up most of the time.
+		if rng.IntN(3) > 0 {
+			cached = *status.DeepCopy()
+		}
+		obsRuns := map[string]*batchv1alpha1.SafeJob{}
+		busy := map[string]int{}
+		for name, r := range runs {
+			obsRuns[name] = r.obj.DeepCopy()
+			seen[name] = true
+			if finished(r.obj) == nil && now.Before(r.busyTill) {
+				busy[name] = 1
+			}
+		}
+		in := &RunInput{Name: "p", Created: r0, Spec: spec, Status: &cached, Runs: obsRuns, Busy: busy, Seen: seen, Now: now}
+		plan, err := DecideRuns(in)
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		crash := rng.IntN(8) == 0
+		observed, err := ReplayRuns(&cached.Ledger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range plan.Create {
+			if _, ok := observed.Open[c.Name]; !ok {
+				t.Fatalf("step %d: I8: run %s created without an observed, open Scheduled entry", step, c.Name)
+			}
+			if slices.ContainsFunc(plan.Append, func(e batchv1alpha1.LedgerEntry) bool {
+				return e.Run == c.Name && e.Type != batchv1alpha1.EntryScheduled
+			}) {
+				t.Fatalf("step %d: run %s created by the plan that records its outcome", step, c.Name)
+			}
+			if deleted[c.Name] {
+				t.Fatalf("step %d: run %s created again after it finished and was deleted", step, c.Name)
+			}
+			if crash {
+				break
+			}
+			if runs[c.Name] == nil {
+				created[c.Name]++
+				obj := child(c.Name, c.ScheduledTime, "")
+				obj.UID = k8stypes.UID("uid-" + obj.Name)
+				d := time.Duration(1+rng.IntN(15)) * time.Second
+				runs[c.Name] = &worldRun{obj: obj, finishAt: now.Add(d), busyTill: now.Add(d + time.Second)}
+			}
+		}
+		if crash {
+			continue
+		}
+		for _, name := range plan.Release {
+			if r := runs[name]; r != nil {
+				r.obj.Finalizers = nil
+			}
+		}
+		for _, name := range plan.Delete {
+			if r := runs[name]; r != nil && r.obj.DeletionTimestamp == nil {
+				r.obj.DeletionTimestamp = ptr.To(metav1.NewTime(now))
+			}
+		}
+		// TTL deletes some finished runs on its own.
+		for _, r := range runs {
+			if finished(r.obj) != nil && rng.IntN(5) == 0 && r.obj.DeletionTimestamp == nil {
+				r.obj.DeletionTimestamp = ptr.To(metav1.NewTime(now))
+			}
+		}
+		for name, r := range runs {
+			if r.obj.DeletionTimestamp != nil && len(r.obj.Finalizers) == 0 {
+				delete(runs, name)
+				deleted[name] = true
+			}
+		}
+		// The status write succeeds only on the version it was made from.
+		if cached.Ledger.Seq == status.Ledger.Seq && len(plan.Append) > 0 {
+			prev, _ := ReplayRuns(&status.Ledger)
+			status = *plan.Status.DeepCopy()
+			next, err := ReplayRuns(&status.Ledger)
+			if err != nil {
+				t.Fatalf("step %d: written ledger invalid: %v", step, err)
+			}
+			if err := next.Covers(prev); err != nil {
+				t.Fatalf("step %d: I4: %v", step, err)
+			}
+		}
+	}
+	for name, n := range created {
+		if n > 1 {
+			t.Errorf("run %s created %d times", name, n)
+		}
+	}
+	final, err := ReplayRuns(&status.Ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final.Runs+int64(len(final.Open)) == 0 {
+		t.Error("no run was ever scheduled")
+	}
+}
