@@ -150,24 +150,29 @@ func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.Saf
 	}
 }
 
-// releaseFinalizer removes the ledger finalizer with a JSON patch that tests
-// the entry it removes, so concurrent finalizer edits are never clobbered. A
-// failed test means the cached pod was stale: it retries once on a live read.
+// releaseFinalizer removes the ledger finalizer of a pod.
 func (r *SafeJobReconciler) releaseFinalizer(ctx context.Context, namespace, name string) error {
-	key := client.ObjectKey{Namespace: namespace, Name: name}
+	return r.removeFinalizer(ctx, func() client.Object { return &corev1.Pod{} },
+		client.ObjectKey{Namespace: namespace, Name: name}, batchv1alpha1.LedgerFinalizer)
+}
+
+// removeFinalizer removes a finalizer with a JSON patch that tests the entry
+// it removes, so concurrent finalizer edits are never clobbered. A failed
+// test means the cached object was stale: it retries once on a live read.
+func (r *SafeJobReconciler) removeFinalizer(ctx context.Context, newObj func() client.Object, key client.ObjectKey, finalizer string) error {
 	var err error
 	for _, reader := range []client.Reader{r.Client, r.APIReader} {
-		pod := &corev1.Pod{}
-		if err = reader.Get(ctx, key, pod); err != nil {
+		obj := newObj()
+		if err = reader.Get(ctx, key, obj); err != nil {
 			return client.IgnoreNotFound(err)
 		}
-		k := slices.Index(pod.Finalizers, batchv1alpha1.LedgerFinalizer)
+		k := slices.Index(obj.GetFinalizers(), finalizer)
 		if k < 0 {
 			return nil
 		}
 		patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`,
-			k, batchv1alpha1.LedgerFinalizer, k)
-		err = r.Client.Patch(ctx, pod, client.RawPatch(types.JSONPatchType, []byte(patch)))
+			k, finalizer, k)
+		err = r.Client.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, []byte(patch)))
 		if err == nil || apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -175,7 +180,7 @@ func (r *SafeJobReconciler) releaseFinalizer(ctx context.Context, namespace, nam
 			break
 		}
 	}
-	return fmt.Errorf("removing finalizer of pod %s: %w", name, err)
+	return fmt.Errorf("removing finalizer %s of %s: %w", finalizer, key.Name, err)
 }
 
 func (r *SafeJobReconciler) deletePod(ctx context.Context, namespace, name string) error {
@@ -263,9 +268,15 @@ func (h *podHandler) remember(pod *corev1.Pod) {
 	}
 }
 
+// enqueueOwner enqueues the SafeJob of a pod and, for a pod of a scheduled
+// run, the parent, which waits for the pods of earlier runs under Forbid and
+// Replace.
 func enqueueOwner(obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	if ref := metav1.GetControllerOf(obj); ref != nil && isSafeJobRef(ref) {
 		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: ref.Name}})
+	}
+	if parent := obj.GetAnnotations()[batchv1alpha1.ParentLabel]; parent != "" {
+		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: parent}})
 	}
 }
 

@@ -4,7 +4,9 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,7 +41,7 @@ type SafeJobReconciler struct {
 	tracker *tracker
 }
 
-// +kubebuilder:rbac:groups=batch.safejob.dev,resources=safejobs,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=batch.safejob.dev,resources=safejobs,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups=batch.safejob.dev,resources=safejobs/status,verbs=get;update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -70,7 +72,14 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 		return reconcile.Result{}, nil
 	}
 	if sj.DeletionTimestamp != nil {
-		return reconcile.Result{}, r.releaseOrphans(ctx, req)
+		var errs []error
+		if slices.Contains(sj.Finalizers, batchv1alpha1.RunFinalizer) {
+			errs = append(errs, r.releaseRun(ctx, sj))
+		}
+		return reconcile.Result{}, errors.Join(append(errs, r.releaseOrphans(ctx, req))...)
+	}
+	if sj.Spec.Schedule != nil {
+		return r.reconcileParent(ctx, sj)
 	}
 	if done, err := r.expireTTL(ctx, sj); done || err != nil {
 		return reconcile.Result{}, err
@@ -87,6 +96,9 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 		return reconcile.Result{}, err
 	}
 	if err := r.writeStatus(ctx, sj, plan); err != nil {
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, nil // deleted meanwhile; its pods are released on the delete event
+		}
 		if apierrors.IsConflict(err) {
 			// A newer SafeJob exists; its watch event brings us back.
 			logger.V(2).Info("Status write conflicted; deciding again on the newer object")
@@ -139,19 +151,31 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 // writeStatus writes the plan's status with the resourceVersion the plan
 // was made from; events follow only a successful write.
 func (r *SafeJobReconciler) writeStatus(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *ledger.Plan) error {
-	if equality.Semantic.DeepEqual(sj.Status, plan.Status) {
-		return nil
+	updated, err := r.updateStatus(ctx, sj, plan.Status, plan.Append)
+	if err != nil || updated == nil {
+		return err
+	}
+	r.recordEvents(updated, sj, plan)
+	return nil
+}
+
+// updateStatus writes status over the observed SafeJob with its
+// resourceVersion as precondition and remembers the write, so that the next
+// decision waits until the cache shows it. It returns nil when nothing changed.
+func (r *SafeJobReconciler) updateStatus(ctx context.Context, sj *batchv1alpha1.SafeJob, status batchv1alpha1.SafeJobStatus,
+	appended []batchv1alpha1.LedgerEntry) (*batchv1alpha1.SafeJob, error) {
+	if equality.Semantic.DeepEqual(sj.Status, status) {
+		return nil, nil
 	}
 	prevRV := sj.ResourceVersion
 	updated := sj.DeepCopy()
-	updated.Status = plan.Status
+	updated.Status = status
 	if err := r.Client.Status().Update(ctx, updated); err != nil {
-		return fmt.Errorf("writing SafeJob status: %w", err)
+		return nil, fmt.Errorf("writing SafeJob status: %w", err)
 	}
-	r.tracker.wrote(client.ObjectKeyFromObject(sj), sj.UID, prevRV, r.Clock.Now(), plan.Append)
-	r.Metrics.recordAppends(plan.Append)
-	r.recordEvents(updated, sj, plan)
-	return nil
+	r.tracker.wrote(client.ObjectKeyFromObject(sj), sj.UID, prevRV, r.Clock.Now(), appended)
+	r.Metrics.recordAppends(appended)
+	return updated, nil
 }
 
 // markLedgerInvalid reports a ledger that cannot be read. Nothing else is
@@ -183,8 +207,12 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, ownerUIDIndex, indexPodOwner); err != nil {
 		return fmt.Errorf("indexing pods by owner: %w", err)
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &batchv1alpha1.SafeJob{}, ownerUIDIndexSJ, indexPodOwner); err != nil {
+		return fmt.Errorf("indexing SafeJobs by owner: %w", err)
+	}
 	err := builder.ControllerManagedBy(mgr).
 		For(&batchv1alpha1.SafeJob{}).
+		Owns(&batchv1alpha1.SafeJob{}).
 		Watches(&corev1.Pod{}, &podHandler{tracker: r.tracker}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).
 		Named("safejob").

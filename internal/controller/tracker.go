@@ -28,6 +28,8 @@ type jobMemo struct {
 	writtenAt   time.Time
 	pending     map[string]bool
 	lastSeen    map[string]*corev1.Pod
+	// runsSeen holds the runs of a scheduled SafeJob observed so far.
+	runsSeen map[string]bool
 }
 
 func newTracker() *tracker { return &tracker{jobs: map[types.NamespacedName]*jobMemo{}} }
@@ -36,7 +38,7 @@ func newTracker() *tracker { return &tracker{jobs: map[types.NamespacedName]*job
 func (t *tracker) memo(key types.NamespacedName, uid types.UID) *jobMemo {
 	m := t.jobs[key]
 	if m == nil || (uid != "" && m.uid != uid) {
-		m = &jobMemo{uid: uid, pending: map[string]bool{}, lastSeen: map[string]*corev1.Pod{}}
+		m = &jobMemo{uid: uid, pending: map[string]bool{}, lastSeen: map[string]*corev1.Pod{}, runsSeen: map[string]bool{}}
 		t.jobs[key] = m
 	}
 	return m
@@ -121,4 +123,26 @@ func copyMap[V any](m map[string]V) map[string]V {
 		out[k] = v
 	}
 	return out
+}
+
+// sawRuns remembers which open runs have been observed in the cache; only
+// open runs are kept, so the memory stays bounded by them.
+func (t *tracker) sawRuns(key types.NamespacedName, uid types.UID, open map[string]bool, observed func(string) bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.memo(key, uid)
+	seen := map[string]bool{}
+	for name := range open {
+		if m.runsSeen[name] || observed(name) {
+			seen[name] = true
+		}
+	}
+	m.runsSeen = seen
+}
+
+// seenRuns returns the runs observed so far.
+func (t *tracker) seenRuns(key types.NamespacedName, uid types.UID) map[string]bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return copyMap(t.memo(key, uid).runsSeen)
 }

@@ -30,9 +30,9 @@ func runOutcome(seq int64, typ batchv1alpha1.EntryType, run string, at time.Time
 func TestReplayRunsRejects(t *testing.T) {
 	a, b := r0, r0.Add(time.Minute)
 	cases := map[string]batchv1alpha1.Ledger{
-		"time goes back": {Seq: 2, Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-b", b, 0), scheduled(2, "x-a", a, 0)}},
-		"same time twice": {Seq: 2, Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-a", a, 0), scheduled(2, "x-a2", a, 0)}},
-		"run twice": {Seq: 2, Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-a", a, 0), scheduled(2, "x-a", b, 0)}},
+		"time goes back":         {Seq: 2, Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-b", b, 0), scheduled(2, "x-a", a, 0)}},
+		"same time twice":        {Seq: 2, Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-a", a, 0), scheduled(2, "x-a2", a, 0)}},
+		"run twice":              {Seq: 2, Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-a", a, 0), scheduled(2, "x-a", b, 0)}},
 		"outcome of unknown run": {Seq: 1, Entries: []batchv1alpha1.LedgerEntry{runOutcome(1, batchv1alpha1.EntrySucceeded, "x-a", a)}},
 		"two outcomes": {Seq: 3, Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-a", a, 0),
 			runOutcome(2, batchv1alpha1.EntrySucceeded, "x-a", a), runOutcome(3, batchv1alpha1.EntryFailed, "x-a", a)}},

@@ -114,6 +114,8 @@ type managerOptions struct {
 	wrapTransport func(http.RoundTripper) http.RoundTripper
 	// wrapClient wraps the client the reconciler writes with.
 	wrapClient func(client.Client, context.CancelFunc) client.Client
+	// clock is the controller's clock (default: the real one).
+	clock clock.PassiveClock
 }
 
 // startManager runs a SafeJob controller, limited to namespace ns, until the
@@ -145,7 +147,10 @@ func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 	}
 	r := &controller.SafeJobReconciler{
 		Client: cl, APIReader: mgr.GetAPIReader(), Recorder: eventRecorder(mgr),
-		Clock: clock.RealClock{}, Metrics: m, MaxConcurrentReconciles: 4,
+		Clock: opts.clock, Metrics: m, MaxConcurrentReconciles: 4,
+	}
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatalf("setting up controller: %v", err)

@@ -78,6 +78,12 @@ func PodCreates(logPath, ns string) (map[string]int, error) {
 // PodCreatesByNamespace counts the successful pod creates per namespace and
 // pod name; a generated name counts as its prefix plus a serial.
 func PodCreatesByNamespace(logPath string) (map[string]map[string]int, error) {
+	return CreatesByNamespace(logPath, "pods")
+}
+
+// CreatesByNamespace counts the successful creates of a resource ("pods",
+// "safejobs", "jobs") per namespace and name.
+func CreatesByNamespace(logPath, resource string) (map[string]map[string]int, error) {
 	raw, err := os.ReadFile(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("reading audit log: %w", err)
@@ -98,7 +104,7 @@ func PodCreatesByNamespace(logPath string) (map[string]map[string]int, error) {
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			return nil, fmt.Errorf("reading audit log: %w", err)
 		}
-		if e.Verb != "create" || e.Stage != "ResponseComplete" || e.ObjectRef.Resource != "pods" ||
+		if e.Verb != "create" || e.Stage != "ResponseComplete" || e.ObjectRef.Resource != resource ||
 			e.ObjectRef.Subresource != "" || e.ResponseStatus.Code != 201 {
 			continue
 		}

@@ -24,10 +24,15 @@ import (
 const MaxStatusBytes = 64 << 10
 
 // LedgerWatch sees every version of the SafeJobs of a namespace and checks
-// I2, I4 and I6 on each, against the version before.
+// I2, I4 and I6 on each, against the version before, and I8 on every run of
+// a scheduled SafeJob: when the run appears, its parent's ledger already
+// holds its Scheduled entry (one watch stream orders both by resourceVersion).
 type LedgerWatch struct {
 	mu         sync.Mutex
 	last       map[string]*ledger.State
+	lastRuns   map[string]*ledger.RunState
+	runs       map[string]bool
+	runsSeen   int
 	violations []string
 	maxStatus  int
 	versions   int
@@ -36,7 +41,7 @@ type LedgerWatch struct {
 // WatchLedgers starts a LedgerWatch for namespace ns until the test ends.
 func WatchLedgers(t *testing.T, cfg *rest.Config, scheme *runtime.Scheme, ns string) *LedgerWatch {
 	t.Helper()
-	w := &LedgerWatch{last: map[string]*ledger.State{}}
+	w := &LedgerWatch{last: map[string]*ledger.State{}, lastRuns: map[string]*ledger.RunState{}, runs: map[string]bool{}}
 	informers, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
 	if err != nil {
 		t.Fatalf("ledger watch cache: %v", err)
@@ -69,6 +74,14 @@ func (w *LedgerWatch) see(sj *batchv1alpha1.SafeJob) {
 	if len(raw) > MaxStatusBytes {
 		w.fail("I6: %s status is %d bytes", sj.Name, len(raw))
 	}
+	if parent := sj.Annotations[batchv1alpha1.ParentLabel]; parent != "" && !w.runs[sj.Name] {
+		w.runs[sj.Name] = true
+		w.seeRun(parent, sj)
+	}
+	if sj.Spec.Schedule != nil {
+		w.seeParent(sj)
+		return
+	}
 	st, err := ledger.Replay(&sj.Status.Ledger)
 	if err != nil {
 		w.fail("I4: %s ledger does not replay: %v", sj.Name, err)
@@ -85,6 +98,43 @@ func (w *LedgerWatch) see(sj *batchv1alpha1.SafeJob) {
 		}
 	}
 	w.last[sj.Name] = st
+}
+
+// seeParent checks a scheduled SafeJob's ledger (I4).
+func (w *LedgerWatch) seeParent(sj *batchv1alpha1.SafeJob) {
+	st, err := ledger.ReplayRuns(&sj.Status.Ledger)
+	if err != nil {
+		w.fail("I4: %s ledger does not replay: %v", sj.Name, err)
+		return
+	}
+	if prev := w.lastRuns[sj.Name]; prev != nil {
+		if err := st.Covers(prev); err != nil {
+			w.fail("I4: %s: %v", sj.Name, err)
+		}
+	}
+	w.lastRuns[sj.Name] = st
+}
+
+// seeRun checks I8 for a run seen for the first time.
+func (w *LedgerWatch) seeRun(parent string, run *batchv1alpha1.SafeJob) {
+	w.runsSeen++
+	st := w.lastRuns[parent]
+	if st == nil {
+		w.fail("I8: run %s seen before any version of its parent %s", run.Name, parent)
+		return
+	}
+	_, open := st.Open[run.Name]
+	_, closed := st.Closed[run.Name]
+	if !open && !closed {
+		w.fail("I8: run %s exists but the observed ledger of %s (seq %d) has no Scheduled entry for it", run.Name, parent, st.Seq)
+	}
+}
+
+// RunsSeen is the number of runs of scheduled SafeJobs the watch checked for I8.
+func (w *LedgerWatch) RunsSeen() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.runsSeen
 }
 
 func (w *LedgerWatch) fail(format string, args ...any) {

@@ -1,0 +1,229 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
+)
+
+// ownerUIDIndexSJ indexes SafeJobs by the UID of the SafeJob that controls them.
+const ownerUIDIndexSJ = "metadata.ownerReferences.parentUID"
+
+// reconcileParent runs one scheduled SafeJob: it records the outcomes of its
+// runs, commits the next due time as a run, and creates a run only once the
+// commit that authorises it is observed (I8).
+func (r *SafeJobReconciler) reconcileParent(ctx context.Context, sj *batchv1alpha1.SafeJob) (reconcile.Result, error) {
+	if sj.DeletionTimestamp != nil {
+		// Deleting: no new run starts; the runs go with the parent.
+		return reconcile.Result{}, nil
+	}
+	in, err := r.gatherRuns(ctx, sj)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	plan, err := ledger.DecideRuns(in)
+	if err != nil {
+		return reconcile.Result{}, r.markLedgerInvalid(ctx, sj, err)
+	}
+	st, _ := ledger.ReplayRuns(&sj.Status.Ledger) // valid: DecideRuns read it
+	open := map[string]bool{}
+	for name := range st.Open {
+		open[name] = true
+	}
+	r.tracker.sawRuns(client.ObjectKeyFromObject(sj), sj.UID, open, func(name string) bool { return in.Runs[name] != nil })
+	if err := r.actRuns(ctx, sj, plan); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.writeParentStatus(ctx, sj, plan); err != nil {
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, nil // deleted meanwhile: nothing more to run
+		}
+		if apierrors.IsConflict(err) {
+			log.FromContext(ctx).V(2).Info("Status write conflicted; deciding again on the newer object")
+			r.Metrics.Conflicts.Inc()
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{RequeueAfter: plan.RequeueAfter}, nil
+}
+
+// gatherRuns builds the input of DecideRuns from the cache: the parent's
+// runs, the pods of its runs that still run, and the runs seen before.
+func (r *SafeJobReconciler) gatherRuns(ctx context.Context, sj *batchv1alpha1.SafeJob) (*ledger.RunInput, error) {
+	var runs batchv1alpha1.SafeJobList
+	if err := r.Client.List(ctx, &runs, client.InNamespace(sj.Namespace),
+		client.MatchingFields{ownerUIDIndexSJ: string(sj.UID)}); err != nil {
+		return nil, fmt.Errorf("listing runs: %w", err)
+	}
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(sj.Namespace),
+		client.MatchingLabels{batchv1alpha1.ParentLabel: ledger.ShortName(sj.Name, 63)}); err != nil {
+		return nil, fmt.Errorf("listing pods of runs: %w", err)
+	}
+	in := &ledger.RunInput{
+		Name:    sj.Name,
+		Created: sj.CreationTimestamp.Time,
+		Spec:    &sj.Spec,
+		Status:  &sj.Status,
+		Runs:    map[string]*batchv1alpha1.SafeJob{},
+		Busy:    map[string]int{},
+		Seen:    r.tracker.seenRuns(client.ObjectKeyFromObject(sj), sj.UID),
+		Now:     r.Clock.Now(),
+	}
+	for i := range runs.Items {
+		in.Runs[runs.Items[i].Name] = &runs.Items[i]
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if pod.Annotations[batchv1alpha1.ParentLabel] != sj.Name || ledger.IsTerminal(pod) {
+			continue
+		}
+		in.Busy[pod.Labels[batchv1alpha1.SafeJobNameLabel]]++
+	}
+	return in, nil
+}
+
+// actRuns carries out the plan's run work: release the finalizers of runs
+// whose outcome is committed, delete runs, create committed runs.
+func (r *SafeJobReconciler) actRuns(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *ledger.RunPlan) error {
+	var errs []error
+	for _, name := range plan.Release {
+		errs = append(errs, r.removeFinalizer(ctx, func() client.Object { return &batchv1alpha1.SafeJob{} },
+			client.ObjectKey{Namespace: sj.Namespace, Name: name}, batchv1alpha1.RunFinalizer))
+	}
+	for _, name := range plan.Delete {
+		run := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: sj.Namespace, Name: name}}
+		err := r.Client.Delete(ctx, run, client.PropagationPolicy(metav1.DeletePropagationBackground))
+		switch {
+		case err == nil:
+			r.Recorder.Eventf(sj, run, corev1.EventTypeNormal, "SuccessfulDelete", "DeleteRun", "Deleted run %s", name)
+		case !apierrors.IsNotFound(err):
+			errs = append(errs, fmt.Errorf("deleting run %s: %w", name, err))
+		}
+	}
+	for _, ref := range plan.Create {
+		run := newRun(sj, ref)
+		err := r.Client.Create(ctx, run)
+		switch {
+		case err == nil:
+			r.Recorder.Eventf(sj, run, corev1.EventTypeNormal, "SuccessfulCreate", "CreateRun", "Created run %s for %s",
+				ref.Name, ref.ScheduledTime.UTC().Format(time.RFC3339))
+		case apierrors.IsAlreadyExists(err):
+			// Created before (names are deterministic): nothing to do.
+		default:
+			r.Recorder.Eventf(sj, nil, corev1.EventTypeWarning, "FailedCreate", "CreateRun", "Error creating run %s: %v", ref.Name, err)
+			errs = append(errs, fmt.Errorf("creating run %s: %w", ref.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// newRun builds the child SafeJob of one scheduled time: the parent's job
+// fields and labels, without the schedule, owned by the parent and held by
+// the run finalizer until the parent has recorded its outcome.
+func newRun(parent *batchv1alpha1.SafeJob, ref ledger.RunRef) *batchv1alpha1.SafeJob {
+	spec := parent.Spec.DeepCopy()
+	spec.Schedule, spec.TimeZone, spec.ConcurrencyPolicy, spec.StartingDeadlineSeconds = nil, nil, "", nil
+	spec.SuccessfulRunsHistoryLimit, spec.FailedRunsHistoryLimit, spec.Suspend = nil, nil, nil
+	at := ref.ScheduledTime.UTC()
+	labels := maps.Clone(parent.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[batchv1alpha1.ParentLabel] = ledger.ShortName(parent.Name, 63)
+	labels[batchv1alpha1.ScheduledTimeLabel] = strconv.FormatInt(at.Unix(), 10)
+	annotations := map[string]string{
+		batchv1alpha1.ScheduledTimeAnnotation: at.Format(time.RFC3339),
+		batchv1alpha1.ParentLabel:             parent.Name,
+	}
+	// The pods carry the parent too, so that the parent sees pods of runs
+	// that are gone (Forbid and Replace wait for them).
+	if spec.Template.Labels == nil {
+		spec.Template.Labels = map[string]string{}
+	}
+	if spec.Template.Annotations == nil {
+		spec.Template.Annotations = map[string]string{}
+	}
+	spec.Template.Labels[batchv1alpha1.ParentLabel] = labels[batchv1alpha1.ParentLabel]
+	spec.Template.Annotations[batchv1alpha1.ParentLabel] = parent.Name
+	return &batchv1alpha1.SafeJob{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        ref.Name,
+			Namespace:   parent.Namespace,
+			Labels:      labels,
+			Annotations: annotations,
+			Finalizers:  []string{batchv1alpha1.RunFinalizer},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(parent,
+				batchv1alpha1.GroupVersion.WithKind("SafeJob"))},
+		},
+		Spec: *spec,
+	}
+}
+
+// writeParentStatus writes the plan's status under the resourceVersion the
+// plan was made from, then reports what it committed.
+func (r *SafeJobReconciler) writeParentStatus(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *ledger.RunPlan) error {
+	updated, err := r.updateStatus(ctx, sj, plan.Status, plan.Append)
+	if err != nil || updated == nil {
+		return err
+	}
+	for _, e := range plan.Append {
+		at := e.ScheduledTime.UTC().Format(time.RFC3339)
+		switch e.Type {
+		case batchv1alpha1.EntryScheduled:
+			r.Recorder.Eventf(updated, nil, corev1.EventTypeNormal, batchv1alpha1.ReasonScheduled, "Schedule",
+				"Run %s scheduled for %s", e.Run, at)
+			if e.Missed > 0 {
+				reason := batchv1alpha1.ReasonMissedSchedule
+				if e.Missed > ledger.MissedStall {
+					reason = batchv1alpha1.ReasonTooManyMissedTimes
+				}
+				r.Recorder.Eventf(updated, nil, corev1.EventTypeWarning, reason, "Schedule",
+					"%d scheduled time(s) before %s were not run", e.Missed, at)
+			}
+		case batchv1alpha1.EntrySucceeded:
+			r.Recorder.Eventf(updated, nil, corev1.EventTypeNormal, "SawCompletedRun", "RecordOutcome",
+				"Run %s (scheduled for %s) completed", e.Run, at)
+		default:
+			r.Recorder.Eventf(updated, nil, corev1.EventTypeWarning, "Run"+string(e.Type), "RecordOutcome",
+				"Run %s (scheduled for %s): %s (%s)", e.Run, at, e.Type, e.Reason)
+		}
+	}
+	return nil
+}
+
+// releaseRun frees a run that is being deleted once its parent cannot
+// record its outcome any more: the parent is gone, replaced or deleting.
+func (r *SafeJobReconciler) releaseRun(ctx context.Context, run *batchv1alpha1.SafeJob) error {
+	owner := metav1.GetControllerOf(run)
+	if owner == nil || !isSafeJobRef(owner) {
+		return nil
+	}
+	parent := &batchv1alpha1.SafeJob{}
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: owner.Name}, parent)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("reading parent of run: %w", err)
+	case parent.UID == owner.UID && parent.DeletionTimestamp == nil:
+		return nil // the parent records the outcome and releases the run
+	}
+	log.FromContext(ctx).V(1).Info("Releasing run of a deleted parent")
+	return r.removeFinalizer(ctx, func() client.Object { return &batchv1alpha1.SafeJob{} },
+		client.ObjectKeyFromObject(run), batchv1alpha1.RunFinalizer)
+}

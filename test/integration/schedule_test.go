@@ -1,0 +1,426 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	testclock "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/test/testutil"
+)
+
+// scheduleHarness drives a scheduled SafeJob with a fake clock.
+type scheduleHarness struct {
+	*harness
+	clock  *testclock.FakeClock
+	parent *batchv1alpha1.SafeJob
+	// first is the first scheduled time after the parent's creation.
+	first time.Time
+}
+
+var pokes atomic.Int64
+
+func newScheduleHarness(t *testing.T) (*scheduleHarness, string) {
+	t.Helper()
+	h := newHarness(t, nil, false)
+	return &scheduleHarness{harness: h, clock: testclock.NewFakeClock(time.Now())}, h.ns
+}
+
+// create creates the parent and works out its first scheduled time.
+func (s *scheduleHarness) create(t *testing.T, parent *batchv1alpha1.SafeJob) {
+	t.Helper()
+	if err := k8s.Create(context.Background(), parent); err != nil {
+		t.Fatal(err)
+	}
+	s.parent = parent
+	sched, err := ledger.ParseSchedule(*parent.Spec.Schedule, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.first = sched.Next(parent.CreationTimestamp.Time)
+}
+
+// at moves the fake clock to just after a scheduled time and makes the
+// controller look at the parent again (a fake clock fires no timers).
+func (s *scheduleHarness) at(t *testing.T, tick time.Time) {
+	t.Helper()
+	s.clock.SetTime(tick.Add(time.Second))
+	s.poke(t)
+}
+
+func (s *scheduleHarness) poke(t *testing.T) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{"test.safejob.dev/poke":"%d"}}}`, pokes.Add(1))
+	err := k8s.Patch(context.Background(), s.parent, client.RawPatch("application/merge-patch+json", []byte(patch)))
+	if err != nil {
+		t.Fatalf("poking parent: %v", err)
+	}
+}
+
+func (s *scheduleHarness) minute(k int) time.Time { return s.first.Add(time.Duration(k) * time.Minute) }
+
+func (s *scheduleHarness) runName(k int) string { return ledger.RunName(s.parent.Name, s.minute(k)) }
+
+func (s *scheduleHarness) getParent(t *testing.T) *batchv1alpha1.SafeJob {
+	t.Helper()
+	p := &batchv1alpha1.SafeJob{}
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(s.parent), p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// run returns the run, or nil when it does not exist.
+func (s *scheduleHarness) run(t *testing.T, name string) *batchv1alpha1.SafeJob {
+	t.Helper()
+	run := &batchv1alpha1.SafeJob{}
+	err := k8s.Get(context.Background(), client.ObjectKey{Namespace: s.ns, Name: name}, run)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
+func (s *scheduleHarness) waitRun(t *testing.T, name string) *batchv1alpha1.SafeJob {
+	t.Helper()
+	var run *batchv1alpha1.SafeJob
+	waitFor(t, 30*time.Second, "run "+name+" to exist", func() (bool, error) {
+		run = s.run(t, name)
+		return run != nil, nil
+	})
+	return run
+}
+
+func (s *scheduleHarness) waitGone(t *testing.T, name string) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "run "+name+" to be gone", func() (bool, error) { return s.run(t, name) == nil, nil })
+}
+
+// waitLedger waits until the parent's ledger holds an entry of the type for the run.
+func (s *scheduleHarness) waitLedger(t *testing.T, typ batchv1alpha1.EntryType, run string) batchv1alpha1.LedgerEntry {
+	t.Helper()
+	var found batchv1alpha1.LedgerEntry
+	waitFor(t, 30*time.Second, fmt.Sprintf("a %s entry for %s", typ, run), func() (bool, error) {
+		for _, e := range s.getParent(t).Status.Ledger.Entries {
+			if e.Type == typ && e.Run == run {
+				found = e
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return found
+}
+
+func (s *scheduleHarness) waitCondition(t *testing.T, typ, reason, msgPart string) {
+	t.Helper()
+	var last *metav1.Condition
+	defer func() {
+		if t.Failed() {
+			t.Logf("last %s condition: %+v", typ, last)
+		}
+	}()
+	waitFor(t, 30*time.Second, fmt.Sprintf("condition %s reason %s mentioning %q", typ, reason, msgPart), func() (bool, error) {
+		last = condition(s.getParent(t), typ)
+		return last != nil && last.Reason == reason && strings.Contains(last.Message, msgPart), nil
+	})
+}
+
+// runCreates counts, from the audit log, the creates of each run.
+func (s *scheduleHarness) runCreates(t *testing.T) map[string]int {
+	t.Helper()
+	all, err := testutil.CreatesByNamespace(auditLog, "safejobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for name, n := range all[s.ns] {
+		if name != s.parent.Name {
+			out[name] = n
+		}
+	}
+	return out
+}
+
+// checkOnce asserts that every run was created once and that the runs are
+// exactly want.
+func (s *scheduleHarness) checkOnce(t *testing.T, want ...string) {
+	t.Helper()
+	got := s.runCreates(t)
+	for _, name := range want {
+		if got[name] != 1 {
+			t.Errorf("run %s created %d times, want once (audit log: %v)", name, got[name], got)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("runs created %v, want exactly %v", got, want)
+	}
+	if s.watch.RunsSeen() < len(want) {
+		t.Errorf("ledger watch checked I8 on %d runs, want %d", s.watch.RunsSeen(), len(want))
+	}
+	s.watch.Check(t)
+}
+
+func holdPodsOf(runs ...string) func(*corev1.Pod) testutil.Fate {
+	return func(pod *corev1.Pod) testutil.Fate {
+		for _, r := range runs {
+			if pod.Labels[batchv1alpha1.SafeJobNameLabel] == r {
+				return testutil.Fate{Hold: true}
+			}
+		}
+		return testutil.Fate{}
+	}
+}
+
+func (s *scheduleHarness) podsOf(t *testing.T, run string) []corev1.Pod {
+	t.Helper()
+	var pods corev1.PodList
+	if err := k8s.List(context.Background(), &pods, client.InNamespace(s.ns),
+		client.MatchingLabels{batchv1alpha1.SafeJobNameLabel: run}); err != nil {
+		t.Fatal(err)
+	}
+	return pods.Items
+}
+
+// TestScheduleRunsEachTime: one run per scheduled time, carrying the
+// parent's labels and job fields; a template edit applies to later runs.
+func TestScheduleRunsEachTime(t *testing.T) {
+	t.Parallel()
+	s, ns := newScheduleHarness(t)
+	startManager(t, ns, managerOptions{clock: s.clock})
+	parent := testutil.MakeSafeJob("tick", ns).Schedule("* * * * *").Completions(2).
+		Label("kueue.x-k8s.io/queue-name", "team-a").Obj()
+	parent.Spec.Template.Labels = map[string]string{"app": "report"}
+	s.create(t, parent)
+
+	var names []string
+	for k := range 3 {
+		if k == 1 {
+			p := s.getParent(t)
+			p.Spec.Template.Spec.Containers[0].Image = "registry.example/work:v2"
+			if err := k8s.Update(context.Background(), p); err != nil {
+				t.Fatalf("editing the template of a scheduled SafeJob: %v", err)
+			}
+		}
+		s.at(t, s.minute(k))
+		name := s.runName(k)
+		names = append(names, name)
+		s.waitLedger(t, batchv1alpha1.EntrySucceeded, name)
+		run := s.run(t, name)
+		if run == nil {
+			t.Fatalf("run %s gone", name)
+		}
+		if run.Labels["kueue.x-k8s.io/queue-name"] != "team-a" || run.Labels[batchv1alpha1.ParentLabel] != "tick" ||
+			run.Annotations[batchv1alpha1.ScheduledTimeAnnotation] != s.minute(k).UTC().Format(time.RFC3339) {
+			t.Errorf("run %s labels %v annotations %v", name, run.Labels, run.Annotations)
+		}
+		if run.Spec.Schedule != nil || run.Status.Succeeded != 2 || metav1.GetControllerOf(run).UID != s.parent.UID {
+			t.Errorf("run %s: schedule %v, succeeded %d, owner %v", name, run.Spec.Schedule, run.Status.Succeeded, run.OwnerReferences)
+		}
+		if img, want := run.Spec.Template.Spec.Containers[0].Image, "registry.example/work:v2"; (k >= 1) != (img == want) {
+			t.Errorf("run %s image %s (template edited before run 1)", name, img)
+		}
+		for _, pod := range s.podsOf(t, name) {
+			if pod.Labels["app"] != "report" || pod.Annotations[batchv1alpha1.ParentLabel] != "tick" {
+				t.Errorf("pod %s labels %v annotations %v: template labels and the parent are not carried", pod.Name, pod.Labels, pod.Annotations)
+			}
+		}
+		waitFor(t, 30*time.Second, "the run finalizer of "+name+" to be released", func() (bool, error) {
+			run := s.run(t, name)
+			return run != nil && len(run.Finalizers) == 0, nil
+		})
+	}
+	p := s.getParent(t)
+	if !p.Status.LastScheduleTime.Time.Equal(s.minute(2)) || p.Status.LastSuccessfulTime == nil || len(p.Status.ActiveRuns) != 0 {
+		t.Errorf("parent status: lastScheduleTime %v lastSuccessfulTime %v activeRuns %v",
+			p.Status.LastScheduleTime, p.Status.LastSuccessfulTime, p.Status.ActiveRuns)
+	}
+	s.checkOnce(t, names...)
+}
+
+func isRunCreate(obj client.Object, verb string) bool {
+	sj, ok := obj.(*batchv1alpha1.SafeJob)
+	return ok && verb == "create" && sj.Annotations[batchv1alpha1.ParentLabel] != ""
+}
+
+// TestScheduleRestartBetweenCommitAndCreate stops the controller right
+// before (or right after) it creates a run whose Scheduled entry is
+// committed: the restarted controller creates it exactly once.
+func TestScheduleRestartBetweenCommitAndCreate(t *testing.T) {
+	t.Parallel()
+	for name, passThrough := range map[string]bool{"before create": false, "after create": true} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s, ns := newScheduleHarness(t)
+			wrap, crashed := stopAfter(isRunCreate, passThrough)
+			stop := startManager(t, ns, managerOptions{clock: s.clock, wrapClient: wrap})
+			s.create(t, testutil.MakeSafeJob("restart", ns).Schedule("* * * * *").Obj())
+			s.at(t, s.minute(0))
+			awaitCrash(t, crashed)
+			stop()
+			p := s.getParent(t)
+			if len(p.Status.Ledger.Entries) != 1 || p.Status.Ledger.Entries[0].Run != s.runName(0) {
+				t.Fatalf("ledger before restart: %+v, want the Scheduled entry of %s", p.Status.Ledger.Entries, s.runName(0))
+			}
+			if exists := s.run(t, s.runName(0)) != nil; exists != passThrough {
+				t.Fatalf("run exists before restart: %v", exists)
+			}
+			startManager(t, ns, managerOptions{clock: s.clock})
+			s.poke(t)
+			s.waitLedger(t, batchv1alpha1.EntrySucceeded, s.runName(0))
+			s.checkOnce(t, s.runName(0))
+		})
+	}
+}
+
+// TestScheduleNoRerunAfterDeletion: with TTL 0 and history 0 a finished run
+// is deleted at once; neither the same controller nor a restarted one ever
+// creates it again.
+func TestScheduleNoRerunAfterDeletion(t *testing.T) {
+	t.Parallel()
+	s, ns := newScheduleHarness(t)
+	stop := startManager(t, ns, managerOptions{clock: s.clock})
+	s.create(t, testutil.MakeSafeJob("ttl", ns).Schedule("* * * * *").TTLSecondsAfterFinished(0).HistoryLimits(0, 0).Obj())
+	s.at(t, s.minute(0))
+	s.waitLedger(t, batchv1alpha1.EntrySucceeded, s.runName(0))
+	s.waitGone(t, s.runName(0))
+	s.poke(t)
+	stop()
+	startManager(t, ns, managerOptions{clock: s.clock})
+	s.poke(t)
+	// The next time runs: by then the restarted controller has decided on
+	// the parent, with the first run gone from the cluster.
+	s.at(t, s.minute(1))
+	s.waitLedger(t, batchv1alpha1.EntrySucceeded, s.runName(1))
+	s.waitGone(t, s.runName(1))
+	s.checkOnce(t, s.runName(0), s.runName(1))
+}
+
+// TestScheduleForbid: no run starts while an earlier run, or a pod of it,
+// is still running; the due time runs once they are gone.
+func TestScheduleForbid(t *testing.T) {
+	t.Parallel()
+	s, ns := newScheduleHarness(t)
+	startManager(t, ns, managerOptions{clock: s.clock})
+	parent := testutil.MakeSafeJob("forbid", ns).Schedule("* * * * *").ConcurrencyPolicy(batchv1alpha1.ForbidConcurrent).Obj()
+	s.create(t, parent)
+	s.kubelet.SetFate(holdPodsOf(s.runName(0)))
+	s.at(t, s.minute(0))
+	waitFor(t, 30*time.Second, "run 0's pod to run", func() (bool, error) {
+		pods := s.podsOf(t, s.runName(0))
+		return len(pods) == 1 && pods[0].Status.Phase == corev1.PodRunning, nil
+	})
+	s.at(t, s.minute(1))
+	s.waitCondition(t, batchv1alpha1.ConditionScheduling, batchv1alpha1.ReasonWaitingForRun, s.runName(0))
+
+	// The user deletes run 0: its outcome is recorded and it goes, but its
+	// pod still runs (pod garbage collection is slow): still no new run.
+	if err := k8s.Delete(context.Background(), s.run(t, s.runName(0))); err != nil {
+		t.Fatal(err)
+	}
+	s.waitLedger(t, batchv1alpha1.EntryEvicted, s.runName(0))
+	s.waitGone(t, s.runName(0))
+	s.poke(t)
+	s.waitCondition(t, batchv1alpha1.ConditionScheduling, batchv1alpha1.ReasonWaitingForRun, s.runName(0))
+	if s.run(t, s.runName(1)) != nil {
+		t.Fatal("run 1 started while a pod of run 0 was still running")
+	}
+	// The pod goes: the time that was due runs.
+	for _, pod := range s.podsOf(t, s.runName(0)) {
+		if err := k8s.Delete(context.Background(), &pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.waitLedger(t, batchv1alpha1.EntrySucceeded, s.runName(1))
+	s.checkOnce(t, s.runName(0), s.runName(1))
+}
+
+// TestScheduleReplace: the earlier run is deleted and the new run starts
+// only once the earlier run's pods are gone.
+func TestScheduleReplace(t *testing.T) {
+	t.Parallel()
+	s, ns := newScheduleHarness(t)
+	startManager(t, ns, managerOptions{clock: s.clock})
+	s.create(t, testutil.MakeSafeJob("replace", ns).Schedule("* * * * *").ConcurrencyPolicy(batchv1alpha1.ReplaceConcurrent).Obj())
+	s.kubelet.SetFate(holdPodsOf(s.runName(0)))
+	s.at(t, s.minute(0))
+	waitFor(t, 30*time.Second, "run 0's pod to run", func() (bool, error) {
+		pods := s.podsOf(t, s.runName(0))
+		return len(pods) == 1 && pods[0].Status.Phase == corev1.PodRunning, nil
+	})
+	s.at(t, s.minute(1))
+	e := s.waitLedger(t, batchv1alpha1.EntryEvicted, s.runName(0))
+	if e.Reason != ledger.RunReasonReplaced {
+		t.Errorf("run 0 closed with reason %q, want %q", e.Reason, ledger.RunReasonReplaced)
+	}
+	s.waitGone(t, s.runName(0))
+	s.waitCondition(t, batchv1alpha1.ConditionScheduling, batchv1alpha1.ReasonWaitingForRun, s.runName(0))
+	if s.run(t, s.runName(1)) != nil {
+		t.Fatal("run 1 started while the pod of the replaced run 0 was still running")
+	}
+	for _, pod := range s.podsOf(t, s.runName(0)) {
+		if err := k8s.Delete(context.Background(), &pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.waitLedger(t, batchv1alpha1.EntrySucceeded, s.runName(1))
+	s.checkOnce(t, s.runName(0), s.runName(1))
+}
+
+// TestScheduleTooManyMissed: three hours of a per-minute schedule missed at
+// once: the most recent time runs, the rest is counted and reported.
+func TestScheduleTooManyMissed(t *testing.T) {
+	t.Parallel()
+	s, ns := newScheduleHarness(t)
+	startManager(t, ns, managerOptions{clock: s.clock})
+	s.create(t, testutil.MakeSafeJob("missed", ns).Schedule("* * * * *").Obj())
+	s.at(t, s.minute(180))
+	e := s.waitLedger(t, batchv1alpha1.EntrySucceeded, s.runName(180))
+	if e.Run != s.runName(180) {
+		t.Fatalf("ran %s, want the most recent time %s", e.Run, s.runName(180))
+	}
+	s.waitCondition(t, batchv1alpha1.ConditionMissedRuns, batchv1alpha1.ReasonTooManyMissedTimes, "180 scheduled time(s)")
+	waitForEvent(t, ns, "missed", batchv1alpha1.ReasonTooManyMissedTimes)
+	if got := s.getParent(t).Status.MissedRuns; got != 180 {
+		t.Errorf("missedRuns = %d, want 180", got)
+	}
+	// The next time is on time again.
+	s.at(t, s.minute(181))
+	s.waitLedger(t, batchv1alpha1.EntrySucceeded, s.runName(181))
+	s.waitCondition(t, batchv1alpha1.ConditionMissedRuns, batchv1alpha1.ReasonNoMissedRuns, s.runName(181))
+	s.checkOnce(t, s.runName(180), s.runName(181))
+}
+
+// TestScheduleParentDeleted: once the parent is gone, its runs are released
+// when deleted (as the garbage collector does), and nothing else is created.
+func TestScheduleParentDeleted(t *testing.T) {
+	t.Parallel()
+	s, ns := newScheduleHarness(t)
+	startManager(t, ns, managerOptions{clock: s.clock})
+	s.create(t, testutil.MakeSafeJob("gone", ns).Schedule("* * * * *").Obj())
+	s.kubelet.SetFate(holdPodsOf(s.runName(0)))
+	s.at(t, s.minute(0))
+	run := s.waitRun(t, s.runName(0))
+	if err := k8s.Delete(context.Background(), s.parent); err != nil {
+		t.Fatal(err)
+	}
+	s.clock.SetTime(s.minute(1).Add(time.Second))
+	if err := k8s.Delete(context.Background(), run); err != nil {
+		t.Fatal(err)
+	}
+	s.waitGone(t, s.runName(0))
+	s.checkOnce(t, s.runName(0))
+}
