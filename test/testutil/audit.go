@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // AuditPolicy records every pod create with its request body, and the
@@ -43,9 +44,10 @@ func WriteAuditPolicy(dir string) (policy, log string, err error) {
 }
 
 type auditEvent struct {
-	Verb      string `json:"verb"`
-	Stage     string `json:"stage"`
-	ObjectRef struct {
+	RequestReceived time.Time `json:"requestReceivedTimestamp"`
+	Verb            string    `json:"verb"`
+	Stage           string    `json:"stage"`
+	ObjectRef       struct {
 		Resource    string `json:"resource"`
 		Subresource string `json:"subresource"`
 		Namespace   string `json:"namespace"`
@@ -84,6 +86,30 @@ func PodCreatesByNamespace(logPath string) (map[string]map[string]int, error) {
 // CreatesByNamespace counts the successful creates of a resource ("pods",
 // "safejobs", "jobs") per namespace and name.
 func CreatesByNamespace(logPath, resource string) (map[string]map[string]int, error) {
+	events, err := Creates(logPath, resource)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]map[string]int{}
+	for _, c := range events {
+		if out[c.Namespace] == nil {
+			out[c.Namespace] = map[string]int{}
+		}
+		out[c.Namespace][c.Name]++
+	}
+	return out, nil
+}
+
+// Create is one successful create in the audit log.
+type Create struct {
+	Namespace, Name string
+	// Received is when the API server received the request.
+	Received time.Time
+}
+
+// Creates lists the successful creates of a resource in the audit log, in
+// log order; a generated name is its prefix plus a serial.
+func Creates(logPath, resource string) ([]Create, error) {
 	raw, err := os.ReadFile(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("reading audit log: %w", err)
@@ -95,7 +121,7 @@ func CreatesByNamespace(logPath, resource string) (map[string]map[string]int, er
 	} else {
 		raw = nil
 	}
-	out := map[string]map[string]int{}
+	var out []Create
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	serial := 0
@@ -116,10 +142,7 @@ func CreatesByNamespace(logPath, resource string) (map[string]map[string]int, er
 			serial++
 			name = fmt.Sprintf("%s#%d", e.RequestObject.Metadata.GenerateName, serial)
 		}
-		if out[e.ObjectRef.Namespace] == nil {
-			out[e.ObjectRef.Namespace] = map[string]int{}
-		}
-		out[e.ObjectRef.Namespace][name]++
+		out = append(out, Create{Namespace: e.ObjectRef.Namespace, Name: name, Received: e.RequestReceived})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("reading audit log: %w", err)
