@@ -463,6 +463,26 @@ type SafeJobStatus struct {
 	// missedRuns is the number of scheduled times that were not run.
 	// +optional
 	MissedRuns int64 `json:"missedRuns,omitempty"`
+	// observedSchedule is the schedule runs are started by, and since when:
+	// an edited schedule applies from its first time after the edit.
+	// +optional
+	ObservedSchedule *ObservedSchedule `json:"observedSchedule,omitempty"`
+}
+
+// ObservedSchedule is the schedule and time zone a scheduled SafeJob
+// follows, and when it began to follow them.
+type ObservedSchedule struct {
+	// schedule as in spec.schedule.
+	// +required
+	// +kubebuilder:validation:MaxLength=256
+	Schedule string `json:"schedule"`
+	// timeZone as in spec.timeZone.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	TimeZone string `json:"timeZone,omitempty"`
+	// since is when this schedule took effect; no earlier time of it runs.
+	// +required
+	Since metav1.Time `json:"since"`
 }
 
 // SafeJob runs pods to completion like a batch/v1 Job, with every launch and

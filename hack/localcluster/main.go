@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -90,7 +91,7 @@ func run(ctx context.Context, mode string, nodes int, manager string, exitWhenDo
 		return err
 	}
 	fmt.Printf("==> Applied samples %s; watching them (Ctrl-C stops everything)\n\n", strings.Join(names, ", "))
-	if err := watchProgress(ctx, cl, op, len(names)); err != nil {
+	if err := watchProgress(ctx, cl, op, names); err != nil {
 		return err
 	}
 	fmt.Printf("\nEvery sample finished. Look around in another shell:\n  export KUBECONFIG=%s\n", c.Kubeconfig)
@@ -142,8 +143,9 @@ func applySamples(ctx context.Context, cl client.Client, dir string) ([]string, 
 	return names, nil
 }
 
-// watchProgress shows the SafeJobs until all of them have finished.
-func watchProgress(ctx context.Context, cl client.Client, op *cluster.Process, want int) error {
+// watchProgress shows the SafeJobs, runs of schedules included, until every
+// sample has finished (a scheduled one: once a run of it has succeeded).
+func watchProgress(ctx context.Context, cl client.Client, op *cluster.Process, samples []string) error {
 	live := term.IsTerminal(int(os.Stdout.Fd()))
 	last := ""
 	tick := time.NewTicker(500 * time.Millisecond)
@@ -156,7 +158,7 @@ func watchProgress(ctx context.Context, cl client.Client, op *cluster.Process, w
 		if err := cl.List(ctx, &list, client.InNamespace("default")); err != nil {
 			return fmt.Errorf("listing SafeJobs: %w", err)
 		}
-		view, finished := render(list.Items)
+		view, finished := render(list.Items, samples)
 		if view != last {
 			if live && last != "" {
 				fmt.Printf("\033[%dA", strings.Count(last, "\n"))
@@ -164,7 +166,7 @@ func watchProgress(ctx context.Context, cl client.Client, op *cluster.Process, w
 			fmt.Print(view)
 			last = view
 		}
-		if finished == want {
+		if finished == len(samples) {
 			return nil
 		}
 		select {
@@ -175,7 +177,7 @@ func watchProgress(ctx context.Context, cl client.Client, op *cluster.Process, w
 	}
 }
 
-func render(items []batchv1alpha1.SafeJob) (string, int) {
+func render(items []batchv1alpha1.SafeJob, samples []string) (string, int) {
 	sort.Slice(items, func(i, j int) bool { return items[i].Name < items[j].Name })
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 4, 3, ' ', 0)
@@ -190,7 +192,15 @@ func render(items []batchv1alpha1.SafeJob) (string, int) {
 				}
 			}
 		}
-		if state == batchv1alpha1.ConditionComplete || state == batchv1alpha1.ConditionFailed {
+		done := state == batchv1alpha1.ConditionComplete || state == batchv1alpha1.ConditionFailed
+		if sj.Spec.Schedule != nil {
+			state = "Scheduled " + *sj.Spec.Schedule
+			if t := sj.Status.LastSuccessfulTime; t != nil {
+				state += ", last run OK at " + t.Format(time.TimeOnly)
+			}
+			done = sj.Status.LastSuccessfulTime != nil
+		}
+		if done && slices.Contains(samples, sj.Name) {
 			finished++
 		}
 		_, _ = fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t\n", sj.Name, sj.Status.Completions, sj.Status.Active,

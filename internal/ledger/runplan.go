@@ -242,9 +242,20 @@ func (d *runDecision) schedule() {
 		d.setCond(batchv1alpha1.ConditionScheduling, metav1.ConditionFalse, batchv1alpha1.ReasonInvalidSchedule, err.Error())
 		return
 	}
+	// An edited schedule applies from its first time after the edit was
+	// seen: no time that passed before it runs by surprise.
+	obs := d.status.ObservedSchedule
+	if obs == nil || obs.Schedule != *spec.Schedule || obs.TimeZone != ptr.Deref(spec.TimeZone, "") {
+		since := d.in.Created
+		if obs != nil {
+			since = d.in.Now
+		}
+		d.status.ObservedSchedule = &batchv1alpha1.ObservedSchedule{Schedule: *spec.Schedule,
+			TimeZone: ptr.Deref(spec.TimeZone, ""), Since: metav1.NewTime(since)}
+	}
 	earliest := d.st.LastScheduled
-	if earliest.IsZero() {
-		earliest = d.in.Created
+	if since := d.status.ObservedSchedule.Since.Time; earliest.Before(since) {
+		earliest = since
 	}
 	recent, missed, next, ok := sched.MostRecent(earliest, d.in.Now)
 	if !next.IsZero() {

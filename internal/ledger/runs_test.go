@@ -279,6 +279,24 @@ func TestDecideRuns(t *testing.T) {
 				runOutcome(0, batchv1alpha1.EntryEvicted, name(1), tick(1))),
 			wantCreate: []string{name(2)},
 		},
+		"schedule edited: no surprise run for a time before the edit": {
+			spec: parentSpec("*/15 * * * *", ""), now: r0.Add(20 * time.Minute),
+			status: func() batchv1alpha1.SafeJobStatus {
+				st := ledgerOf(scheduled(0, name(0), r0, 0), runOutcome(0, batchv1alpha1.EntrySucceeded, name(0), r0))
+				st.ObservedSchedule = &batchv1alpha1.ObservedSchedule{Schedule: "0 * * * *", Since: metav1.NewTime(r0)}
+				return st
+			}(),
+			wantCond: map[string]string{batchv1alpha1.ConditionScheduling: batchv1alpha1.ReasonScheduled},
+		},
+		"schedule edited: the first time after the edit runs": {
+			spec: parentSpec("*/15 * * * *", ""), now: r0.Add(30*time.Minute + time.Second),
+			status: func() batchv1alpha1.SafeJobStatus {
+				st := ledgerOf(scheduled(0, name(0), r0, 0), runOutcome(0, batchv1alpha1.EntrySucceeded, name(0), r0))
+				st.ObservedSchedule = &batchv1alpha1.ObservedSchedule{Schedule: "*/15 * * * *", Since: metav1.NewTime(r0.Add(20 * time.Minute))}
+				return st
+			}(),
+			wantAppend: []string{"Scheduled:" + name(30)},
+		},
 		"suspended: nothing scheduled": {
 			spec: func() *batchv1alpha1.SafeJobSpec {
 				s := parentSpec("* * * * *", "")
