@@ -159,7 +159,8 @@ func (r *SafeJobReconciler) releaseFinalizer(ctx context.Context, namespace, nam
 // removeFinalizer removes a finalizer with a JSON patch that tests the entry
 // it removes, so concurrent finalizer edits are never clobbered. A failed
 // test means the cached object was stale: it retries once on a live read.
-func (r *SafeJobReconciler) removeFinalizer(ctx context.Context, newObj func() client.Object, key client.ObjectKey, finalizer string) error {
+func (r *SafeJobReconciler) removeFinalizer(ctx context.Context, newObj func() client.Object, key client.ObjectKey,
+	finalizer string) error {
 	var err error
 	for _, reader := range []client.Reader{r.Client, r.APIReader} {
 		obj := newObj()

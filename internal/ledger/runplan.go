@@ -242,22 +242,7 @@ func (d *runDecision) schedule() {
 		d.setCond(batchv1alpha1.ConditionScheduling, metav1.ConditionFalse, batchv1alpha1.ReasonInvalidSchedule, err.Error())
 		return
 	}
-	// An edited schedule applies from its first time after the edit was
-	// seen: no time that passed before it runs by surprise.
-	obs := d.status.ObservedSchedule
-	if obs == nil || obs.Schedule != *spec.Schedule || obs.TimeZone != ptr.Deref(spec.TimeZone, "") {
-		since := d.in.Created
-		if obs != nil {
-			since = d.in.Now
-		}
-		d.status.ObservedSchedule = &batchv1alpha1.ObservedSchedule{Schedule: *spec.Schedule,
-			TimeZone: ptr.Deref(spec.TimeZone, ""), Since: metav1.NewTime(since)}
-	}
-	earliest := d.st.LastScheduled
-	if since := d.status.ObservedSchedule.Since.Time; earliest.Before(since) {
-		earliest = since
-	}
-	recent, missed, next, ok := sched.MostRecent(earliest, d.in.Now)
+	recent, missed, next, ok := sched.MostRecent(d.earliest(), d.in.Now)
 	if !next.IsZero() {
 		d.plan.RequeueAfter = next.Sub(d.in.Now)
 	}
@@ -277,13 +262,8 @@ func (d *runDecision) schedule() {
 		d.setCond(batchv1alpha1.ConditionScheduling, metav1.ConditionTrue, batchv1alpha1.ReasonScheduled, nextMsg)
 		return
 	}
-	if d.policy() == batchv1alpha1.ForbidConcurrent {
-		if other := d.busy(""); other != "" {
-			d.setCond(batchv1alpha1.ConditionScheduling, metav1.ConditionFalse, batchv1alpha1.ReasonWaitingForRun,
-				fmt.Sprintf("concurrencyPolicy Forbid: run %s is still active; the run due at %s waits for it",
-					other, recent.UTC().Format(time.RFC3339)))
-			return
-		}
+	if d.forbidden(recent) {
+		return
 	}
 	name := RunName(d.in.Name, recent)
 	d.add(batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryScheduled, Run: name,
@@ -298,6 +278,44 @@ func (d *runDecision) schedule() {
 	}
 	d.setCond(batchv1alpha1.ConditionScheduling, metav1.ConditionTrue, batchv1alpha1.ReasonScheduled,
 		fmt.Sprintf("run %s scheduled for %s; %s", name, recent.UTC().Format(time.RFC3339), nextMsg))
+}
+
+// earliest is the time after which scheduled times are due: the last run's,
+// or when the schedule took effect. An edited schedule applies from its
+// first time after the edit was seen: no time that passed before the edit
+// runs by surprise.
+func (d *runDecision) earliest() time.Time {
+	spec := d.in.Spec
+	obs := d.status.ObservedSchedule
+	if obs == nil || obs.Schedule != *spec.Schedule || obs.TimeZone != ptr.Deref(spec.TimeZone, "") {
+		since := d.in.Created
+		if obs != nil {
+			since = d.in.Now
+		}
+		d.status.ObservedSchedule = &batchv1alpha1.ObservedSchedule{Schedule: *spec.Schedule,
+			TimeZone: ptr.Deref(spec.TimeZone, ""), Since: metav1.NewTime(since)}
+	}
+	earliest := d.st.LastScheduled
+	if since := d.status.ObservedSchedule.Since.Time; earliest.Before(since) {
+		earliest = since
+	}
+	return earliest
+}
+
+// forbidden reports, under Forbid, that an earlier run keeps the run due at
+// recent from starting, and says so.
+func (d *runDecision) forbidden(recent time.Time) bool {
+	if d.policy() != batchv1alpha1.ForbidConcurrent {
+		return false
+	}
+	other := d.busy("")
+	if other == "" {
+		return false
+	}
+	d.setCond(batchv1alpha1.ConditionScheduling, metav1.ConditionFalse, batchv1alpha1.ReasonWaitingForRun,
+		fmt.Sprintf("concurrencyPolicy Forbid: run %s is still active; the run due at %s waits for it",
+			other, recent.UTC().Format(time.RFC3339)))
+	return true
 }
 
 // reportMissed sets MissedRuns: how many times were missed and up to when.

@@ -50,20 +50,14 @@ type RunState struct {
 // one outcome (Succeeded, Failed, Evicted or Lost) for each.
 func ReplayRuns(l *batchv1alpha1.Ledger) (*RunState, error) {
 	st := &RunState{Seq: l.Seq, Open: map[string]RunRef{}, Closed: map[string]RunRef{}}
-	var cpSeq, last int64
+	var cpSeq int64
 	if cp := l.Checkpoint; cp != nil {
-		if cp.SucceededIndexes != "" || cp.FailedIndexes != "" || len(cp.Indexes) > 0 || cp.Failed+cp.Lost+cp.Evicted+cp.Ignored != 0 {
-			return nil, fmt.Errorf("checkpoint: pod counts in the ledger of a scheduled SafeJob")
+		if err := st.loadCheckpoint(cp); err != nil {
+			return nil, fmt.Errorf("checkpoint: %w", err)
 		}
-		if min(cp.Seq, cp.Runs, cp.Missed) < 0 {
-			return nil, fmt.Errorf("checkpoint: negative count")
-		}
-		cpSeq, last = cp.Seq, cp.Seq
-		st.Runs, st.Missed = cp.Runs, cp.Missed
-		if cp.LastScheduleTime != nil {
-			st.LastScheduled, st.Folded = cp.LastScheduleTime.Time, cp.LastScheduleTime.Time
-		}
+		cpSeq = cp.Seq
 	}
+	last := cpSeq
 	var prevSeq int64
 	var prevTime time.Time
 	for k := range l.Entries {
@@ -72,48 +66,85 @@ func ReplayRuns(l *batchv1alpha1.Ledger) (*RunState, error) {
 			return nil, fmt.Errorf("entry %d: seq %d not above %d", k, e.Seq, prevSeq)
 		}
 		prevSeq, last = e.Seq, max(last, e.Seq)
-		if e.Pod != "" || e.Run == "" || e.ScheduledTime == nil {
-			return nil, fmt.Errorf("entry %d (seq %d): a run entry names a run and its scheduled time, and no pod", k, e.Seq)
-		}
-		ref := RunRef{Name: e.Run, ScheduledTime: e.ScheduledTime.Time, Seq: e.Seq}
+		var err error
 		if e.Type == batchv1alpha1.EntryScheduled {
-			// Times only move forward: within the listed entries, and past the
-			// checkpoint for entries appended after it.
-			if !ref.ScheduledTime.After(prevTime) || (e.Seq > cpSeq && !ref.ScheduledTime.After(st.LastScheduled)) {
-				return nil, fmt.Errorf("entry %d (seq %d): run %s scheduled for %s, not after an earlier run",
-					k, e.Seq, e.Run, ref.ScheduledTime.UTC().Format(time.RFC3339))
-			}
-			if _, dup := st.Open[e.Run]; dup || e.Missed < 0 {
-				return nil, fmt.Errorf("entry %d (seq %d): run %s scheduled twice or with a negative missed count", k, e.Seq, e.Run)
-			}
-			if _, dup := st.Closed[e.Run]; dup {
-				return nil, fmt.Errorf("entry %d (seq %d): run %s scheduled twice", k, e.Seq, e.Run)
-			}
-			prevTime = ref.ScheduledTime
-			if ref.ScheduledTime.After(st.LastScheduled) {
-				st.LastScheduled = ref.ScheduledTime
-			}
-			st.Missed += e.Missed
-			st.Open[e.Run] = ref
-			continue
+			err = st.applyScheduled(e, prevTime, e.Seq > cpSeq)
+			prevTime = e.ScheduledTime.Time
+		} else {
+			err = st.applyRunOutcome(e)
 		}
-		switch e.Type {
-		case batchv1alpha1.EntrySucceeded, batchv1alpha1.EntryFailed, batchv1alpha1.EntryEvicted, batchv1alpha1.EntryLost:
-		default:
-			return nil, fmt.Errorf("entry %d (seq %d): type %s is not valid in a scheduled SafeJob", k, e.Seq, e.Type)
+		if err != nil {
+			return nil, fmt.Errorf("entry %d (seq %d): %w", k, e.Seq, err)
 		}
-		open, ok := st.Open[e.Run]
-		if !ok || !open.ScheduledTime.Equal(ref.ScheduledTime) {
-			return nil, fmt.Errorf("entry %d (seq %d): %s for run %s that is not open", k, e.Seq, e.Type, e.Run)
-		}
-		delete(st.Open, e.Run)
-		st.Closed[e.Run] = open
-		st.Runs++
 	}
 	if l.Seq < last {
 		return nil, fmt.Errorf("ledger seq %d is below its last entry %d", l.Seq, last)
 	}
 	return st, nil
+}
+
+func (st *RunState) loadCheckpoint(cp *batchv1alpha1.LedgerCheckpoint) error {
+	if cp.SucceededIndexes != "" || cp.FailedIndexes != "" || len(cp.Indexes) > 0 || cp.Failed+cp.Lost+cp.Evicted+cp.Ignored != 0 {
+		return fmt.Errorf("pod counts in the ledger of a scheduled SafeJob")
+	}
+	if min(cp.Seq, cp.Runs, cp.Missed) < 0 {
+		return fmt.Errorf("negative count")
+	}
+	st.Runs, st.Missed = cp.Runs, cp.Missed
+	if cp.LastScheduleTime != nil {
+		st.LastScheduled, st.Folded = cp.LastScheduleTime.Time, cp.LastScheduleTime.Time
+	}
+	return nil
+}
+
+func checkRunEntry(e *batchv1alpha1.LedgerEntry) error {
+	if e.Pod != "" || e.Run == "" || e.ScheduledTime == nil {
+		return fmt.Errorf("a run entry names a run and its scheduled time, and no pod")
+	}
+	return nil
+}
+
+// applyScheduled opens a run. Times only move forward: past the previous
+// listed Scheduled entry, and past the checkpoint for entries after it.
+func (st *RunState) applyScheduled(e *batchv1alpha1.LedgerEntry, prevTime time.Time, afterCheckpoint bool) error {
+	if err := checkRunEntry(e); err != nil {
+		return err
+	}
+	at := e.ScheduledTime.Time
+	if !at.After(prevTime) || (afterCheckpoint && !at.After(st.LastScheduled)) {
+		return fmt.Errorf("run %s scheduled for %s, not after an earlier run", e.Run, at.UTC().Format(time.RFC3339))
+	}
+	_, open := st.Open[e.Run]
+	_, closed := st.Closed[e.Run]
+	if open || closed || e.Missed < 0 {
+		return fmt.Errorf("run %s scheduled twice or with a negative missed count", e.Run)
+	}
+	if at.After(st.LastScheduled) {
+		st.LastScheduled = at
+	}
+	st.Missed += e.Missed
+	st.Open[e.Run] = RunRef{Name: e.Run, ScheduledTime: at, Seq: e.Seq}
+	return nil
+}
+
+// applyRunOutcome closes an open run.
+func (st *RunState) applyRunOutcome(e *batchv1alpha1.LedgerEntry) error {
+	if err := checkRunEntry(e); err != nil {
+		return err
+	}
+	switch e.Type {
+	case batchv1alpha1.EntrySucceeded, batchv1alpha1.EntryFailed, batchv1alpha1.EntryEvicted, batchv1alpha1.EntryLost:
+	default:
+		return fmt.Errorf("type %s is not valid in a scheduled SafeJob", e.Type)
+	}
+	open, ok := st.Open[e.Run]
+	if !ok || !open.ScheduledTime.Equal(e.ScheduledTime.Time) {
+		return fmt.Errorf("%s for run %s that is not open", e.Type, e.Run)
+	}
+	delete(st.Open, e.Run)
+	st.Closed[e.Run] = open
+	st.Runs++
+	return nil
 }
 
 // SortedRuns returns runs in scheduled-time order.

@@ -385,123 +385,151 @@ type worldRun struct {
 	busyTill time.Time
 }
 
+// runsWorld is the API server and the cluster as far as runs go.
+type runsWorld struct {
+	t       *testing.T
+	rng     *rand.Rand
+	spec    *batchv1alpha1.SafeJobSpec
+	status  batchv1alpha1.SafeJobStatus // the API server's copy
+	cached  batchv1alpha1.SafeJobStatus // the controller's cache, maybe stale
+	runs    map[string]*worldRun        // children in the API server
+	created map[string]int              // creates that succeeded, by name
+	deleted map[string]bool             // children removed for good
+	seen    map[string]bool
+	now     time.Time
+}
+
 func runWorld(t *testing.T, rng *rand.Rand, policy batchv1alpha1.ConcurrencyPolicy) {
-	spec := parentSpec("@every 5s", policy)
-	spec.SuccessfulRunsHistoryLimit, spec.FailedRunsHistoryLimit = ptr.To[int32](int32(rng.IntN(2))), ptr.To[int32](0)
-	var status batchv1alpha1.SafeJobStatus // the API server's copy
-	cached := status                       // the controller's cache, maybe stale
-	runs := map[string]*worldRun{}         // children in the API server
-	created := map[string]int{}            // creates that succeeded, by name
-	deleted := map[string]bool{}           // children removed for good
-	seen := map[string]bool{}
-	now := r0
+	w := &runsWorld{t: t, rng: rng, spec: parentSpec("@every 5s", policy), runs: map[string]*worldRun{},
+		created: map[string]int{}, deleted: map[string]bool{}, seen: map[string]bool{}, now: r0}
+	w.spec.SuccessfulRunsHistoryLimit, w.spec.FailedRunsHistoryLimit = ptr.To[int32](int32(rng.IntN(2))), ptr.To[int32](0)
 	for step := range 400 {
-		now = now.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
-		// The world moves: runs finish, pods of deleted runs terminate.
-		for _, r := range runs {
-			if r.obj.DeletionTimestamp == nil && finished(r.obj) == nil && !now.Before(r.finishAt) {
-				cond := batchv1alpha1.ConditionComplete
-				if rng.IntN(4) == 0 {
-					cond = batchv1alpha1.ConditionFailed
-				}
-				r.obj.Status.Conditions = []metav1.Condition{{Type: cond, Status: metav1.ConditionTrue, Reason: "R"}}
-				r.obj.Status.CompletionTime = ptr.To(metav1.NewTime(now))
-			}
+		w.now = w.now.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
+		w.finishRuns()
+		if rng.IntN(3) > 0 { // the cache catches up most of the time
+			w.cached = *w.status.DeepCopy()
 		}
-		// The cache catches up most of the time.
-		if rng.IntN(3) > 0 {
-			cached = *status.DeepCopy()
+		plan := w.decide(step)
+		if rng.IntN(8) == 0 {
+			continue // crashed before acting: nothing of the plan happens
 		}
-		obsRuns := map[string]*batchv1alpha1.SafeJob{}
-		busy := map[string]int{}
-		for name, r := range runs {
-			obsRuns[name] = r.obj.DeepCopy()
-			seen[name] = true
-			if finished(r.obj) == nil && now.Before(r.busyTill) {
-				busy[name] = 1
-			}
-		}
-		in := &RunInput{Name: "p", Created: r0, Spec: spec, Status: &cached, Runs: obsRuns, Busy: busy, Seen: seen, Now: now}
-		plan, err := DecideRuns(in)
-		if err != nil {
-			t.Fatalf("step %d: %v", step, err)
-		}
-		crash := rng.IntN(8) == 0
-		observed, err := ReplayRuns(&cached.Ledger)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range plan.Create {
-			if _, ok := observed.Open[c.Name]; !ok {
-				t.Fatalf("step %d: I8: run %s created without an observed, open Scheduled entry", step, c.Name)
-			}
-			if slices.ContainsFunc(plan.Append, func(e batchv1alpha1.LedgerEntry) bool {
-				return e.Run == c.Name && e.Type != batchv1alpha1.EntryScheduled
-			}) {
-				t.Fatalf("step %d: run %s created by the plan that records its outcome", step, c.Name)
-			}
-			if deleted[c.Name] {
-				t.Fatalf("step %d: run %s created again after it finished and was deleted", step, c.Name)
-			}
-			if crash {
-				break
-			}
-			if runs[c.Name] == nil {
-				created[c.Name]++
-				obj := child(c.Name, c.ScheduledTime, "")
-				obj.UID = k8stypes.UID("uid-" + obj.Name)
-				d := time.Duration(1+rng.IntN(15)) * time.Second
-				runs[c.Name] = &worldRun{obj: obj, finishAt: now.Add(d), busyTill: now.Add(d + time.Second)}
-			}
-		}
-		if crash {
-			continue
-		}
-		for _, name := range plan.Release {
-			if r := runs[name]; r != nil {
-				r.obj.Finalizers = nil
-			}
-		}
-		for _, name := range plan.Delete {
-			if r := runs[name]; r != nil && r.obj.DeletionTimestamp == nil {
-				r.obj.DeletionTimestamp = ptr.To(metav1.NewTime(now))
-			}
-		}
-		// TTL deletes some finished runs on its own.
-		for _, r := range runs {
-			if finished(r.obj) != nil && rng.IntN(5) == 0 && r.obj.DeletionTimestamp == nil {
-				r.obj.DeletionTimestamp = ptr.To(metav1.NewTime(now))
-			}
-		}
-		for name, r := range runs {
-			if r.obj.DeletionTimestamp != nil && len(r.obj.Finalizers) == 0 {
-				delete(runs, name)
-				deleted[name] = true
-			}
-		}
-		// The status write succeeds only on the version it was made from.
-		if cached.Ledger.Seq == status.Ledger.Seq && len(plan.Append) > 0 {
-			prev, _ := ReplayRuns(&status.Ledger)
-			status = *plan.Status.DeepCopy()
-			next, err := ReplayRuns(&status.Ledger)
-			if err != nil {
-				t.Fatalf("step %d: written ledger invalid: %v", step, err)
-			}
-			if err := next.Covers(prev); err != nil {
-				t.Fatalf("step %d: I4: %v", step, err)
-			}
-		}
+		w.act(step, plan)
 	}
-	for name, n := range created {
+	for name, n := range w.created {
 		if n > 1 {
 			t.Errorf("run %s created %d times", name, n)
 		}
 	}
-	final, err := ReplayRuns(&status.Ledger)
+	final, err := ReplayRuns(&w.status.Ledger)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if final.Runs+int64(len(final.Open)) == 0 {
 		t.Error("no run was ever scheduled")
+	}
+}
+
+// finishRuns ends the runs whose time has come.
+func (w *runsWorld) finishRuns() {
+	for _, r := range w.runs {
+		if r.obj.DeletionTimestamp != nil || finished(r.obj) != nil || w.now.Before(r.finishAt) {
+			continue
+		}
+		cond := batchv1alpha1.ConditionComplete
+		if w.rng.IntN(4) == 0 {
+			cond = batchv1alpha1.ConditionFailed
+		}
+		r.obj.Status.Conditions = []metav1.Condition{{Type: cond, Status: metav1.ConditionTrue, Reason: "R"}}
+		r.obj.Status.CompletionTime = ptr.To(metav1.NewTime(w.now))
+	}
+}
+
+// decide runs DecideRuns on the cached view and checks I8 and no re-run on
+// the plan's creates.
+func (w *runsWorld) decide(step int) *RunPlan {
+	obsRuns := map[string]*batchv1alpha1.SafeJob{}
+	busy := map[string]int{}
+	for name, r := range w.runs {
+		obsRuns[name] = r.obj.DeepCopy()
+		w.seen[name] = true
+		if finished(r.obj) == nil && w.now.Before(r.busyTill) {
+			busy[name] = 1
+		}
+	}
+	in := &RunInput{Name: "p", Created: r0, Spec: w.spec, Status: &w.cached, Runs: obsRuns, Busy: busy, Seen: w.seen, Now: w.now}
+	plan, err := DecideRuns(in)
+	if err != nil {
+		w.t.Fatalf("step %d: %v", step, err)
+	}
+	observed, err := ReplayRuns(&w.cached.Ledger)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for _, c := range plan.Create {
+		if _, ok := observed.Open[c.Name]; !ok {
+			w.t.Fatalf("step %d: I8: run %s created without an observed, open Scheduled entry", step, c.Name)
+		}
+		if slices.ContainsFunc(plan.Append, func(e batchv1alpha1.LedgerEntry) bool {
+			return e.Run == c.Name && e.Type != batchv1alpha1.EntryScheduled
+		}) {
+			w.t.Fatalf("step %d: run %s created by the plan that records its outcome", step, c.Name)
+		}
+		if w.deleted[c.Name] {
+			w.t.Fatalf("step %d: run %s created again after it finished and was deleted", step, c.Name)
+		}
+	}
+	return plan
+}
+
+// act carries the plan out, lets TTL delete some finished runs, and writes
+// status if the plan was made on the current version.
+func (w *runsWorld) act(step int, plan *RunPlan) {
+	for _, c := range plan.Create {
+		if w.runs[c.Name] != nil {
+			continue // AlreadyExists
+		}
+		w.created[c.Name]++
+		obj := child(c.Name, c.ScheduledTime, "")
+		obj.UID = k8stypes.UID("uid-" + obj.Name)
+		d := time.Duration(1+w.rng.IntN(15)) * time.Second
+		w.runs[c.Name] = &worldRun{obj: obj, finishAt: w.now.Add(d), busyTill: w.now.Add(d + time.Second)}
+	}
+	for _, name := range plan.Release {
+		if r := w.runs[name]; r != nil {
+			r.obj.Finalizers = nil
+		}
+	}
+	for _, name := range plan.Delete {
+		if r := w.runs[name]; r != nil && r.obj.DeletionTimestamp == nil {
+			r.obj.DeletionTimestamp = ptr.To(metav1.NewTime(w.now))
+		}
+	}
+	for _, r := range w.runs {
+		if finished(r.obj) != nil && w.rng.IntN(5) == 0 && r.obj.DeletionTimestamp == nil {
+			r.obj.DeletionTimestamp = ptr.To(metav1.NewTime(w.now)) // TTL
+		}
+	}
+	for name, r := range w.runs {
+		if r.obj.DeletionTimestamp != nil && len(r.obj.Finalizers) == 0 {
+			delete(w.runs, name)
+			w.deleted[name] = true
+		}
+	}
+	w.commit(step, plan)
+}
+
+// commit writes the plan's status if it was made on the current version.
+func (w *runsWorld) commit(step int, plan *RunPlan) {
+	if w.cached.Ledger.Seq != w.status.Ledger.Seq || len(plan.Append) == 0 {
+		return // a conflict, or nothing to commit
+	}
+	prev, _ := ReplayRuns(&w.status.Ledger)
+	w.status = *plan.Status.DeepCopy()
+	next, err := ReplayRuns(&w.status.Ledger)
+	if err != nil {
+		w.t.Fatalf("step %d: written ledger invalid: %v", step, err)
+	}
+	if err := next.Covers(prev); err != nil {
+		w.t.Fatalf("step %d: I4: %v", step, err)
 	}
 }

@@ -44,22 +44,9 @@ func TestScheduleUnderKills(t *testing.T) {
 		t.Fatal(err)
 	}
 	soakFor := 2 * time.Minute
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
-	kills := 0
-	for end := time.Now().Add(soakFor); time.Now().Before(end); {
-		time.Sleep(time.Duration(1000+rng.IntN(5000)) * time.Millisecond) // the fault's random period
-		e.mu.Lock()
-		victim := e.ops[len(e.ops)-1]
-		e.mu.Unlock()
-		victim.Kill()
-		kills++
-		if rng.IntN(3) == 0 {
-			time.Sleep(time.Duration(2000+rng.IntN(8000)) * time.Millisecond) // down long enough to miss ticks
-		}
-		e.startOperator()
-	}
+	kills := killAtRandom(e, soakFor)
 	stopAt := time.Now()
-	// Let the last run started before the stop finish.
+	// Let the runs started before the stop finish.
 	key := client.ObjectKeyFromObject(parent)
 	var final batchv1alpha1.SafeJob
 	waitUntil(t, time.Minute, "the runs scheduled before the stop to finish", func() bool {
@@ -68,15 +55,47 @@ func TestScheduleUnderKills(t *testing.T) {
 		}
 		return final.Status.LastScheduleTime != nil && final.Status.LastScheduleTime.After(stopAt) && len(final.Status.ActiveRuns) == 0
 	})
-	// Teardown: the parent goes first (no new run), then its runs.
-	if err := e.cl.Delete(ctx, &final); err != nil {
-		t.Fatal(err)
+	gone := tearDown(e, &final)
+	ran, missed := checkRuns(t, e, &final, gone)
+	t.Logf("%d operator kills in %s: %d runs, each created once; %d times missed while no operator ran, all reported",
+		kills, soakFor, ran, missed)
+	if ran < 10 {
+		t.Errorf("only %d runs in %s", ran, soakFor)
 	}
-	waitUntil(t, time.Minute, "the parent to be gone", func() bool {
-		return apierrors.IsNotFound(e.cl.Get(ctx, key, &batchv1alpha1.SafeJob{}))
+}
+
+// killAtRandom SIGKILLs the operator every 1-6 s for d; one time in three it
+// stays down 2-10 s, long enough to miss scheduled times.
+func killAtRandom(e *env, d time.Duration) int {
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	kills := 0
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		time.Sleep(time.Duration(1000+rng.IntN(5000)) * time.Millisecond) // the fault's random period
+		e.mu.Lock()
+		victim := e.ops[len(e.ops)-1]
+		e.mu.Unlock()
+		victim.Kill()
+		kills++
+		if rng.IntN(3) == 0 {
+			time.Sleep(time.Duration(2000+rng.IntN(8000)) * time.Millisecond) // the random downtime
+		}
+		e.startOperator()
+	}
+	return kills
+}
+
+// tearDown deletes the parent, waits until it is gone, then until its runs
+// and their pods are gone too. It returns when the parent was gone.
+func tearDown(e *env, parent *batchv1alpha1.SafeJob) time.Time {
+	ctx := context.Background()
+	if err := e.cl.Delete(ctx, parent); err != nil {
+		e.t.Fatal(err)
+	}
+	waitUntil(e.t, time.Minute, "the parent to be gone", func() bool {
+		return apierrors.IsNotFound(e.cl.Get(ctx, client.ObjectKeyFromObject(parent), &batchv1alpha1.SafeJob{}))
 	})
 	gone := time.Now()
-	waitUntil(t, 2*time.Minute, "the runs and their pods to be gone", func() bool {
+	waitUntil(e.t, 2*time.Minute, "the runs and their pods to be gone", func() bool {
 		var runs batchv1alpha1.SafeJobList
 		var pods corev1.PodList
 		if e.cl.List(ctx, &runs, client.InNamespace(nsSafeJob)) != nil || e.cl.List(ctx, &pods, client.InNamespace(nsSafeJob)) != nil {
@@ -84,7 +103,14 @@ func TestScheduleUnderKills(t *testing.T) {
 		}
 		return len(runs.Items) == 0 && len(pods.Items) == 0
 	})
+	return gone
+}
 
+// checkRuns holds the final ledger against the audit log and the schedule:
+// every run created once and none after the parent was gone, every
+// scheduled time run or counted as missed, one pod per run.
+func checkRuns(t *testing.T, e *env, final *batchv1alpha1.SafeJob, gone time.Time) (ran, missed int64) {
+	t.Helper()
 	st, err := ledger.ReplayRuns(&final.Status.Ledger)
 	if err != nil {
 		t.Fatalf("final ledger: %v", err)
@@ -92,28 +118,12 @@ func TestScheduleUnderKills(t *testing.T) {
 	if final.Status.Ledger.Checkpoint != nil {
 		t.Fatalf("ledger folded (%d entries): this test reads every entry", len(final.Status.Ledger.Entries))
 	}
-	creates, err := testutil.Creates(e.c.AuditLog, "safejobs")
+	created := runCreates(t, e, final.Name, gone)
+	sched, err := ledger.ParseSchedule(*final.Spec.Schedule, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	created := map[string]int{}
-	for _, c := range creates {
-		if c.Namespace != nsSafeJob || c.Name == parent.Name {
-			continue
-		}
-		created[c.Name]++
-		if c.Received.After(gone) {
-			t.Errorf("run %s created at %s, after its parent was gone (%s)", c.Name, c.Received, gone)
-		}
-	}
-	sched, err := ledger.ParseSchedule("@every 5s", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Walk the schedule from the parent's creation: every time is a run or
-	// counted as missed on the next run's entry.
 	prev := final.CreationTimestamp.Time
-	var ran, missed int64
 	for _, entry := range final.Status.Ledger.Entries {
 		if entry.Type != batchv1alpha1.EntryScheduled {
 			continue
@@ -129,34 +139,53 @@ func TestScheduleUnderKills(t *testing.T) {
 		if created[entry.Run] != 1 {
 			t.Errorf("run %s created %d times (audit log)", entry.Run, created[entry.Run])
 		}
-		if entry.Run != ledger.RunName(parent.Name, at) {
+		if entry.Run != ledger.RunName(final.Name, at) {
 			t.Errorf("run %s is not named for its time %s", entry.Run, at)
 		}
 		prev = at
 		ran++
 		missed += entry.Missed
 	}
-	if int64(len(created)) != ran {
-		t.Errorf("%d runs created, %d in the ledger", len(created), ran)
-	}
-	if st.Runs != ran || len(st.Open) != 0 {
-		t.Errorf("%d run outcomes recorded and %d open, want %d and 0", st.Runs, len(st.Open), ran)
+	if int64(len(created)) != ran || st.Runs != ran || len(st.Open) != 0 {
+		t.Errorf("%d runs created, %d in the ledger, %d outcomes recorded, %d open", len(created), ran, st.Runs, len(st.Open))
 	}
 	if final.Status.MissedRuns != missed {
 		t.Errorf("status.missedRuns %d, ledger says %d", final.Status.MissedRuns, missed)
 	}
+	checkOnePodPerRun(t, e, ran)
+	return ran, missed
+}
+
+func checkOnePodPerRun(t *testing.T, e *env, runs int64) {
+	t.Helper()
 	pods, err := testutil.CreatesByNamespace(e.c.AuditLog, "pods")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(pods[nsSafeJob]); int64(n) != ran {
-		t.Errorf("%d pods created for %d runs of one completion each", n, ran)
+	if n := len(pods[nsSafeJob]); int64(n) != runs {
+		t.Errorf("%d pods created for %d runs of one completion each", n, runs)
 	}
-	t.Logf("%d operator kills in %s: %d runs, each created once; %d times missed while no operator ran, all reported",
-		kills, soakFor, ran, missed)
-	if ran < 10 {
-		t.Errorf("only %d runs in %s", ran, soakFor)
+}
+
+// runCreates counts the creates of each run in the audit log, failing on
+// any create received after the parent was gone.
+func runCreates(t *testing.T, e *env, parent string, gone time.Time) map[string]int {
+	t.Helper()
+	creates, err := testutil.Creates(e.c.AuditLog, "safejobs")
+	if err != nil {
+		t.Fatal(err)
 	}
+	created := map[string]int{}
+	for _, c := range creates {
+		if c.Namespace != nsSafeJob || c.Name == parent {
+			continue
+		}
+		created[c.Name]++
+		if c.Received.After(gone) {
+			t.Errorf("run %s created at %s, after its parent was gone (%s)", c.Name, c.Received, gone)
+		}
+	}
+	return created
 }
 
 // waitUntil polls cond until it holds, failing the test after timeout.

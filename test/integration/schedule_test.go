@@ -219,25 +219,7 @@ func TestScheduleRunsEachTime(t *testing.T) {
 		name := s.runName(k)
 		names = append(names, name)
 		s.waitLedger(t, batchv1alpha1.EntrySucceeded, name)
-		run := s.run(t, name)
-		if run == nil {
-			t.Fatalf("run %s gone", name)
-		}
-		if run.Labels["kueue.x-k8s.io/queue-name"] != "team-a" || run.Labels[batchv1alpha1.ParentLabel] != "tick" ||
-			run.Annotations[batchv1alpha1.ScheduledTimeAnnotation] != s.minute(k).UTC().Format(time.RFC3339) {
-			t.Errorf("run %s labels %v annotations %v", name, run.Labels, run.Annotations)
-		}
-		if run.Spec.Schedule != nil || run.Status.Succeeded != 2 || metav1.GetControllerOf(run).UID != s.parent.UID {
-			t.Errorf("run %s: schedule %v, succeeded %d, owner %v", name, run.Spec.Schedule, run.Status.Succeeded, run.OwnerReferences)
-		}
-		if img, want := run.Spec.Template.Spec.Containers[0].Image, "registry.example/work:v2"; (k >= 1) != (img == want) {
-			t.Errorf("run %s image %s (template edited before run 1)", name, img)
-		}
-		for _, pod := range s.podsOf(t, name) {
-			if pod.Labels["app"] != "report" || pod.Annotations[batchv1alpha1.ParentLabel] != "tick" {
-				t.Errorf("pod %s labels %v annotations %v: template labels and the parent are not carried", pod.Name, pod.Labels, pod.Annotations)
-			}
-		}
+		s.checkRunMeta(t, name, k)
 		waitFor(t, 30*time.Second, "the run finalizer of "+name+" to be released", func() (bool, error) {
 			run := s.run(t, name)
 			return run != nil && len(run.Finalizers) == 0, nil
@@ -249,6 +231,30 @@ func TestScheduleRunsEachTime(t *testing.T) {
 			p.Status.LastScheduleTime, p.Status.LastSuccessfulTime, p.Status.ActiveRuns)
 	}
 	s.checkOnce(t, names...)
+}
+
+// checkRunMeta checks what run k of TestScheduleRunsEachTime carries.
+func (s *scheduleHarness) checkRunMeta(t *testing.T, name string, k int) {
+	t.Helper()
+	run := s.run(t, name)
+	if run == nil {
+		t.Fatalf("run %s gone", name)
+	}
+	if run.Labels["kueue.x-k8s.io/queue-name"] != "team-a" || run.Labels[batchv1alpha1.ParentLabel] != "tick" ||
+		run.Annotations[batchv1alpha1.ScheduledTimeAnnotation] != s.minute(k).UTC().Format(time.RFC3339) {
+		t.Errorf("run %s labels %v annotations %v", name, run.Labels, run.Annotations)
+	}
+	if run.Spec.Schedule != nil || run.Status.Succeeded != 2 || metav1.GetControllerOf(run).UID != s.parent.UID {
+		t.Errorf("run %s: schedule %v, succeeded %d, owner %v", name, run.Spec.Schedule, run.Status.Succeeded, run.OwnerReferences)
+	}
+	if img, want := run.Spec.Template.Spec.Containers[0].Image, "registry.example/work:v2"; (k >= 1) != (img == want) {
+		t.Errorf("run %s image %s (template edited before run 1)", name, img)
+	}
+	for _, pod := range s.podsOf(t, name) {
+		if pod.Labels["app"] != "report" || pod.Annotations[batchv1alpha1.ParentLabel] != "tick" {
+			t.Errorf("pod %s labels %v annotations %v: template labels and the parent are not carried", pod.Name, pod.Labels, pod.Annotations)
+		}
+	}
 }
 
 func isRunCreate(obj client.Object, verb string) bool {
