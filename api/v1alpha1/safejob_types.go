@@ -212,6 +212,11 @@ const (
 	// ConditionScheduling says whether a scheduled SafeJob starts runs, and
 	// why not (suspended, invalid schedule, waiting for an earlier run).
 	ConditionScheduling = "Scheduling"
+	// ConditionAdmitted is present on queued SafeJobs (label
+	// kueue.x-k8s.io/queue-name): True while the Workload is admitted, False
+	// with the queue's reason and message while the SafeJob waits or after
+	// it was evicted.
+	ConditionAdmitted = "Admitted"
 	// ConditionMissedRuns is True when scheduled times were not run; its
 	// message gives the count and the latest missed time.
 	ConditionMissedRuns = "MissedRuns"
@@ -236,6 +241,8 @@ const (
 	ReasonTooManyMissedTimes       = "TooManyMissedTimes"
 	ReasonMissedSchedule           = "MissedSchedule"
 	ReasonNoMissedRuns             = "NoMissedRuns"
+	ReasonAdmitted                 = "Admitted"
+	ReasonQueued                   = "Queued"
 )
 
 // EntryType is the kind of fact a ledger entry records.
@@ -409,7 +416,7 @@ type Ledger struct {
 // set in it is derived from the ledger.
 type SafeJobStatus struct {
 	// conditions: Complete, Failed, Suspended, SuccessCriteriaMet, FailureTarget, LedgerValid;
-	// for scheduled SafeJobs Scheduling and MissedRuns.
+	// for scheduled SafeJobs Scheduling and MissedRuns; for queued SafeJobs Admitted.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -51,7 +51,24 @@ type Input struct {
 	Pending map[string]bool
 	// Now is the current time.
 	Now time.Time
+	// Queue is what the queueing system says of a queued SafeJob; nil when
+	// the SafeJob is not queued.
+	Queue *QueueGate
 }
+
+// QueueGate is the admission of a queued SafeJob. While it is closed no
+// launch is committed, and launches already open are stopped and recorded
+// Evicted (never counted as failures).
+type QueueGate struct {
+	// Admitted opens the gate.
+	Admitted bool
+	// Reason and Message say why the gate is closed, or who admitted.
+	Reason, Message string
+}
+
+// EvictReasonNotAdmitted is the reason of Evicted entries for pods stopped
+// because their SafeJob's admission was withdrawn without a stated reason.
+const EvictReasonNotAdmitted = "NotAdmitted"
 
 // Plan is what to do for one SafeJob. Creates, releases and deletes refer
 // to the observed ledger only; Status carries the appended entries.
@@ -72,6 +89,10 @@ type Plan struct {
 	Forget []string
 	// RequeueAfter is when the plan changes with time alone (0: never).
 	RequeueAfter time.Duration
+	// Stopped is true when the SafeJob is stopped for suspension or
+	// withdrawn admission and none of its pods is active or holds the
+	// ledger finalizer any more.
+	Stopped bool
 }
 
 // Unaccounted lists the open launches that are neither observed, nor known
@@ -109,7 +130,7 @@ func Decide(in *Input) (*Plan, error) {
 	d := &decision{in: in, st: st, seen: observed(in), plan: &Plan{}}
 	d.status = *in.Status.DeepCopy()
 	d.target = d.stickyTarget()
-	d.stopping = d.target != "" || ptr.Deref(in.Spec.Suspend, false)
+	d.stopping = d.target != "" || ptr.Deref(in.Spec.Suspend, false) || d.gateClosed()
 	d.victims = d.pickVictims()
 	d.recordOutcomes()
 	d.applyAppends()
@@ -229,10 +250,18 @@ func (d *decision) recordOutcomes() {
 	}
 }
 
+// gateClosed reports whether the SafeJob is queued and not admitted.
+func (d *decision) gateClosed() bool { return d.in.Queue != nil && !d.in.Queue.Admitted }
+
 func (d *decision) stopReason() string {
 	switch {
 	case d.target != "":
 		return EvictReasonStopped
+	case d.gateClosed() && !ptr.Deref(d.in.Spec.Suspend, false):
+		if d.in.Queue.Reason != "" {
+			return d.in.Queue.Reason
+		}
+		return EvictReasonNotAdmitted
 	case d.stopping:
 		return EvictReasonSuspended
 	default:
@@ -328,14 +357,18 @@ func (d *decision) decideTarget() {
 // when there is no running deadline.
 func (d *decision) deadlineLeft() time.Duration {
 	ads := d.in.Spec.ActiveDeadlineSeconds
-	if ads == nil || d.status.StartTime == nil || ptr.Deref(d.in.Spec.Suspend, false) {
+	if ads == nil || d.status.StartTime == nil || ptr.Deref(d.in.Spec.Suspend, false) || d.gateClosed() {
 		return time.Duration(1<<62 - 1)
 	}
 	return d.status.StartTime.Add(time.Duration(*ads) * time.Second).Sub(d.in.Now)
 }
 
 func (d *decision) decideSuspend() {
+	d.decideAdmission()
 	suspended := ptr.Deref(d.in.Spec.Suspend, false)
+	if !suspended && d.gateClosed() {
+		return // not running: no start time, no resume
+	}
 	switch {
 	case suspended && d.target == "":
 		d.setCond(batchv1alpha1.ConditionSuspended, metav1.ConditionTrue, batchv1alpha1.ReasonSuspended, "Job suspended")
@@ -345,6 +378,27 @@ func (d *decision) decideSuspend() {
 	case !suspended && d.status.StartTime == nil:
 		d.status.StartTime = ptr.To(metav1.NewTime(d.in.Now))
 	}
+}
+
+// decideAdmission mirrors the queue gate in the Admitted condition; a
+// re-admission after eviction restarts the clock of activeDeadlineSeconds.
+func (d *decision) decideAdmission() {
+	q := d.in.Queue
+	if q == nil {
+		return
+	}
+	if q.Admitted {
+		if c := d.cond(batchv1alpha1.ConditionAdmitted); c != nil && c.Status != metav1.ConditionTrue && d.status.StartTime != nil {
+			d.status.StartTime = ptr.To(metav1.NewTime(d.in.Now))
+		}
+		d.setCond(batchv1alpha1.ConditionAdmitted, metav1.ConditionTrue, batchv1alpha1.ReasonAdmitted, q.Message)
+		return
+	}
+	reason := q.Reason
+	if reason == "" {
+		reason = batchv1alpha1.ReasonQueued
+	}
+	d.setCond(batchv1alpha1.ConditionAdmitted, metav1.ConditionFalse, reason, q.Message)
 }
 
 // stopPods deletes the running pods of the victims: those of a stopping
@@ -442,12 +496,27 @@ func (d *decision) writeStatus() error {
 		d.setCond(batchv1alpha1.ConditionLedgerValid, metav1.ConditionTrue, batchv1alpha1.ReasonLedgerOK, "Ledger is valid")
 	}
 	d.plan.Status = *s
+	d.plan.Stopped = d.stopping && d.target == "" && len(st.Open) == 0 && d.podsQuiet()
 	if !d.finished() && d.target == "" {
 		if left := d.deadlineLeft(); left < time.Duration(1<<62-1) {
 			d.plan.RequeueAfter = MinPositive(d.plan.RequeueAfter, left)
 		}
 	}
 	return nil
+}
+
+// podsQuiet reports that every observed pod has terminated and none keeps
+// the ledger finalizer beyond this plan.
+func (d *decision) podsQuiet() bool {
+	for name, pod := range d.seen {
+		if d.in.LastSeen[name] == pod {
+			continue
+		}
+		if !IsTerminal(pod) || (hasFinalizer(pod) && !slices.Contains(d.plan.Release, name)) {
+			return false
+		}
+	}
+	return true
 }
 
 // TTLLeft is the time until a finished SafeJob may be deleted under
