@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/controller"
@@ -58,6 +59,9 @@ func run(metricsAddr, probeAddr string, leaderElect, secureMetrics bool, concurr
 	if err := batchv1alpha1.AddToScheme(scheme); err != nil {
 		return fmt.Errorf("adding SafeJob types: %w", err)
 	}
+	if err := kueue.AddToScheme(scheme); err != nil {
+		return fmt.Errorf("adding Kueue types: %w", err)
+	}
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
@@ -78,6 +82,11 @@ func run(metricsAddr, probeAddr string, leaderElect, secureMetrics bool, concurr
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
+	withKueue, err := controller.KueueServed(mgr.GetRESTMapper())
+	if err != nil {
+		return err
+	}
+	ctrl.Log.WithName("setup").Info("Queueing through Kueue", "enabled", withKueue)
 	m := controller.NewMetrics()
 	if err := m.Register(metrics.Registry); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
@@ -89,6 +98,7 @@ func run(metricsAddr, probeAddr string, leaderElect, secureMetrics bool, concurr
 		Clock:                   clock.RealClock{},
 		Metrics:                 m,
 		MaxConcurrentReconciles: concurrency,
+		Kueue:                   withKueue,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up controller: %w", err)

@@ -96,7 +96,7 @@ func newPod(sj *batchv1alpha1.SafeJob, ref ledger.PodRef) *corev1.Pod {
 // act carries out the plan's pod work, which refers only to facts already
 // observed in the ledger: create committed launches, release finalizers of
 // committed outcomes, delete pods that must stop.
-func (r *SafeJobReconciler) act(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *ledger.Plan) error {
+func (r *SafeJobReconciler) act(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *ledger.Plan, info *podSetInfo) error {
 	key := client.ObjectKeyFromObject(sj)
 	r.tracker.forgetLastSeen(key, sj.UID, plan.Forget)
 	var errs []error
@@ -107,7 +107,7 @@ func (r *SafeJobReconciler) act(ctx context.Context, sj *batchv1alpha1.SafeJob, 
 		errs = append(errs, err)
 	}
 	parallel(len(plan.Create), func(i int) {
-		if err := r.createPod(ctx, sj, plan.Create[i]); err != nil {
+		if err := r.createPod(ctx, sj, plan.Create[i], info); err != nil {
 			fail(err)
 		}
 	})
@@ -126,9 +126,10 @@ func (r *SafeJobReconciler) act(ctx context.Context, sj *batchv1alpha1.SafeJob, 
 
 // createPod creates the pod of an observed launch. AlreadyExists is success:
 // names are deterministic, so a repeat can never duplicate.
-func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.SafeJob, ref ledger.PodRef) error {
+func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.SafeJob, ref ledger.PodRef, info *podSetInfo) error {
 	key := client.ObjectKeyFromObject(sj)
 	pod := newPod(sj, ref)
+	info.apply(pod)
 	err := r.Client.Create(ctx, pod)
 	switch {
 	case err == nil:

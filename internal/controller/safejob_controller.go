@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger"
@@ -37,6 +38,9 @@ type SafeJobReconciler struct {
 	Metrics   *Metrics
 	// MaxConcurrentReconciles is the number of SafeJobs reconciled at once.
 	MaxConcurrentReconciles int
+	// Kueue turns on queueing through Kueue Workloads (SafeJobs labelled
+	// kueue.x-k8s.io/queue-name); set it when the Workload API is served.
+	Kueue bool
 
 	tracker *tracker
 }
@@ -60,7 +64,7 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 	if err := r.Client.Get(ctx, req.NamespacedName, sj); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.tracker.forget(req.NamespacedName)
-			return reconcile.Result{}, r.releaseOrphans(ctx, req)
+			return reconcile.Result{}, errors.Join(r.releaseOrphans(ctx, req), r.releaseWorkloads(ctx, req, ""))
 		}
 		return reconcile.Result{}, fmt.Errorf("getting SafeJob: %w", err)
 	}
@@ -76,7 +80,8 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 		if slices.Contains(sj.Finalizers, batchv1alpha1.RunFinalizer) {
 			errs = append(errs, r.releaseRun(ctx, sj))
 		}
-		return reconcile.Result{}, errors.Join(append(errs, r.releaseOrphans(ctx, req))...)
+		errs = append(errs, r.releaseOrphans(ctx, req), r.releaseWorkloads(ctx, req, sj.UID))
+		return reconcile.Result{}, errors.Join(errs...)
 	}
 	if sj.Spec.Schedule != nil {
 		return r.reconcileParent(ctx, sj)
@@ -84,15 +89,23 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 	if done, err := r.expireTTL(ctx, sj); done || err != nil {
 		return reconcile.Result{}, err
 	}
+	q := &queued{}
+	if queueName(sj) != "" {
+		var err error
+		if q, err = r.syncWorkload(ctx, sj); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
 	in, wait, err := r.gather(ctx, sj)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	in.Queue = q.gate
 	plan, err := ledger.Decide(in)
 	if err != nil {
 		return reconcile.Result{}, r.markLedgerInvalid(ctx, sj, err)
 	}
-	if err := r.act(ctx, sj, plan); err != nil {
+	if err := r.act(ctx, sj, plan, q.podInfo); err != nil {
 		return reconcile.Result{}, err
 	}
 	if err := r.writeStatus(ctx, sj, plan); err != nil {
@@ -105,6 +118,9 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 			r.Metrics.Conflicts.Inc()
 			return reconcile.Result{}, nil
 		}
+		return reconcile.Result{}, err
+	}
+	if err := r.afterDecide(ctx, sj, q, plan); err != nil {
 		return reconcile.Result{}, err
 	}
 	_, res := r.ttlResult(sj)
@@ -210,9 +226,16 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &batchv1alpha1.SafeJob{}, ownerUIDIndexSJ, indexPodOwner); err != nil {
 		return fmt.Errorf("indexing SafeJobs by owner: %w", err)
 	}
-	err := builder.ControllerManagedBy(mgr).
+	b := builder.ControllerManagedBy(mgr).
 		For(&batchv1alpha1.SafeJob{}).
-		Owns(&batchv1alpha1.SafeJob{}).
+		Owns(&batchv1alpha1.SafeJob{})
+	if r.Kueue {
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &kueue.Workload{}, workloadOwnerIndex, indexPodOwner); err != nil {
+			return fmt.Errorf("indexing Workloads by owner: %w", err)
+		}
+		b = b.Owns(&kueue.Workload{})
+	}
+	err := b.
 		Watches(&corev1.Pod{}, &podHandler{tracker: r.tracker}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).
 		Named("safejob").
