@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/controller"
@@ -59,6 +60,9 @@ func run(m *testing.M) int {
 	if err := batchv1alpha1.AddToScheme(scheme); err != nil {
 		panic(err)
 	}
+	if err := kueue.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
 	assets, err := kubebuilderAssets()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -74,8 +78,13 @@ func run(m *testing.M) int {
 		panic(err)
 	}
 	auditLog = logPath
+	kueueCRDs, err := testutil.KueueCRDDir(filepath.Join("..", ".."))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases"), kueueCRDs},
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: assets,
 	}
@@ -116,6 +125,8 @@ type managerOptions struct {
 	wrapClient func(client.Client, context.CancelFunc) client.Client
 	// clock is the controller's clock (default: the real one).
 	clock clock.PassiveClock
+	// noKueue runs the controller as if the Workload API were not served.
+	noKueue bool
 }
 
 // startManager runs a SafeJob controller, limited to namespace ns, until the
@@ -147,7 +158,7 @@ func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 	}
 	r := &controller.SafeJobReconciler{
 		Client: cl, APIReader: mgr.GetAPIReader(), Recorder: eventRecorder(mgr),
-		Clock: opts.clock, Metrics: m, MaxConcurrentReconciles: 4,
+		Clock: opts.clock, Metrics: m, MaxConcurrentReconciles: 4, Kueue: !opts.noKueue,
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}

@@ -1,0 +1,290 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/controller"
+	"github.com/safejob/safejob/test/testutil"
+)
+
+// These tests play Kueue's part by hand (admit, evict), so that every step
+// of the Workload protocol is checked on its own; the end-to-end suite runs
+// the real Kueue manager.
+
+func queuedSafeJob(name, ns, queue string, completions, parallelism int32) *batchv1alpha1.SafeJob {
+	sj := testutil.MakeSafeJob(name, ns).Completions(completions).Parallelism(parallelism).Label(controller.QueueNameLabel, queue).Obj()
+	sj.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resourceQuantity("1")}
+	return sj
+}
+
+// waitWorkload waits for the SafeJob's Workload to satisfy cond.
+func waitWorkload(t *testing.T, sj *batchv1alpha1.SafeJob, what string, cond func(*kueue.Workload) bool) *kueue.Workload {
+	t.Helper()
+	wl := &kueue.Workload{}
+	waitFor(t, 30*time.Second, "Workload "+what, func() (bool, error) {
+		err := k8s.Get(context.Background(), client.ObjectKey{Namespace: sj.Namespace, Name: controller.WorkloadName(sj)}, wl)
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil && cond(wl), err
+	})
+	return wl
+}
+
+func anyWorkload(*kueue.Workload) bool { return true }
+
+// setWorkloadStatus changes a Workload's status as Kueue would, retrying on conflicts.
+func setWorkloadStatus(t *testing.T, key client.ObjectKey, change func(*kueue.Workload)) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "a Workload status write", func() (bool, error) {
+		wl := &kueue.Workload{}
+		if err := k8s.Get(context.Background(), key, wl); err != nil {
+			return false, err
+		}
+		change(wl)
+		err := k8s.Status().Update(context.Background(), wl)
+		if apierrors.IsConflict(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+}
+
+func setCond(wl *kueue.Workload, typ string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&wl.Status.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg})
+}
+
+// admit gives the Workload quota in ClusterQueue cq with one flavor for cpu.
+func admit(t *testing.T, key client.ObjectKey, flavor string) {
+	t.Helper()
+	setWorkloadStatus(t, key, func(wl *kueue.Workload) {
+		wl.Status.Admission = &kueue.Admission{ClusterQueue: "cq", PodSetAssignments: []kueue.PodSetAssignment{{
+			Name: kueue.DefaultPodSetName, Count: ptr.To(wl.Spec.PodSets[0].Count),
+			Flavors: map[corev1.ResourceName]kueue.ResourceFlavorReference{corev1.ResourceCPU: kueue.ResourceFlavorReference(flavor)},
+		}}}
+		setCond(wl, kueue.WorkloadQuotaReserved, metav1.ConditionTrue, "QuotaReserved", "Quota reserved in ClusterQueue cq")
+		setCond(wl, kueue.WorkloadAdmitted, metav1.ConditionTrue, "Admitted", "The workload is admitted")
+		if meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) {
+			setCond(wl, kueue.WorkloadEvicted, metav1.ConditionFalse, "QuotaReserved", "Previously: evicted")
+		}
+	})
+}
+
+func makeFlavor(t *testing.T, name string, labels map[string]string) {
+	t.Helper()
+	rf := &kueue.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kueue.ResourceFlavorSpec{
+		NodeLabels:  labels,
+		Tolerations: []corev1.Toleration{{Key: "spot", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+	}}
+	if err := k8s.Create(context.Background(), rf); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+func admittedCondition(t *testing.T, key client.ObjectKey, status metav1.ConditionStatus, msgPart string) {
+	t.Helper()
+	waitFor(t, 30*time.Second, fmt.Sprintf("Admitted=%s mentioning %q", status, msgPart), func() (bool, error) {
+		sj := &batchv1alpha1.SafeJob{}
+		if err := k8s.Get(context.Background(), key, sj); err != nil {
+			return false, err
+		}
+		c := condition(sj, batchv1alpha1.ConditionAdmitted)
+		return c != nil && c.Status == status && strings.Contains(c.Message, msgPart), nil
+	})
+}
+
+// TestKueueAdmission: a queued SafeJob creates its Workload and no pod; it
+// says why it waits; once admitted its pods carry the flavor; when it
+// finishes, the Workload is Finished and released.
+func TestKueueAdmission(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil, false)
+	startManager(t, h.ns, managerOptions{})
+	makeFlavor(t, "on-demand-a", map[string]string{"instance": "on-demand"})
+	wpc := &kueue.WorkloadPriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "batch-high-" + h.ns}, Value: 1000}
+	if err := k8s.Create(context.Background(), wpc); err != nil {
+		t.Fatal(err)
+	}
+	sj := queuedSafeJob("queued", h.ns, "team-a", 3, 2)
+	sj.Labels[controller.PriorityClassLabel] = wpc.Name
+	if err := k8s.Create(context.Background(), sj); err != nil {
+		t.Fatal(err)
+	}
+	wl := waitWorkload(t, sj, "created", anyWorkload)
+	if ref := metav1.GetControllerOf(wl); ref == nil || ref.UID != sj.UID || wl.Spec.QueueName != "team-a" ||
+		wl.Labels["kueue.x-k8s.io/job-uid"] != string(sj.UID) || wl.Spec.PodSets[0].Count != 2 ||
+		ptr.Deref(wl.Spec.Priority, 0) != 1000 || len(wl.Finalizers) != 1 {
+		t.Fatalf("Workload %s: owner %v queue %s labels %v count %d priority %v finalizers %v", wl.Name, wl.OwnerReferences,
+			wl.Spec.QueueName, wl.Labels, wl.Spec.PodSets[0].Count, wl.Spec.Priority, wl.Finalizers)
+	}
+	key := client.ObjectKeyFromObject(wl)
+	setWorkloadStatus(t, key, func(wl *kueue.Workload) {
+		setCond(wl, kueue.WorkloadQuotaReserved, metav1.ConditionFalse, "Inadmissible", "LocalQueue team-a doesn't exist")
+	})
+	admittedCondition(t, client.ObjectKeyFromObject(sj), metav1.ConditionFalse, "LocalQueue team-a doesn't exist")
+	if creates, _ := testutil.PodCreates(auditLog, h.ns); len(creates) != 0 {
+		t.Fatalf("pods created before admission: %v", creates)
+	}
+	admit(t, key, "on-demand-a")
+	got := waitFinished(t, client.ObjectKeyFromObject(sj), time.Minute)
+	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || !conditionTrue(got, batchv1alpha1.ConditionAdmitted) {
+		t.Fatalf("conditions %+v", got.Status.Conditions)
+	}
+	for name := range h.kubelet.Succeeded() {
+		pod := &corev1.Pod{}
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: h.ns, Name: name}, pod); err != nil {
+			t.Fatal(err)
+		}
+		if pod.Spec.NodeSelector["instance"] != "on-demand" || pod.Labels["kueue.x-k8s.io/podset"] != "main" ||
+			pod.Annotations["kueue.x-k8s.io/workload"] != wl.Name || pod.Spec.Tolerations[0].Key != "spot" {
+			t.Errorf("pod %s: nodeSelector %v labels %v annotations %v tolerations %v", name, pod.Spec.NodeSelector,
+				pod.Labels, pod.Annotations, pod.Spec.Tolerations)
+		}
+	}
+	waitWorkload(t, sj, "Finished and released", func(wl *kueue.Workload) bool {
+		c := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadFinished)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == kueue.WorkloadFinishedReasonSucceeded && len(wl.Finalizers) == 0
+	})
+	h.finalCheck(t, got)
+}
+
+// TestKueueEviction: an admitted SafeJob is preempted mid-way. Its pods are
+// stopped and recorded Evicted, the quota is given back only once no pod is
+// left, and after re-admission it completes exactly, with no failure counted.
+func TestKueueEviction(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, hold, false)
+	startManager(t, h.ns, managerOptions{})
+	makeFlavor(t, "on-demand-b", map[string]string{"instance": "on-demand"})
+	sj := queuedSafeJob("preempted", h.ns, "team-a", 4, 2)
+	sj.Spec.BackoffLimit = ptr.To[int32](0)
+	if err := k8s.Create(context.Background(), sj); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(waitWorkload(t, sj, "created", anyWorkload))
+	admit(t, key, "on-demand-b")
+	waitFor(t, 30*time.Second, "two running pods", func() (bool, error) {
+		got := &batchv1alpha1.SafeJob{}
+		err := k8s.Get(context.Background(), client.ObjectKeyFromObject(sj), got)
+		return err == nil && got.Status.Ready == 2, err
+	})
+	setWorkloadStatus(t, key, func(wl *kueue.Workload) {
+		setCond(wl, kueue.WorkloadEvicted, metav1.ConditionTrue, kueue.WorkloadEvictedByPreemption, "Preempted to accommodate a higher priority Workload")
+		setCond(wl, "Preempted", metav1.ConditionTrue, "InClusterQueue", "Preempted to accommodate a higher priority Workload")
+	})
+	wl := waitWorkload(t, sj, "quota given back", func(wl *kueue.Workload) bool {
+		if wl.Status.Admission != nil {
+			return false
+		}
+		// The reservation goes only once no pod of the SafeJob runs.
+		var pods corev1.PodList
+		if err := k8s.List(context.Background(), &pods, client.InNamespace(h.ns)); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				t.Errorf("quota given back while pod %s still runs", p.Name)
+			}
+		}
+		return true
+	})
+	for typ, want := range map[string]string{kueue.WorkloadQuotaReserved: "Pending", kueue.WorkloadAdmitted: "NoReservation",
+		kueue.WorkloadRequeued: kueue.WorkloadEvictedByPreemption} {
+		if c := meta.FindStatusCondition(wl.Status.Conditions, typ); c == nil || c.Reason != want {
+			t.Errorf("Workload condition %s = %+v, want reason %s", typ, c, want)
+		}
+	}
+	if !meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadRequeued) {
+		t.Error("a preempted Workload is not Requeued=True")
+	}
+	got := &batchv1alpha1.SafeJob{}
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(sj), got); err != nil {
+		t.Fatal(err)
+	}
+	evicted := 0
+	for _, e := range got.Status.Ledger.Entries {
+		if e.Type == batchv1alpha1.EntryEvicted && e.Reason == kueue.WorkloadEvictedByPreemption {
+			evicted++
+		}
+	}
+	if evicted != 2 || got.Status.Failed != 0 || got.Status.Active != 0 {
+		t.Fatalf("after eviction: %d Evicted entries, failed %d, active %d; want 2, 0, 0", evicted, got.Status.Failed, got.Status.Active)
+	}
+	h.kubelet.SetFate(succeed)
+	admit(t, key, "on-demand-b")
+	got = waitFinished(t, client.ObjectKeyFromObject(sj), time.Minute)
+	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || got.Status.Succeeded != 4 || got.Status.Failed != 0 {
+		t.Fatalf("after re-admission: succeeded %d failed %d conditions %+v", got.Status.Succeeded, got.Status.Failed, got.Status.Conditions)
+	}
+	if creates := h.finalCheck(t, got); len(creates) != 6 {
+		t.Errorf("%d pods created, want 6 (2 preempted, 4 completions)", len(creates))
+	}
+}
+
+// TestKueueSuspendAndWorkloadLoss: user suspend deactivates the Workload; a
+// deleted Workload stops the pods and is created again only once none runs.
+func TestKueueSuspendAndWorkloadLoss(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, hold, false)
+	startManager(t, h.ns, managerOptions{})
+	makeFlavor(t, "on-demand-c", nil)
+	sj := queuedSafeJob("lost", h.ns, "team-a", 2, 2)
+	if err := k8s.Create(context.Background(), sj); err != nil {
+		t.Fatal(err)
+	}
+	wl := waitWorkload(t, sj, "created", anyWorkload)
+	admit(t, client.ObjectKeyFromObject(wl), "on-demand-c")
+	waitFor(t, 30*time.Second, "two running pods", func() (bool, error) {
+		got := &batchv1alpha1.SafeJob{}
+		err := k8s.Get(context.Background(), client.ObjectKeyFromObject(sj), got)
+		return err == nil && got.Status.Ready == 2, err
+	})
+	if err := k8s.Delete(context.Background(), wl); err != nil {
+		t.Fatal(err)
+	}
+	waitWorkload(t, sj, "created again after the old one went", func(n *kueue.Workload) bool { return n.UID != wl.UID })
+	got := &batchv1alpha1.SafeJob{}
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(sj), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Active != 0 || got.Status.Failed != 0 {
+		t.Errorf("new Workload while %d pods active (failed %d)", got.Status.Active, got.Status.Failed)
+	}
+	if err := k8s.Patch(context.Background(), got, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"suspend":true}}`))); err != nil {
+		t.Fatal(err)
+	}
+	waitWorkload(t, sj, "deactivated", func(wl *kueue.Workload) bool { return !ptr.Deref(wl.Spec.Active, true) })
+	h.watch.Check(t)
+}
+
+// TestKueueNotInstalled: without the Workload API a queued SafeJob waits and
+// says why instead of running unqueued.
+func TestKueueNotInstalled(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil, false)
+	startManager(t, h.ns, managerOptions{noKueue: true})
+	sj := queuedSafeJob("nokueue", h.ns, "team-a", 1, 1)
+	if err := k8s.Create(context.Background(), sj); err != nil {
+		t.Fatal(err)
+	}
+	admittedCondition(t, client.ObjectKeyFromObject(sj), metav1.ConditionFalse, "install Kueue")
+	if creates, _ := testutil.PodCreates(auditLog, h.ns); len(creates) != 0 {
+		t.Fatalf("pods created without admission: %v", creates)
+	}
+}
+
+func resourceQuantity(s string) resource.Quantity { return resource.MustParse(s) }
