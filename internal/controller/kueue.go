@@ -363,7 +363,17 @@ func (r *SafeJobReconciler) afterDecide(ctx context.Context, sj *batchv1alpha1.S
 	status := plan.Status
 	finishedCond := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadFinished)
 	switch {
+	case finishedCond != nil && finishedCond.Status == metav1.ConditionTrue && !finishedJob(sj) && plan.Stopped:
+		// Finished while the SafeJob is not (e.g. Kueue took it for an
+		// orphan, reason OwnerNotFound): no pod runs any more, so queue again
+		// with a new Workload.
+		r.Recorder.Eventf(sj, wl, corev1.EventTypeWarning, "WorkloadFinishedEarly", "Queue",
+			"Workload %s was finished (%s: %s) before the SafeJob; queueing again", wl.Name, finishedCond.Reason, finishedCond.Message)
+		return r.dropWorkload(ctx, wl)
 	case finishedCond != nil && finishedCond.Status == metav1.ConditionTrue:
+		if !finishedJob(sj) {
+			return nil // stopping the pods first
+		}
 		return r.releaseWorkload(ctx, wl)
 	case wl.DeletionTimestamp != nil:
 		if plan.Stopped {

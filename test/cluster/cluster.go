@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/test/testutil"
@@ -51,6 +52,8 @@ type Options struct {
 	ControllerManagerQPS int
 	// Progress receives one line per step (default: discarded).
 	Progress io.Writer
+	// Kueue installs Kueue's CRDs and runs the Kueue manager (pinned v0.16.6).
+	Kueue bool
 }
 
 // Cluster is a running local cluster.
@@ -76,6 +79,9 @@ func Scheme() *runtime.Scheme {
 		panic(err)
 	}
 	if err := batchv1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := kueue.AddToScheme(s); err != nil {
 		panic(err)
 	}
 	return s
@@ -126,6 +132,16 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.addNodes(ctx); err != nil {
 		return nil, err
 	}
+	if opts.Kueue {
+		c.step("Building and starting Kueue %s (cached after the first time)", "v0.16.6")
+		bin, err := c.hack("kueue.sh")
+		if err != nil {
+			return nil, err
+		}
+		if err := c.startKueue(bin); err != nil {
+			return nil, err
+		}
+	}
 	c.step("Cluster ready: %d simulated nodes; kubeconfig %s", opts.Nodes, c.Kubeconfig)
 	return c, nil
 }
@@ -152,8 +168,16 @@ func (c *Cluster) startControlPlane() error {
 	if err != nil {
 		return err
 	}
+	crds := []string{filepath.Join(c.opts.Root, "config", "crd", "bases")}
+	if c.opts.Kueue {
+		dir, err := testutil.KueueCRDDir(c.opts.Root)
+		if err != nil {
+			return err
+		}
+		crds = append(crds, dir)
+	}
 	c.env = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(c.opts.Root, "config", "crd", "bases")},
+		CRDDirectoryPaths:     crds,
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: c.BinDir,
 	}

@@ -1,0 +1,373 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/controller"
+	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/test/cluster"
+	"github.com/safejob/safejob/test/testutil"
+)
+
+// TestKueue runs SafeJobs through the real Kueue manager (v0.16.6) on the
+// local cluster: quota, preemption, a missing LocalQueue, flavors and a
+// queued schedule with its teardown.
+func TestKueue(t *testing.T) {
+	e := newEnv(t, cluster.Options{Kueue: true})
+	e.startOperator()
+	k := &kueueEnv{env: e, ctx: context.Background()}
+	k.flavor("default", nil)
+	k.clusterQueue("cq", 2, "default")
+	k.localQueue("lq", "cq")
+	t.Run("quota", k.testQuota)
+	t.Run("preemption", k.testPreemption)
+	t.Run("missing LocalQueue", k.testMissingLocalQueue)
+	t.Run("flavors", k.testFlavors)
+	t.Run("schedule and teardown", k.testScheduleTeardown)
+}
+
+type kueueEnv struct {
+	*env
+	ctx context.Context
+}
+
+func (k *kueueEnv) create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := k.cl.Create(k.ctx, obj); err != nil {
+		t.Fatalf("creating %s: %v", obj.GetName(), err)
+	}
+}
+
+func (k *kueueEnv) flavor(name string, labels map[string]string) {
+	k.create(k.t, &kueue.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kueue.ResourceFlavorSpec{NodeLabels: labels}})
+}
+
+// clusterQueue makes a ClusterQueue for every namespace with cpu quota per
+// flavor, in order; lower priorities are preempted within it.
+func (k *kueueEnv) clusterQueue(name string, cpu int, flavors ...string) {
+	var fq []kueue.FlavorQuotas
+	for _, f := range flavors {
+		fq = append(fq, kueue.FlavorQuotas{Name: kueue.ResourceFlavorReference(f), Resources: []kueue.ResourceQuota{{
+			Name: corev1.ResourceCPU, NominalQuota: resource.MustParse(fmt.Sprint(cpu))}}})
+	}
+	k.create(k.t, &kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kueue.ClusterQueueSpec{
+		NamespaceSelector: &metav1.LabelSelector{},
+		ResourceGroups:    []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{corev1.ResourceCPU}, Flavors: fq}},
+		Preemption:        &kueue.ClusterQueuePreemption{WithinClusterQueue: kueue.PreemptionPolicyLowerPriority},
+	}})
+}
+
+func (k *kueueEnv) localQueue(name, cq string) {
+	k.create(k.t, &kueue.LocalQueue{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: nsSafeJob},
+		Spec: kueue.LocalQueueSpec{ClusterQueue: kueue.ClusterQueueReference(cq)}})
+}
+
+// job builds a queued SafeJob whose pods need one CPU each and run for d.
+func job(name, queue string, completions, parallelism int32, d string) *batchv1alpha1.SafeJob {
+	return &batchv1alpha1.SafeJob{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: nsSafeJob, Labels: map[string]string{controller.QueueNameLabel: queue}},
+		Spec: batchv1alpha1.SafeJobSpec{
+			Completions: ptr.To(completions), Parallelism: ptr.To(parallelism), BackoffLimit: ptr.To[int32](0),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"kwok.safejob.dev/duration": d}},
+				Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{
+					Name: "main", Image: "busybox",
+					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}},
+				}}},
+			},
+		},
+	}
+}
+
+func (k *kueueEnv) get(t *testing.T, name string) *batchv1alpha1.SafeJob {
+	t.Helper()
+	sj := &batchv1alpha1.SafeJob{}
+	if err := k.cl.Get(k.ctx, client.ObjectKey{Namespace: nsSafeJob, Name: name}, sj); err != nil {
+		t.Fatal(err)
+	}
+	return sj
+}
+
+func admitted(sj *batchv1alpha1.SafeJob) *metav1.Condition {
+	return meta.FindStatusCondition(sj.Status.Conditions, batchv1alpha1.ConditionAdmitted)
+}
+
+func complete(sj *batchv1alpha1.SafeJob) bool {
+	return meta.IsStatusConditionTrue(sj.Status.Conditions, batchv1alpha1.ConditionComplete)
+}
+
+func (k *kueueEnv) waitComplete(t *testing.T, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		waitUntil(t, 3*time.Minute, name+" to complete", func() bool { return complete(k.get(t, name)) })
+	}
+}
+
+// podCreates counts, from the audit log, the pods created for a SafeJob.
+func (k *kueueEnv) podCreates(t *testing.T, name string) int {
+	t.Helper()
+	creates, err := testutil.PodCreates(k.c.AuditLog, nsSafeJob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for pod, c := range creates {
+		if strings.HasPrefix(pod, name+"-") {
+			n += c
+		}
+	}
+	return n
+}
+
+// testQuota: 2 CPU of quota, three SafeJobs of 1 CPU: two run, the third
+// waits saying why, and runs when quota frees.
+func (k *kueueEnv) testQuota(t *testing.T) {
+	names := []string{"quota-1", "quota-2", "quota-3"}
+	for _, n := range names {
+		k.create(t, job(n, "lq", 2, 1, "3s"))
+	}
+	var waitingMsg string
+	waitUntil(t, time.Minute, "two admitted and one waiting", func() bool {
+		in, out := 0, ""
+		for _, n := range names {
+			c := admitted(k.get(t, n))
+			switch {
+			case c == nil:
+			case c.Status == metav1.ConditionTrue:
+				in++
+			case c.Message != "":
+				out = c.Message
+			}
+		}
+		if in > 2 {
+			t.Fatalf("%d SafeJobs admitted with quota for 2", in)
+		}
+		waitingMsg = out
+		return in == 2 && out != ""
+	})
+	t.Logf("the third SafeJob waits: %q", waitingMsg)
+	if !strings.Contains(waitingMsg, "quota") {
+		t.Errorf("waiting message %q does not say it is quota", waitingMsg)
+	}
+	k.waitComplete(t, names...)
+	for _, n := range names {
+		if got := k.podCreates(t, n); got != 2 {
+			t.Errorf("%s: %d pods created for 2 completions", n, got)
+		}
+	}
+}
+
+// testPreemption: a high-priority SafeJob preempts a low one mid-way; the
+// low one stops, records Evicted, resumes later and completes exactly.
+func (k *kueueEnv) testPreemption(t *testing.T) {
+	for name, v := range map[string]int32{"low": 100, "high": 1000} {
+		k.create(t, &kueue.WorkloadPriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: v})
+	}
+	low := job("low", "lq", 6, 2, "4s")
+	low.Labels[controller.PriorityClassLabel] = "low"
+	k.create(t, low)
+	waitUntil(t, 2*time.Minute, "low to be mid-way", func() bool {
+		sj := k.get(t, "low")
+		return sj.Status.Succeeded >= 1 && sj.Status.Ready == 2
+	})
+	high := job("high", "lq", 2, 2, "2s")
+	high.Labels[controller.PriorityClassLabel] = "high"
+	k.create(t, high)
+	waitUntil(t, time.Minute, "low to be evicted", func() bool {
+		c := admitted(k.get(t, "low"))
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == kueue.WorkloadEvictedByPreemption
+	})
+	k.waitComplete(t, "high", "low")
+	sj := k.get(t, "low")
+	evicted := 0
+	st, err := ledger.Replay(&sj.Status.Ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evicted = int(st.Evicted)
+	if sj.Status.Succeeded != 6 || sj.Status.Failed != 0 || evicted == 0 {
+		t.Fatalf("low: succeeded %d failed %d evicted %d; want 6, 0 and some evictions", sj.Status.Succeeded, sj.Status.Failed, evicted)
+	}
+	if got := k.podCreates(t, "low"); got != 6+evicted {
+		t.Errorf("low: %d pods created, want %d (6 completions + %d preempted)", got, 6+evicted, evicted)
+	}
+	t.Logf("low: preempted pods %d, re-admitted, 6/6 complete, 0 failures counted", evicted)
+}
+
+// testMissingLocalQueue: the SafeJob waits naming the queue; creating the
+// LocalQueue admits it.
+func (k *kueueEnv) testMissingLocalQueue(t *testing.T) {
+	k.create(t, job("orphan-queue", "late-lq", 1, 1, "1s"))
+	waitUntil(t, time.Minute, "a message naming the missing LocalQueue", func() bool {
+		c := admitted(k.get(t, "orphan-queue"))
+		return c != nil && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, "late-lq")
+	})
+	t.Logf("waiting: %q", admitted(k.get(t, "orphan-queue")).Message)
+	k.localQueue("late-lq", "cq")
+	k.waitComplete(t, "orphan-queue")
+}
+
+// testFlavors: two flavors with different node labels; pods land with the
+// admitted flavor's nodeSelector on nodes that carry it.
+func (k *kueueEnv) testFlavors(t *testing.T) {
+	for _, pool := range []string{"a", "b"} {
+		k.create(t, cluster.NewNode("pool-"+pool, map[string]string{"pool": pool}))
+		k.flavor("pool-"+pool, map[string]string{"pool": pool})
+	}
+	// pool-a has room for one pod, pool-b for four: three pods go to pool-b,
+	// then one pod fits pool-a.
+	k.create(t, &kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: "cq-pools"}, Spec: kueue.ClusterQueueSpec{
+		NamespaceSelector: &metav1.LabelSelector{},
+		ResourceGroups: []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{corev1.ResourceCPU}, Flavors: []kueue.FlavorQuotas{
+			{Name: "pool-a", Resources: []kueue.ResourceQuota{{Name: corev1.ResourceCPU, NominalQuota: resource.MustParse("1")}}},
+			{Name: "pool-b", Resources: []kueue.ResourceQuota{{Name: corev1.ResourceCPU, NominalQuota: resource.MustParse("4")}}},
+		}}},
+	}})
+	k.localQueue("pools", "cq-pools")
+	k.create(t, job("wide", "pools", 3, 3, "5s"))
+	waitUntil(t, time.Minute, "wide to be admitted", func() bool {
+		c := admitted(k.get(t, "wide"))
+		return c != nil && c.Status == metav1.ConditionTrue
+	})
+	k.create(t, job("narrow", "pools", 1, 1, "1s"))
+	k.waitComplete(t, "wide", "narrow")
+	for name, pool := range map[string]string{"wide": "b", "narrow": "a"} {
+		var pods corev1.PodList
+		if err := k.cl.List(k.ctx, &pods, client.InNamespace(nsSafeJob),
+			client.MatchingLabels{batchv1alpha1.SafeJobNameLabel: name}); err != nil {
+			t.Fatal(err)
+		}
+		if len(pods.Items) == 0 {
+			t.Fatalf("%s: no pods left to inspect", name)
+		}
+		for _, p := range pods.Items {
+			node := &corev1.Node{}
+			if err := k.cl.Get(k.ctx, client.ObjectKey{Name: p.Spec.NodeName}, node); err != nil {
+				t.Fatalf("%s: pod %s on node %q: %v", name, p.Name, p.Spec.NodeName, err)
+			}
+			if p.Spec.NodeSelector["pool"] != pool || node.Labels["pool"] != pool {
+				t.Errorf("%s: pod %s nodeSelector %v on node %s (pool %q); want pool %s", name, p.Name,
+					p.Spec.NodeSelector, node.Name, node.Labels["pool"], pool)
+			}
+		}
+	}
+}
+
+// testScheduleTeardown: a queued `@every 5s` schedule with Forbid: each run
+// has its own Workload and a queued run blocks the next; deleting the
+// parent stops the schedule first, then runs and Workloads go, and the
+// ClusterQueue can then be deleted.
+func (k *kueueEnv) testScheduleTeardown(t *testing.T) {
+	k.clusterQueue("cq-sched", 1, "default")
+	k.localQueue("lq-sched", "cq-sched")
+	// A blocker holds the only CPU for a while, so the first run queues.
+	k.create(t, job("blocker", "lq-sched", 1, 1, "12s"))
+	waitUntil(t, time.Minute, "the blocker to run", func() bool { return k.get(t, "blocker").Status.Ready == 1 })
+	parent := job("nightly", "lq-sched", 1, 1, "2s")
+	parent.Spec.Schedule = ptr.To("@every 5s")
+	parent.Spec.ConcurrencyPolicy = batchv1alpha1.ForbidConcurrent
+	parent.Spec.BackoffLimit = nil
+	k.create(t, parent)
+	waitUntil(t, time.Minute, "a queued run to block the next", func() bool {
+		p := k.get(t, "nightly")
+		c := meta.FindStatusCondition(p.Status.Conditions, batchv1alpha1.ConditionScheduling)
+		if c == nil || c.Reason != batchv1alpha1.ReasonWaitingForRun || len(p.Status.ActiveRuns) != 1 {
+			return false
+		}
+		run := k.get(t, p.Status.ActiveRuns[0].Name)
+		a := admitted(run)
+		return a != nil && a.Status == metav1.ConditionFalse
+	})
+	waitUntil(t, 2*time.Minute, "three runs to succeed", func() bool {
+		p := k.get(t, "nightly")
+		st, err := ledger.ReplayRuns(&p.Status.Ledger)
+		return err == nil && st.Runs >= 3
+	})
+	// Each run has had its own Workload.
+	var wls kueue.WorkloadList
+	if err := k.cl.List(k.ctx, &wls, client.InNamespace(nsSafeJob)); err != nil {
+		t.Fatal(err)
+	}
+	owners := map[string]int{}
+	for _, wl := range wls.Items {
+		if ref := metav1.GetControllerOf(&wl); ref != nil && strings.HasPrefix(ref.Name, "nightly-") {
+			owners[ref.Name]++
+		}
+	}
+	for run, n := range owners {
+		if n != 1 {
+			t.Errorf("run %s has %d Workloads", run, n)
+		}
+	}
+	if len(owners) == 0 {
+		t.Fatal("no Workload of a run found")
+	}
+	p := k.get(t, "nightly")
+	gone := tearDownParent(t, k.env, p)
+	waitUntil(t, 2*time.Minute, "the runs' Workloads to be gone", func() bool {
+		var wls kueue.WorkloadList
+		if err := k.cl.List(k.ctx, &wls, client.InNamespace(nsSafeJob)); err != nil {
+			return false
+		}
+		for _, wl := range wls.Items {
+			if wl.Spec.QueueName == "lq-sched" && !strings.HasPrefix(wl.Name, "safejob-blocker-") {
+				return false
+			}
+		}
+		return true
+	})
+	creates, err := testutil.Creates(k.c.AuditLog, "safejobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range creates {
+		if strings.HasPrefix(c.Name, "nightly-") && c.Received.After(gone) {
+			t.Errorf("run %s created after its parent was gone", c.Name)
+		}
+	}
+	k.waitComplete(t, "blocker")
+	cq := &kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: "cq-sched"}}
+	if err := k.cl.Delete(k.ctx, cq); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, time.Minute, "the ClusterQueue to be deleted", func() bool {
+		return apierrors.IsNotFound(k.cl.Get(k.ctx, client.ObjectKeyFromObject(cq), cq))
+	})
+}
+
+// tearDownParent deletes a scheduled SafeJob and waits until it and its
+// runs are gone; it returns when the parent was gone.
+func tearDownParent(t *testing.T, e *env, parent *batchv1alpha1.SafeJob) time.Time {
+	t.Helper()
+	ctx := context.Background()
+	if err := e.cl.Delete(ctx, parent); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, time.Minute, "the parent to be gone", func() bool {
+		return apierrors.IsNotFound(e.cl.Get(ctx, client.ObjectKeyFromObject(parent), &batchv1alpha1.SafeJob{}))
+	})
+	gone := time.Now()
+	waitUntil(t, 2*time.Minute, "the runs to be gone", func() bool {
+		var runs batchv1alpha1.SafeJobList
+		if err := e.cl.List(ctx, &runs, client.InNamespace(parent.Namespace),
+			client.MatchingLabels{batchv1alpha1.ParentLabel: parent.Name}); err != nil {
+			return false
+		}
+		return len(runs.Items) == 0
+	})
+	return gone
+}
