@@ -107,12 +107,12 @@ kubectl: ## Build the pinned kubectl.
 	@hack/k8s-binaries.sh kubectl >/dev/null
 
 .PHONY: install
-install: manifests kubectl ## Install the CRDs into the cluster of the current kubeconfig.
-	$(KUBECTL) apply --server-side -f config/crd/bases
+install: manifests kubectl ## Install the CRD and the queue-name admission policy into the cluster of the current kubeconfig.
+	$(KUBECTL) apply --server-side -f config/crd/bases -f config/policy/queue-name.yaml
 
 .PHONY: uninstall
 uninstall: manifests kubectl ## Uninstall the CRDs.
-	$(KUBECTL) delete --ignore-not-found -f config/crd/bases
+	$(KUBECTL) delete --ignore-not-found -f config/crd/bases -f config/policy/queue-name.yaml
 
 .PHONY: docker-build
 docker-build: ## Build the operator image $(IMG) (needs a container engine; none is used by the tests).

@@ -288,3 +288,76 @@ func TestKueueNotInstalled(t *testing.T) {
 }
 
 func resourceQuantity(s string) resource.Quantity { return resource.MustParse(s) }
+
+// TestQueueLabelFrozenWhileAdmitted: the API server refuses a change of the
+// queue label of an admitted SafeJob (config/policy/queue-name.yaml) and
+// accepts it while the SafeJob waits.
+func TestQueueLabelFrozenWhileAdmitted(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, hold, false)
+	startManager(t, h.ns, managerOptions{})
+	makeFlavor(t, "on-demand-d", nil)
+	waiting := queuedSafeJob("waiting", h.ns, "team-a", 1, 1)
+	running := queuedSafeJob("running", h.ns, "team-a", 1, 1)
+	for _, sj := range []*batchv1alpha1.SafeJob{waiting, running} {
+		if err := k8s.Create(context.Background(), sj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admit(t, client.ObjectKeyFromObject(waitWorkload(t, running, "created", anyWorkload)), "on-demand-d")
+	admittedCondition(t, client.ObjectKeyFromObject(running), metav1.ConditionTrue, "admitted")
+	relabel := func(sj *batchv1alpha1.SafeJob, opts ...client.PatchOption) error {
+		patch := []byte(`{"metadata":{"labels":{"kueue.x-k8s.io/queue-name":"team-b"}}}`)
+		return k8s.Patch(context.Background(), sj.DeepCopy(), client.RawPatch("application/merge-patch+json", patch), opts...)
+	}
+	// The policy is loaded by the API server asynchronously: dry runs until it bites.
+	waitFor(t, 30*time.Second, "the queue-name policy to be in force", func() (bool, error) {
+		return relabel(running, client.DryRunAll) != nil, nil
+	})
+	err := relabel(running)
+	if err == nil || !strings.Contains(err.Error(), "while the SafeJob is admitted") {
+		t.Fatalf("relabelling an admitted SafeJob: %v, want it refused", err)
+	}
+	if err := relabel(waiting); err != nil {
+		t.Fatalf("relabelling a waiting SafeJob: %v", err)
+	}
+	waitWorkload(t, waiting, "moved to the new queue", func(wl *kueue.Workload) bool { return wl.Spec.QueueName == "team-b" })
+}
+
+// TestKueueWorkloadFinishedEarly: Kueue v0.16.6 can finish a Workload as an
+// orphan (OwnerNotFound) when its cache has not seen the SafeJob yet. The
+// SafeJob stops its pods, counts nothing as failed, and queues again with a
+// new Workload.
+func TestKueueWorkloadFinishedEarly(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, hold, false)
+	startManager(t, h.ns, managerOptions{})
+	makeFlavor(t, "on-demand-e", nil)
+	sj := queuedSafeJob("orphaned", h.ns, "team-a", 1, 1)
+	if err := k8s.Create(context.Background(), sj); err != nil {
+		t.Fatal(err)
+	}
+	wl := waitWorkload(t, sj, "created", anyWorkload)
+	admit(t, client.ObjectKeyFromObject(wl), "on-demand-e")
+	waitFor(t, 30*time.Second, "the pod to run", func() (bool, error) {
+		got := &batchv1alpha1.SafeJob{}
+		err := k8s.Get(context.Background(), client.ObjectKeyFromObject(sj), got)
+		return err == nil && got.Status.Ready == 1, err
+	})
+	setWorkloadStatus(t, client.ObjectKeyFromObject(wl), func(wl *kueue.Workload) {
+		setCond(wl, kueue.WorkloadFinished, metav1.ConditionTrue, "OwnerNotFound", "The workload's owner no longer exists")
+	})
+	waitWorkload(t, sj, "replaced by a new one", func(n *kueue.Workload) bool { return n.UID != wl.UID })
+	got := &batchv1alpha1.SafeJob{}
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(sj), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Failed != 0 || got.Status.Active != 0 || finishedOrFailed(got) {
+		t.Fatalf("after the early finish: failed %d active %d conditions %+v", got.Status.Failed, got.Status.Active, got.Status.Conditions)
+	}
+	waitForEvent(t, h.ns, "orphaned", "WorkloadFinishedEarly")
+}
+
+func finishedOrFailed(sj *batchv1alpha1.SafeJob) bool {
+	return conditionTrue(sj, batchv1alpha1.ConditionComplete) || conditionTrue(sj, batchv1alpha1.ConditionFailed)
+}
