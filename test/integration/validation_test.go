@@ -194,3 +194,15 @@ func TestSamplesValid(t *testing.T) {
 		}
 	}
 }
+
+// TestKueueSamplesValid creates the Kueue samples (queues, priorities and
+// queued SafeJobs) as a dry run.
+func TestKueueSamplesValid(t *testing.T) {
+	t.Parallel()
+	for _, f := range []string{"queues.yaml", "safejobs.yaml"} {
+		path := filepath.Join("..", "..", "config", "samples", "kueue", f)
+		if err := testutil.CreateManifests(context.Background(), client.NewDryRunClient(k8s), path); err != nil {
+			t.Errorf("%s refused: %v", f, err)
+		}
+	}
+}
