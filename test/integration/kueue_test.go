@@ -155,10 +155,17 @@ func TestKueueAdmission(t *testing.T) {
 				pod.Labels, pod.Annotations, pod.Spec.Tolerations)
 		}
 	}
-	waitWorkload(t, sj, "Finished and released", func(wl *kueue.Workload) bool {
+	wl = waitWorkload(t, sj, "Finished and released", func(wl *kueue.Workload) bool {
 		c := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadFinished)
 		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == kueue.WorkloadFinishedReasonSucceeded && len(wl.Finalizers) == 0
 	})
+	// Both pods were ready at once; with one completion left, one pod's quota was reclaimable.
+	if c := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadPodsReady); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("PodsReady = %+v, want True", c)
+	}
+	if rp := wl.Status.ReclaimablePods; len(rp) != 1 || rp[0].Name != kueue.DefaultPodSetName || rp[0].Count < 1 {
+		t.Errorf("reclaimablePods = %+v, want main with at least 1", rp)
+	}
 	h.finalCheck(t, got)
 }
 
