@@ -84,7 +84,7 @@ func run(metricsAddr, probeAddr string, leaderElect, secureMetrics bool, concurr
 	}
 	withKueue, err := controller.KueueServed(mgr.GetRESTMapper())
 	if err != nil {
-		return err
+		return fmt.Errorf("checking for Kueue: %w", err)
 	}
 	ctrl.Log.WithName("setup").Info("Queueing through Kueue", "enabled", withKueue)
 	m := controller.NewMetrics()

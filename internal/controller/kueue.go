@@ -157,7 +157,8 @@ func gateOf(wl *kueue.Workload) *ledger.QueueGate {
 // ownWorkload returns the SafeJob's Workload, deleting any other Workload it owns.
 func (r *SafeJobReconciler) ownWorkload(ctx context.Context, sj *batchv1alpha1.SafeJob) (*kueue.Workload, error) {
 	var list kueue.WorkloadList
-	if err := r.Client.List(ctx, &list, client.InNamespace(sj.Namespace), client.MatchingFields{workloadOwnerIndex: string(sj.UID)}); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(sj.Namespace),
+		client.MatchingFields{workloadOwnerIndex: string(sj.UID)}); err != nil {
 		return nil, fmt.Errorf("listing Workloads: %w", err)
 	}
 	name := WorkloadName(sj)
@@ -346,10 +347,7 @@ func (info *podSetInfo) apply(pod *corev1.Pod) {
 }
 
 // finishedJob reports whether a SafeJob is Complete or Failed.
-func finishedJob(sj *batchv1alpha1.SafeJob) bool {
-	return meta.IsStatusConditionTrue(sj.Status.Conditions, batchv1alpha1.ConditionComplete) ||
-		meta.IsStatusConditionTrue(sj.Status.Conditions, batchv1alpha1.ConditionFailed)
-}
+func finishedJob(sj *batchv1alpha1.SafeJob) bool { return finishedJobStatus(&sj.Status) != nil }
 
 // afterDecide updates the Workload from what this reconcile decided and
 // wrote: the reservation is given back once an evicted SafeJob has no pod
@@ -360,26 +358,8 @@ func (r *SafeJobReconciler) afterDecide(ctx context.Context, sj *batchv1alpha1.S
 	if wl == nil {
 		return nil
 	}
-	status := plan.Status
-	finishedCond := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadFinished)
-	switch {
-	case finishedCond != nil && finishedCond.Status == metav1.ConditionTrue && !finishedJob(sj) && plan.Stopped:
-		// Finished while the SafeJob is not (e.g. Kueue took it for an
-		// orphan, reason OwnerNotFound): no pod runs any more, so queue again
-		// with a new Workload.
-		r.Recorder.Eventf(sj, wl, corev1.EventTypeWarning, "WorkloadFinishedEarly", "Queue",
-			"Workload %s was finished (%s: %s) before the SafeJob; queueing again", wl.Name, finishedCond.Reason, finishedCond.Message)
-		return r.dropWorkload(ctx, wl)
-	case finishedCond != nil && finishedCond.Status == metav1.ConditionTrue:
-		if !finishedJob(sj) {
-			return nil // stopping the pods first
-		}
-		return r.releaseWorkload(ctx, wl)
-	case wl.DeletionTimestamp != nil:
-		if plan.Stopped {
-			return r.releaseWorkload(ctx, wl)
-		}
-		return nil
+	if done, err := r.settleWorkload(ctx, sj, wl, plan); done || err != nil {
+		return err
 	}
 	updated := wl.DeepCopy()
 	now := metav1.NewTime(r.Clock.Now())
@@ -387,30 +367,71 @@ func (r *SafeJobReconciler) afterDecide(ctx context.Context, sj *batchv1alpha1.S
 		meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason,
 			Message: msg, LastTransitionTime: now, ObservedGeneration: wl.Generation})
 	}
+	status := plan.Status
 	switch {
-	case meta.IsStatusConditionTrue(status.Conditions, batchv1alpha1.ConditionComplete):
-		c := meta.FindStatusCondition(status.Conditions, batchv1alpha1.ConditionComplete)
-		setCond(kueue.WorkloadFinished, metav1.ConditionTrue, kueue.WorkloadFinishedReasonSucceeded, c.Message)
-	case meta.IsStatusConditionTrue(status.Conditions, batchv1alpha1.ConditionFailed):
-		c := meta.FindStatusCondition(status.Conditions, batchv1alpha1.ConditionFailed)
-		setCond(kueue.WorkloadFinished, metav1.ConditionTrue, kueue.WorkloadFinishedReasonFailed, c.Message)
+	case finishedJobStatus(&status) != nil:
+		c := finishedJobStatus(&status)
+		reason := kueue.WorkloadFinishedReasonSucceeded
+		if c.Type == batchv1alpha1.ConditionFailed {
+			reason = kueue.WorkloadFinishedReasonFailed
+		}
+		setCond(kueue.WorkloadFinished, metav1.ConditionTrue, reason, c.Message)
 	case !q.gate.Admitted:
-		evicted := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadEvicted)
-		if evicted != nil && evicted.Status == metav1.ConditionTrue && wl.Status.Admission != nil && plan.Stopped {
-			requeued := metav1.ConditionFalse
-			if evicted.Reason == kueue.WorkloadEvictedByPreemption || evicted.Reason == kueue.WorkloadEvictedDueToNodeFailures {
-				requeued = metav1.ConditionTrue
-			}
-			setCond(kueue.WorkloadRequeued, requeued, evicted.Reason, evicted.Message)
-			setCond(kueue.WorkloadQuotaReserved, metav1.ConditionFalse, "Pending", evicted.Message)
-			setCond(kueue.WorkloadAdmitted, metav1.ConditionFalse, "NoReservation", "The workload has no reservation")
-			updated.Status.Admission = nil
-			log.FromContext(ctx).Info("Giving back the Workload's quota: no pod left", "workload", klogRef(wl), "reason", evicted.Reason)
+		if giveBackQuota(updated, plan, setCond) {
+			log.FromContext(ctx).Info("Giving back the Workload's quota: no pod left", "workload", klogRef(wl))
 		}
 	default:
 		syncPodsReady(updated, status, setCond)
 		updated.Status.ReclaimablePods = reclaimable(sj, wl, status)
 	}
+	return r.writeWorkloadStatus(ctx, sj, wl, updated)
+}
+
+// settleWorkload handles a Workload that is finished or deleted: its
+// finalizer goes once no pod runs; one finished before its SafeJob (Kueue
+// took it for an orphan, reason OwnerNotFound) is replaced. done is true
+// when nothing else is to be done with the Workload.
+func (r *SafeJobReconciler) settleWorkload(ctx context.Context, sj *batchv1alpha1.SafeJob, wl *kueue.Workload,
+	plan *ledger.Plan) (bool, error) {
+	finished := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadFinished)
+	switch {
+	case finished != nil && finished.Status == metav1.ConditionTrue && finishedJob(sj):
+		return true, r.releaseWorkload(ctx, wl)
+	case finished != nil && finished.Status == metav1.ConditionTrue && plan.Stopped:
+		r.Recorder.Eventf(sj, wl, corev1.EventTypeWarning, "WorkloadFinishedEarly", "Queue",
+			"Workload %s was finished (%s: %s) before the SafeJob; queueing again", wl.Name, finished.Reason, finished.Message)
+		return true, r.dropWorkload(ctx, wl)
+	case finished != nil && finished.Status == metav1.ConditionTrue:
+		return true, nil // stopping the pods first
+	case wl.DeletionTimestamp != nil && plan.Stopped:
+		return true, r.releaseWorkload(ctx, wl)
+	case wl.DeletionTimestamp != nil:
+		return true, nil
+	}
+	return false, nil
+}
+
+// giveBackQuota clears the reservation of an evicted Workload once no pod
+// is left, as Kueue's job integrations do, and reports whether it did.
+func giveBackQuota(wl *kueue.Workload, plan *ledger.Plan, setCond func(string, metav1.ConditionStatus, string, string)) bool {
+	evicted := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadEvicted)
+	if evicted == nil || evicted.Status != metav1.ConditionTrue || wl.Status.Admission == nil || !plan.Stopped {
+		return false
+	}
+	requeued := metav1.ConditionFalse
+	if evicted.Reason == kueue.WorkloadEvictedByPreemption || evicted.Reason == kueue.WorkloadEvictedDueToNodeFailures {
+		requeued = metav1.ConditionTrue
+	}
+	setCond(kueue.WorkloadRequeued, requeued, evicted.Reason, evicted.Message)
+	setCond(kueue.WorkloadQuotaReserved, metav1.ConditionFalse, "Pending", evicted.Message)
+	setCond(kueue.WorkloadAdmitted, metav1.ConditionFalse, "NoReservation", "The workload has no reservation")
+	wl.Status.Admission = nil
+	return true
+}
+
+// writeWorkloadStatus writes a changed Workload status with UpdateStatus
+// and the resourceVersion it was read at.
+func (r *SafeJobReconciler) writeWorkloadStatus(ctx context.Context, sj *batchv1alpha1.SafeJob, wl, updated *kueue.Workload) error {
 	if equalityOfStatus(wl, updated) {
 		return nil
 	}
@@ -426,6 +447,19 @@ func (r *SafeJobReconciler) afterDecide(ctx context.Context, sj *batchv1alpha1.S
 	return nil
 }
 
+// finishedJobStatus returns the Complete or Failed condition when True.
+func finishedJobStatus(s *batchv1alpha1.SafeJobStatus) *metav1.Condition {
+	for _, t := range []string{batchv1alpha1.ConditionComplete, batchv1alpha1.ConditionFailed} {
+		if c := meta.FindStatusCondition(s.Conditions, t); c != nil && c.Status == metav1.ConditionTrue {
+			return c
+		}
+	}
+	return nil
+}
+
+// podsReadyWaitForRecovery is Kueue's PodsReady reason after a ready pod failed.
+const podsReadyWaitForRecovery = "WaitForRecovery"
+
 // syncPodsReady sets PodsReady as Kueue's job integrations do: True once
 // every pod of the pod set is ready or succeeded.
 func syncPodsReady(wl *kueue.Workload, status batchv1alpha1.SafeJobStatus, setCond func(string, metav1.ConditionStatus, string, string)) {
@@ -436,7 +470,7 @@ func syncPodsReady(wl *kueue.Workload, status batchv1alpha1.SafeJobStatus, setCo
 	prev := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadPodsReady)
 	if status.Ready+status.Succeeded >= count {
 		reason := "Started"
-		if prev != nil && (prev.Reason == "WaitForRecovery" || prev.Reason == "Recovered") {
+		if prev != nil && (prev.Reason == podsReadyWaitForRecovery || prev.Reason == "Recovered") {
 			reason = "Recovered"
 		}
 		if prev == nil || prev.Status != metav1.ConditionTrue || prev.Reason != reason {
@@ -445,8 +479,8 @@ func syncPodsReady(wl *kueue.Workload, status batchv1alpha1.SafeJobStatus, setCo
 		return
 	}
 	reason, msg := "WaitForStart", "Not all pods are ready or succeeded"
-	if prev != nil && (prev.Status == metav1.ConditionTrue || prev.Reason == "WaitForRecovery") {
-		reason, msg = "WaitForRecovery", "At least one pod has failed, waiting for recovery"
+	if prev != nil && (prev.Status == metav1.ConditionTrue || prev.Reason == podsReadyWaitForRecovery) {
+		reason, msg = podsReadyWaitForRecovery, "At least one pod has failed, waiting for recovery"
 	}
 	if prev == nil || prev.Status != metav1.ConditionFalse || prev.Reason != reason {
 		setCond(kueue.WorkloadPodsReady, metav1.ConditionFalse, reason, msg)

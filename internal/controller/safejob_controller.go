@@ -76,12 +76,7 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 		return reconcile.Result{}, nil
 	}
 	if sj.DeletionTimestamp != nil {
-		var errs []error
-		if slices.Contains(sj.Finalizers, batchv1alpha1.RunFinalizer) {
-			errs = append(errs, r.releaseRun(ctx, sj))
-		}
-		errs = append(errs, r.releaseOrphans(ctx, req), r.releaseWorkloads(ctx, req, sj.UID))
-		return reconcile.Result{}, errors.Join(errs...)
+		return reconcile.Result{}, r.releaseAll(ctx, req, sj)
 	}
 	if sj.Spec.Schedule != nil {
 		return r.reconcileParent(ctx, sj)
@@ -89,18 +84,10 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 	if done, err := r.expireTTL(ctx, sj); done || err != nil {
 		return reconcile.Result{}, err
 	}
-	q := &queued{}
-	if queueName(sj) != "" {
-		var err error
-		if q, err = r.syncWorkload(ctx, sj); err != nil {
-			return reconcile.Result{}, err
-		}
-	}
-	in, wait, err := r.gather(ctx, sj)
+	q, in, wait, err := r.gatherAll(ctx, sj)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	in.Queue = q.gate
 	plan, err := ledger.Decide(in)
 	if err != nil {
 		return reconcile.Result{}, r.markLedgerInvalid(ctx, sj, err)
@@ -126,6 +113,35 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 	_, res := r.ttlResult(sj)
 	res.RequeueAfter = ledger.MinPositive(ledger.MinPositive(res.RequeueAfter, plan.RequeueAfter), wait)
 	return res, nil
+}
+
+// releaseAll lets go of what a deleted SafeJob holds: its run finalizer
+// once its parent cannot record it, its pods' and its Workloads' finalizers.
+func (r *SafeJobReconciler) releaseAll(ctx context.Context, req reconcile.Request, sj *batchv1alpha1.SafeJob) error {
+	var errs []error
+	if slices.Contains(sj.Finalizers, batchv1alpha1.RunFinalizer) {
+		errs = append(errs, r.releaseRun(ctx, sj))
+	}
+	errs = append(errs, r.releaseOrphans(ctx, req), r.releaseWorkloads(ctx, req, sj.UID))
+	return errors.Join(errs...)
+}
+
+// gatherAll brings the SafeJob's Workload up to date when it is queued and
+// gathers the ledger input, with the queue's gate.
+func (r *SafeJobReconciler) gatherAll(ctx context.Context, sj *batchv1alpha1.SafeJob) (*queued, *ledger.Input, time.Duration, error) {
+	q := &queued{}
+	if queueName(sj) != "" {
+		var err error
+		if q, err = r.syncWorkload(ctx, sj); err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	in, wait, err := r.gather(ctx, sj)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	in.Queue = q.gate
+	return q, in, wait, nil
 }
 
 // gather builds the ledger input: the cached pods, the terminal states seen

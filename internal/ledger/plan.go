@@ -474,6 +474,22 @@ func (d *decision) writeStatus() error {
 		}
 	}
 	s.Ledger = l
+	d.setCounters(s, st)
+	if c := d.cond(batchv1alpha1.ConditionLedgerValid); c != nil && c.Status != metav1.ConditionTrue {
+		d.setCond(batchv1alpha1.ConditionLedgerValid, metav1.ConditionTrue, batchv1alpha1.ReasonLedgerOK, "Ledger is valid")
+	}
+	d.plan.Status = *s
+	d.plan.Stopped = d.stopping && d.target == "" && len(st.Open) == 0 && d.podsQuiet()
+	if !d.finished() && d.target == "" {
+		if left := d.deadlineLeft(); left < time.Duration(1<<62-1) {
+			d.plan.RequeueAfter = MinPositive(d.plan.RequeueAfter, left)
+		}
+	}
+	return nil
+}
+
+// setCounters derives the status counters from the ledger's state.
+func (d *decision) setCounters(s *batchv1alpha1.SafeJobStatus, st *State) {
 	s.Active = int32(len(st.Open))
 	s.Ready = 0
 	for name := range st.Open {
@@ -492,17 +508,6 @@ func (d *decision) writeStatus() error {
 		s.FailedIndexes = ptr.To(st.FailedIndexes.String())
 	}
 	s.Completions = fmt.Sprintf("%d/%d", s.Succeeded, ptr.Deref(d.in.Spec.Completions, 1))
-	if c := d.cond(batchv1alpha1.ConditionLedgerValid); c != nil && c.Status != metav1.ConditionTrue {
-		d.setCond(batchv1alpha1.ConditionLedgerValid, metav1.ConditionTrue, batchv1alpha1.ReasonLedgerOK, "Ledger is valid")
-	}
-	d.plan.Status = *s
-	d.plan.Stopped = d.stopping && d.target == "" && len(st.Open) == 0 && d.podsQuiet()
-	if !d.finished() && d.target == "" {
-		if left := d.deadlineLeft(); left < time.Duration(1<<62-1) {
-			d.plan.RequeueAfter = MinPositive(d.plan.RequeueAfter, left)
-		}
-	}
-	return nil
 }
 
 // podsQuiet reports that every observed pod has terminated and none keeps

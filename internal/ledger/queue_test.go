@@ -10,48 +10,43 @@ import (
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 )
 
+// gateWorld is one queued SafeJob whose every plan is written back.
+type gateWorld struct {
+	t      *testing.T
+	spec   batchv1alpha1.SafeJobSpec
+	status batchv1alpha1.SafeJobStatus
+	pods   []*corev1.Pod
+}
+
+func (w *gateWorld) decide(q *QueueGate) *Plan {
+	w.t.Helper()
+	plan, err := Decide(&Input{Name: "sj", Spec: &w.spec, Status: &w.status, Pods: w.pods, Now: t0, Queue: q,
+		Pending: map[string]bool{"sj-0-0": true, "sj-1-0": true, "sj-1-1": true, "sj-2-0": true}})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.status = plan.Status
+	return plan
+}
+
 // TestQueueGate walks a queued SafeJob through waiting, admission,
 // eviction mid-way and re-admission: nothing launches before admission,
 // evicted pods are recorded Evicted (never failures), completions stay.
 func TestQueueGate(t *testing.T) {
-	s := spec(2, 4)
-	status := &batchv1alpha1.SafeJobStatus{}
-	var pods []*corev1.Pod
-	decide := func(q *QueueGate) *Plan {
-		t.Helper()
-		plan, err := Decide(&Input{Name: "sj", Spec: &s, Status: status, Pods: pods, Now: t0, Queue: q,
-			Pending: map[string]bool{"sj-0-0": true, "sj-1-0": true, "sj-1-1": true, "sj-2-0": true}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		*status = plan.Status
-		return plan
-	}
+	w := &gateWorld{t: t, spec: spec(2, 4)}
 	waiting := &QueueGate{Reason: "Pending", Message: "LocalQueue team-a doesn't exist"}
-	plan := decide(waiting)
-	if len(plan.Append) != 0 || status.StartTime != nil {
-		t.Fatalf("launched before admission: %v, startTime %v", plan.Append, status.StartTime)
-	}
-	if c := meta.FindStatusCondition(status.Conditions, batchv1alpha1.ConditionAdmitted); c == nil ||
-		c.Status != metav1.ConditionFalse || c.Message != waiting.Message {
-		t.Fatalf("Admitted condition %+v, want False saying why", c)
-	}
-	if meta.FindStatusCondition(status.Conditions, batchv1alpha1.ConditionSuspended) != nil {
-		t.Error("a waiting SafeJob is reported Suspended")
-	}
-	if !plan.Stopped {
-		t.Error("a SafeJob that never ran is not reported stopped")
-	}
+	plan := w.decide(waiting)
+	expectWaiting(t, plan, &w.status, waiting.Message)
 
 	admitted := &QueueGate{Admitted: true, Message: "Admitted by ClusterQueue cq"}
-	if plan = decide(admitted); len(plan.Append) != 2 || status.StartTime == nil || plan.Stopped {
-		t.Fatalf("after admission: appended %v, startTime %v, stopped %v", plan.Append, status.StartTime, plan.Stopped)
+	if plan = w.decide(admitted); len(plan.Append) != 2 || w.status.StartTime == nil || plan.Stopped {
+		t.Fatalf("after admission: appended %v, startTime %v, stopped %v", plan.Append, w.status.StartTime, plan.Stopped)
 	}
 	// Pod 0 succeeds, pod 1 runs; then the Workload is evicted.
-	pods = []*corev1.Pod{withPhase(pod(0, 0), corev1.PodSucceeded, 0), pod(1, 0)}
-	decide(admitted) // records the success, launches index 2
+	w.pods = []*corev1.Pod{withPhase(pod(0, 0), corev1.PodSucceeded, 0), pod(1, 0)}
+	w.decide(admitted) // records the success, launches index 2
 	evicted := &QueueGate{Reason: "Preempted", Message: "Preempted to accommodate a higher priority Workload"}
-	plan = decide(evicted)
+	plan = w.decide(evicted)
 	// The pending launch of index 2 was never created: closed before it starts.
 	if len(plan.Append) != 1 || plan.Append[0].Pod != "sj-2-0" || plan.Append[0].Type != batchv1alpha1.EntryEvicted ||
 		len(plan.Delete) != 1 || plan.Delete[0] != "sj-1-0" || plan.Stopped {
@@ -61,26 +56,44 @@ func TestQueueGate(t *testing.T) {
 	// The deleted pod ends Failed: recorded Evicted with the queue's reason.
 	p := withPhase(pod(1, 0), corev1.PodFailed, 143)
 	p.DeletionTimestamp = &metav1.Time{Time: t0}
-	pods = []*corev1.Pod{withPhase(pod(0, 0), corev1.PodSucceeded, 0), p}
-	plan = decide(evicted)
-	var evictions int
+	w.pods = []*corev1.Pod{withPhase(pod(0, 0), corev1.PodSucceeded, 0), p}
+	expectEvictedOnly(t, w.decide(evicted), &w.status)
+	w.pods[1].Finalizers = nil
+	if plan = w.decide(evicted); !plan.Stopped || w.status.Active != 0 {
+		t.Fatalf("all pods terminal and released: stopped %v, active %d", plan.Stopped, w.status.Active)
+	}
+	// Re-admitted: it resumes where it was.
+	w.pods = nil
+	if plan = w.decide(admitted); len(plan.Append) != 2 || w.status.Succeeded != 1 {
+		t.Fatalf("after re-admission: appended %v, succeeded %d; want two launches and the completion kept", plan.Append, w.status.Succeeded)
+	}
+}
+
+func expectWaiting(t *testing.T, plan *Plan, status *batchv1alpha1.SafeJobStatus, msg string) {
+	t.Helper()
+	if len(plan.Append) != 0 || status.StartTime != nil {
+		t.Fatalf("launched before admission: %v, startTime %v", plan.Append, status.StartTime)
+	}
+	if c := meta.FindStatusCondition(status.Conditions, batchv1alpha1.ConditionAdmitted); c == nil ||
+		c.Status != metav1.ConditionFalse || c.Message != msg {
+		t.Fatalf("Admitted condition %+v, want False saying why", c)
+	}
+	if meta.FindStatusCondition(status.Conditions, batchv1alpha1.ConditionSuspended) != nil {
+		t.Error("a waiting SafeJob is reported Suspended")
+	}
+	if !plan.Stopped {
+		t.Error("a SafeJob that never ran is not reported stopped")
+	}
+}
+
+func expectEvictedOnly(t *testing.T, plan *Plan, status *batchv1alpha1.SafeJobStatus) {
+	t.Helper()
 	for _, e := range plan.Append {
 		if e.Type != batchv1alpha1.EntryEvicted || e.Reason != "Preempted" {
 			t.Errorf("entry %s %s (%s) on eviction, want Evicted (Preempted)", e.Type, e.Pod, e.Reason)
 		}
-		evictions++
 	}
-	if evictions == 0 || status.Failed != 0 || status.Succeeded != 1 {
-		t.Fatalf("after eviction: %d evictions, failed %d, succeeded %d", evictions, status.Failed, status.Succeeded)
-	}
-	pods[1].Finalizers = nil
-	if plan = decide(evicted); !plan.Stopped || status.Active != 0 {
-		t.Fatalf("all pods terminal and released: stopped %v, active %d", plan.Stopped, status.Active)
-	}
-	// Re-admitted: it resumes where it was.
-	pods = nil
-	plan = decide(admitted)
-	if len(plan.Append) != 2 || status.Succeeded != 1 {
-		t.Fatalf("after re-admission: appended %v, succeeded %d; want two launches and the completion kept", plan.Append, status.Succeeded)
+	if len(plan.Append) == 0 || status.Failed != 0 || status.Succeeded != 1 {
+		t.Fatalf("after eviction: %d entries, failed %d, succeeded %d", len(plan.Append), status.Failed, status.Succeeded)
 	}
 }

@@ -297,14 +297,30 @@ func (k *kueueEnv) testScheduleTeardown(t *testing.T) {
 		st, err := ledger.ReplayRuns(&p.Status.Ledger)
 		return err == nil && st.Runs >= 3
 	})
-	// Each run has had its own Workload.
+	k.checkOneWorkloadPerRun(t, "nightly-")
+	gone := tearDownParent(t, k.env, k.get(t, "nightly"))
+	k.waitWorkloadsGone(t, "lq-sched", "safejob-blocker-")
+	k.checkNoCreateAfter(t, "nightly-", gone)
+	k.waitComplete(t, "blocker")
+	cq := &kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: "cq-sched"}}
+	if err := k.cl.Delete(k.ctx, cq); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, time.Minute, "the ClusterQueue to be deleted", func() bool {
+		return apierrors.IsNotFound(k.cl.Get(k.ctx, client.ObjectKeyFromObject(cq), cq))
+	})
+}
+
+// checkOneWorkloadPerRun checks that every run has had exactly one Workload.
+func (k *kueueEnv) checkOneWorkloadPerRun(t *testing.T, prefix string) {
+	t.Helper()
 	var wls kueue.WorkloadList
 	if err := k.cl.List(k.ctx, &wls, client.InNamespace(nsSafeJob)); err != nil {
 		t.Fatal(err)
 	}
 	owners := map[string]int{}
 	for _, wl := range wls.Items {
-		if ref := metav1.GetControllerOf(&wl); ref != nil && strings.HasPrefix(ref.Name, "nightly-") {
+		if ref := metav1.GetControllerOf(&wl); ref != nil && strings.HasPrefix(ref.Name, prefix) {
 			owners[ref.Name]++
 		}
 	}
@@ -316,37 +332,39 @@ func (k *kueueEnv) testScheduleTeardown(t *testing.T) {
 	if len(owners) == 0 {
 		t.Fatal("no Workload of a run found")
 	}
-	p := k.get(t, "nightly")
-	gone := tearDownParent(t, k.env, p)
+}
+
+// waitWorkloadsGone waits until the only Workloads of the queue left are
+// those whose name starts with keep.
+func (k *kueueEnv) waitWorkloadsGone(t *testing.T, queue, keep string) {
+	t.Helper()
 	waitUntil(t, 2*time.Minute, "the runs' Workloads to be gone", func() bool {
 		var wls kueue.WorkloadList
 		if err := k.cl.List(k.ctx, &wls, client.InNamespace(nsSafeJob)); err != nil {
 			return false
 		}
 		for _, wl := range wls.Items {
-			if wl.Spec.QueueName == "lq-sched" && !strings.HasPrefix(wl.Name, "safejob-blocker-") {
+			if string(wl.Spec.QueueName) == queue && !strings.HasPrefix(wl.Name, keep) {
 				return false
 			}
 		}
 		return true
 	})
+}
+
+// checkNoCreateAfter fails on any SafeJob create with the name prefix that
+// the API server received after t0.
+func (k *kueueEnv) checkNoCreateAfter(t *testing.T, prefix string, t0 time.Time) {
+	t.Helper()
 	creates, err := testutil.Creates(k.c.AuditLog, "safejobs")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range creates {
-		if strings.HasPrefix(c.Name, "nightly-") && c.Received.After(gone) {
+		if strings.HasPrefix(c.Name, prefix) && c.Received.After(t0) {
 			t.Errorf("run %s created after its parent was gone", c.Name)
 		}
 	}
-	k.waitComplete(t, "blocker")
-	cq := &kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: "cq-sched"}}
-	if err := k.cl.Delete(k.ctx, cq); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, time.Minute, "the ClusterQueue to be deleted", func() bool {
-		return apierrors.IsNotFound(k.cl.Get(k.ctx, client.ObjectKeyFromObject(cq), cq))
-	})
 }
 
 // tearDownParent deletes a scheduled SafeJob and waits until it and its

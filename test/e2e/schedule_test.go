@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -84,24 +83,16 @@ func killAtRandom(e *env, d time.Duration) int {
 	return kills
 }
 
-// tearDown deletes the parent, waits until it is gone, then until its runs
-// and their pods are gone too. It returns when the parent was gone.
+// tearDown deletes the parent, waits until it and its runs are gone, then
+// until their pods are gone too. It returns when the parent was gone.
 func tearDown(e *env, parent *batchv1alpha1.SafeJob) time.Time {
-	ctx := context.Background()
-	if err := e.cl.Delete(ctx, parent); err != nil {
-		e.t.Fatal(err)
-	}
-	waitUntil(e.t, time.Minute, "the parent to be gone", func() bool {
-		return apierrors.IsNotFound(e.cl.Get(ctx, client.ObjectKeyFromObject(parent), &batchv1alpha1.SafeJob{}))
-	})
-	gone := time.Now()
-	waitUntil(e.t, 2*time.Minute, "the runs and their pods to be gone", func() bool {
-		var runs batchv1alpha1.SafeJobList
+	gone := tearDownParent(e.t, e, parent)
+	waitUntil(e.t, 2*time.Minute, "the runs' pods to be gone", func() bool {
 		var pods corev1.PodList
-		if e.cl.List(ctx, &runs, client.InNamespace(nsSafeJob)) != nil || e.cl.List(ctx, &pods, client.InNamespace(nsSafeJob)) != nil {
+		if e.cl.List(context.Background(), &pods, client.InNamespace(parent.Namespace)) != nil {
 			return false
 		}
-		return len(runs.Items) == 0 && len(pods.Items) == 0
+		return len(pods.Items) == 0
 	})
 	return gone
 }

@@ -25,8 +25,8 @@ import (
 // of the Workload protocol is checked on its own; the end-to-end suite runs
 // the real Kueue manager.
 
-func queuedSafeJob(name, ns, queue string, completions, parallelism int32) *batchv1alpha1.SafeJob {
-	sj := testutil.MakeSafeJob(name, ns).Completions(completions).Parallelism(parallelism).Label(controller.QueueNameLabel, queue).Obj()
+func queuedSafeJob(name, ns string, completions, parallelism int32) *batchv1alpha1.SafeJob {
+	sj := testutil.MakeSafeJob(name, ns).Completions(completions).Parallelism(parallelism).Label(controller.QueueNameLabel, "team-a").Obj()
 	sj.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resourceQuantity("1")}
 	return sj
 }
@@ -119,18 +119,13 @@ func TestKueueAdmission(t *testing.T) {
 	if err := k8s.Create(context.Background(), wpc); err != nil {
 		t.Fatal(err)
 	}
-	sj := queuedSafeJob("queued", h.ns, "team-a", 3, 2)
+	sj := queuedSafeJob("queued", h.ns, 3, 2)
 	sj.Labels[controller.PriorityClassLabel] = wpc.Name
 	if err := k8s.Create(context.Background(), sj); err != nil {
 		t.Fatal(err)
 	}
 	wl := waitWorkload(t, sj, "created", anyWorkload)
-	if ref := metav1.GetControllerOf(wl); ref == nil || ref.UID != sj.UID || wl.Spec.QueueName != "team-a" ||
-		wl.Labels["kueue.x-k8s.io/job-uid"] != string(sj.UID) || wl.Spec.PodSets[0].Count != 2 ||
-		ptr.Deref(wl.Spec.Priority, 0) != 1000 || len(wl.Finalizers) != 1 {
-		t.Fatalf("Workload %s: owner %v queue %s labels %v count %d priority %v finalizers %v", wl.Name, wl.OwnerReferences,
-			wl.Spec.QueueName, wl.Labels, wl.Spec.PodSets[0].Count, wl.Spec.Priority, wl.Finalizers)
-	}
+	checkNewWorkload(t, sj, wl)
 	key := client.ObjectKeyFromObject(wl)
 	setWorkloadStatus(t, key, func(wl *kueue.Workload) {
 		setCond(wl, kueue.WorkloadQuotaReserved, metav1.ConditionFalse, "Inadmissible", "LocalQueue team-a doesn't exist")
@@ -144,18 +139,42 @@ func TestKueueAdmission(t *testing.T) {
 	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || !conditionTrue(got, batchv1alpha1.ConditionAdmitted) {
 		t.Fatalf("conditions %+v", got.Status.Conditions)
 	}
+	checkAdmittedPods(t, h, wl.Name)
+	checkFinishedWorkload(t, sj)
+	h.finalCheck(t, got)
+}
+
+func checkNewWorkload(t *testing.T, sj *batchv1alpha1.SafeJob, wl *kueue.Workload) {
+	t.Helper()
+	if ref := metav1.GetControllerOf(wl); ref == nil || ref.UID != sj.UID || wl.Spec.QueueName != "team-a" ||
+		wl.Labels["kueue.x-k8s.io/job-uid"] != string(sj.UID) || wl.Spec.PodSets[0].Count != 2 ||
+		ptr.Deref(wl.Spec.Priority, 0) != 1000 || len(wl.Finalizers) != 1 {
+		t.Fatalf("Workload %s: owner %v queue %s labels %v count %d priority %v finalizers %v", wl.Name, wl.OwnerReferences,
+			wl.Spec.QueueName, wl.Labels, wl.Spec.PodSets[0].Count, wl.Spec.Priority, wl.Finalizers)
+	}
+}
+
+// checkAdmittedPods checks that every pod carries the admission.
+func checkAdmittedPods(t *testing.T, h *harness, workload string) {
+	t.Helper()
 	for name := range h.kubelet.Succeeded() {
 		pod := &corev1.Pod{}
 		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: h.ns, Name: name}, pod); err != nil {
 			t.Fatal(err)
 		}
 		if pod.Spec.NodeSelector["instance"] != "on-demand" || pod.Labels["kueue.x-k8s.io/podset"] != "main" ||
-			pod.Annotations["kueue.x-k8s.io/workload"] != wl.Name || pod.Spec.Tolerations[0].Key != "spot" {
+			pod.Annotations["kueue.x-k8s.io/workload"] != workload || pod.Spec.Tolerations[0].Key != "spot" {
 			t.Errorf("pod %s: nodeSelector %v labels %v annotations %v tolerations %v", name, pod.Spec.NodeSelector,
 				pod.Labels, pod.Annotations, pod.Spec.Tolerations)
 		}
 	}
-	wl = waitWorkload(t, sj, "Finished and released", func(wl *kueue.Workload) bool {
+}
+
+// checkFinishedWorkload waits for the Workload to be Finished and released,
+// and checks PodsReady and reclaimablePods as they were left.
+func checkFinishedWorkload(t *testing.T, sj *batchv1alpha1.SafeJob) {
+	t.Helper()
+	wl := waitWorkload(t, sj, "Finished and released", func(wl *kueue.Workload) bool {
 		c := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadFinished)
 		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == kueue.WorkloadFinishedReasonSucceeded && len(wl.Finalizers) == 0
 	})
@@ -166,7 +185,6 @@ func TestKueueAdmission(t *testing.T) {
 	if rp := wl.Status.ReclaimablePods; len(rp) != 1 || rp[0].Name != kueue.DefaultPodSetName || rp[0].Count < 1 {
 		t.Errorf("reclaimablePods = %+v, want main with at least 1", rp)
 	}
-	h.finalCheck(t, got)
 }
 
 // TestKueueEviction: an admitted SafeJob is preempted mid-way. Its pods are
@@ -177,7 +195,7 @@ func TestKueueEviction(t *testing.T) {
 	h := newHarness(t, hold, false)
 	startManager(t, h.ns, managerOptions{})
 	makeFlavor(t, "on-demand-b", map[string]string{"instance": "on-demand"})
-	sj := queuedSafeJob("preempted", h.ns, "team-a", 4, 2)
+	sj := queuedSafeJob("preempted", h.ns, 4, 2)
 	sj.Spec.BackoffLimit = ptr.To[int32](0)
 	if err := k8s.Create(context.Background(), sj); err != nil {
 		t.Fatal(err)
@@ -193,11 +211,27 @@ func TestKueueEviction(t *testing.T) {
 		setCond(wl, kueue.WorkloadEvicted, metav1.ConditionTrue, kueue.WorkloadEvictedByPreemption, "Preempted to accommodate a higher priority Workload")
 		setCond(wl, "Preempted", metav1.ConditionTrue, "InClusterQueue", "Preempted to accommodate a higher priority Workload")
 	})
+	checkQuotaGivenBack(t, h, sj)
+	checkEvicted(t, sj, 2)
+	h.kubelet.SetFate(succeed)
+	admit(t, key, "on-demand-b")
+	got := waitFinished(t, client.ObjectKeyFromObject(sj), time.Minute)
+	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || got.Status.Succeeded != 4 || got.Status.Failed != 0 {
+		t.Fatalf("after re-admission: succeeded %d failed %d conditions %+v", got.Status.Succeeded, got.Status.Failed, got.Status.Conditions)
+	}
+	if creates := h.finalCheck(t, got); len(creates) != 6 {
+		t.Errorf("%d pods created, want 6 (2 preempted, 4 completions)", len(creates))
+	}
+}
+
+// checkQuotaGivenBack waits for the reservation to go, checking that no pod
+// of the SafeJob still ran when it went.
+func checkQuotaGivenBack(t *testing.T, h *harness, sj *batchv1alpha1.SafeJob) {
+	t.Helper()
 	wl := waitWorkload(t, sj, "quota given back", func(wl *kueue.Workload) bool {
 		if wl.Status.Admission != nil {
 			return false
 		}
-		// The reservation goes only once no pod of the SafeJob runs.
 		var pods corev1.PodList
 		if err := k8s.List(context.Background(), &pods, client.InNamespace(h.ns)); err != nil {
 			t.Fatal(err)
@@ -218,6 +252,12 @@ func TestKueueEviction(t *testing.T) {
 	if !meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadRequeued) {
 		t.Error("a preempted Workload is not Requeued=True")
 	}
+}
+
+// checkEvicted checks the ledger recorded the preempted pods as Evicted and
+// counted no failure.
+func checkEvicted(t *testing.T, sj *batchv1alpha1.SafeJob, want int) {
+	t.Helper()
 	got := &batchv1alpha1.SafeJob{}
 	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(sj), got); err != nil {
 		t.Fatal(err)
@@ -228,17 +268,8 @@ func TestKueueEviction(t *testing.T) {
 			evicted++
 		}
 	}
-	if evicted != 2 || got.Status.Failed != 0 || got.Status.Active != 0 {
-		t.Fatalf("after eviction: %d Evicted entries, failed %d, active %d; want 2, 0, 0", evicted, got.Status.Failed, got.Status.Active)
-	}
-	h.kubelet.SetFate(succeed)
-	admit(t, key, "on-demand-b")
-	got = waitFinished(t, client.ObjectKeyFromObject(sj), time.Minute)
-	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || got.Status.Succeeded != 4 || got.Status.Failed != 0 {
-		t.Fatalf("after re-admission: succeeded %d failed %d conditions %+v", got.Status.Succeeded, got.Status.Failed, got.Status.Conditions)
-	}
-	if creates := h.finalCheck(t, got); len(creates) != 6 {
-		t.Errorf("%d pods created, want 6 (2 preempted, 4 completions)", len(creates))
+	if evicted != want || got.Status.Failed != 0 || got.Status.Active != 0 {
+		t.Fatalf("after eviction: %d Evicted entries, failed %d, active %d; want %d, 0, 0", evicted, got.Status.Failed, got.Status.Active, want)
 	}
 }
 
@@ -249,7 +280,7 @@ func TestKueueSuspendAndWorkloadLoss(t *testing.T) {
 	h := newHarness(t, hold, false)
 	startManager(t, h.ns, managerOptions{})
 	makeFlavor(t, "on-demand-c", nil)
-	sj := queuedSafeJob("lost", h.ns, "team-a", 2, 2)
+	sj := queuedSafeJob("lost", h.ns, 2, 2)
 	if err := k8s.Create(context.Background(), sj); err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +315,7 @@ func TestKueueNotInstalled(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil, false)
 	startManager(t, h.ns, managerOptions{noKueue: true})
-	sj := queuedSafeJob("nokueue", h.ns, "team-a", 1, 1)
+	sj := queuedSafeJob("nokueue", h.ns, 1, 1)
 	if err := k8s.Create(context.Background(), sj); err != nil {
 		t.Fatal(err)
 	}
@@ -304,8 +335,8 @@ func TestQueueLabelFrozenWhileAdmitted(t *testing.T) {
 	h := newHarness(t, hold, false)
 	startManager(t, h.ns, managerOptions{})
 	makeFlavor(t, "on-demand-d", nil)
-	waiting := queuedSafeJob("waiting", h.ns, "team-a", 1, 1)
-	running := queuedSafeJob("running", h.ns, "team-a", 1, 1)
+	waiting := queuedSafeJob("waiting", h.ns, 1, 1)
+	running := queuedSafeJob("running", h.ns, 1, 1)
 	for _, sj := range []*batchv1alpha1.SafeJob{waiting, running} {
 		if err := k8s.Create(context.Background(), sj); err != nil {
 			t.Fatal(err)
@@ -340,7 +371,7 @@ func TestKueueWorkloadFinishedEarly(t *testing.T) {
 	h := newHarness(t, hold, false)
 	startManager(t, h.ns, managerOptions{})
 	makeFlavor(t, "on-demand-e", nil)
-	sj := queuedSafeJob("orphaned", h.ns, "team-a", 1, 1)
+	sj := queuedSafeJob("orphaned", h.ns, 1, 1)
 	if err := k8s.Create(context.Background(), sj); err != nil {
 		t.Fatal(err)
 	}
