@@ -56,9 +56,10 @@ envtest-assets: ## Build etcd and kube-apiserver (pinned, cached) for the integr
 	@hack/k8s-binaries.sh etcd kube-apiserver >/dev/null
 
 .PHONY: cluster-assets
-cluster-assets: envtest-assets ## Build the rest of the local cluster (pinned, cached): scheduler, controller-manager, kubectl, KWOK.
+cluster-assets: envtest-assets ## Build the rest of the local cluster (pinned, cached): scheduler, controller-manager, kubectl, KWOK, Kueue.
 	@hack/k8s-binaries.sh kube-scheduler kube-controller-manager kubectl >/dev/null
 	@hack/kwok.sh >/dev/null
+	@hack/kueue.sh >/dev/null
 
 .PHONY: test
 test: manifests generate fmt vet cluster-assets ## Run unit, integration (real API server) and end-to-end (local cluster) tests.
@@ -71,6 +72,10 @@ test-unit: ## Run the tests that need no cluster.
 .PHONY: test-e2e
 test-e2e: ## Run only the end-to-end suite on the local cluster (quick fault variants).
 	go test ./test/e2e/ -count=1 -v -timeout 40m
+
+.PHONY: bench
+bench: build cluster-assets ## Benchmark SafeJob against the built-in Job controller and the limit: BENCHMARKS.md, docs/benchmarks.png (BENCH_ARGS=... to change).
+	go run ./hack/bench -manager bin/manager $(BENCH_ARGS)
 
 .PHONY: chaos
 chaos: ## Soak every fault scenario (larger, longer) and print the SafeJob/batch/v1 table.

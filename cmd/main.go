@@ -24,6 +24,7 @@ import (
 func main() {
 	var (
 		metricsAddr, probeAddr string
+		pprofAddr              string
 		enableLeaderElection   bool
 		secureMetrics          bool
 		concurrency            int
@@ -39,19 +40,24 @@ func main() {
 	flag.IntVar(&concurrency, "concurrent-reconciles", 8, "The number of SafeJobs reconciled at once.")
 	flag.Float64Var(&qps, "kube-api-qps", 100, "Queries per second to the API server.")
 	flag.IntVar(&burst, "kube-api-burst", 200, "Burst of queries to the API server.")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "0", "The address the pprof endpoint binds to (0 disables it).")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	setupLog := ctrl.Log.WithName("setup")
 
-	if err := run(metricsAddr, probeAddr, enableLeaderElection, secureMetrics, concurrency, qps, burst); err != nil {
+	addrs := addresses{metrics: metricsAddr, probe: probeAddr, pprof: pprofAddr}
+	if err := run(addrs, enableLeaderElection, secureMetrics, concurrency, qps, burst); err != nil {
 		setupLog.Error(err, "Manager stopped")
 		os.Exit(1)
 	}
 }
 
-func run(metricsAddr, probeAddr string, leaderElect, secureMetrics bool, concurrency int, qps float64, burst int) error {
+// addresses are the listen addresses of the manager's endpoints.
+type addresses struct{ metrics, probe, pprof string }
+
+func run(addrs addresses, leaderElect, secureMetrics bool, concurrency int, qps float64, burst int) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return fmt.Errorf("adding client-go types: %w", err)
@@ -70,11 +76,12 @@ func run(metricsAddr, probeAddr string, leaderElect, secureMetrics bool, concurr
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
 		Metrics: metricsserver.Options{
-			BindAddress:   metricsAddr,
+			BindAddress:   addrs.metrics,
 			SecureServing: secureMetrics,
 			TLSOpts:       []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
 		},
-		HealthProbeBindAddress: probeAddr,
+		HealthProbeBindAddress: addrs.probe,
+		PprofBindAddress:       addrs.pprof,
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       "safejob.batch.safejob.dev",
 		Cache:                  controller.CacheOptions(),

@@ -311,6 +311,10 @@ func (c *Cluster) run(bin, name string, args ...string) error {
 	return c.checkAlive()
 }
 
+// Process returns the running component of that name (etcd, kube-apiserver,
+// kube-scheduler, kube-controller-manager, kwok, kueue), or nil.
+func (c *Cluster) Process(name string) *Process { return c.proc(name) }
+
 func (c *Cluster) proc(name string) *Process {
 	for _, p := range c.procs {
 		if p.Name == name {

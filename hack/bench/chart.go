@@ -1,0 +1,108 @@
+package main
+
+import (
+	"fmt"
+	"image"
+	"image/color"
+	"image/draw"
+	"image/png"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/image/font"
+	"golang.org/x/image/font/basicfont"
+	"golang.org/x/image/math/fixed"
+)
+
+var seriesColors = map[string]color.RGBA{
+	"limit":                   {150, 150, 150, 255},
+	"built-in":                {230, 120, 20, 255},
+	"SafeJob":                 {30, 90, 200, 255},
+	"built-in (default rate)": {240, 190, 140, 255},
+	"SafeJob (default rate)":  {140, 180, 240, 255},
+}
+
+// writeChart draws, per workload, completions over time of the first repeat
+// of every mode.
+func writeChart(path string, ws []workload, results []result) error {
+	const panelW, panelH, margin = 420, 320, 50
+	img := image.NewRGBA(image.Rect(0, 0, panelW*len(ws), panelH+60))
+	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
+	for k, w := range ws {
+		x0 := k * panelW
+		var series []result
+		maxT := 1.0
+		for _, m := range modeOrder {
+			for _, r := range results {
+				if r.Workload == w.Name && r.Mode == m && r.Repeat == 1 {
+					series = append(series, r)
+					if n := len(r.CompletionTimes); n > 0 {
+						maxT = max(maxT, r.CompletionTimes[n-1])
+					}
+				}
+			}
+		}
+		plot := image.Rect(x0+margin, 30, x0+panelW-15, panelH-30)
+		drawAxes(img, plot)
+		label(img, x0+margin, 20, fmt.Sprintf("%s: %s", w.Name, truncate(w.Desc, 48)))
+		label(img, plot.Min.X, plot.Max.Y+16, "0")
+		label(img, plot.Max.X-40, plot.Max.Y+16, fmt.Sprintf("%.0fs", maxT))
+		label(img, x0+4, plot.Min.Y+8, fmt.Sprint(w.total()))
+		for _, r := range series {
+			c := seriesColors[r.Mode]
+			for i, t := range r.CompletionTimes {
+				px := plot.Min.X + int(t/maxT*float64(plot.Dx()))
+				py := plot.Max.Y - int(float64(i+1)/float64(w.total())*float64(plot.Dy()))
+				dot(img, px, py, c)
+			}
+		}
+	}
+	// Legend.
+	x := 10
+	for _, m := range modeOrder {
+		c := seriesColors[m]
+		draw.Draw(img, image.Rect(x, panelH+25, x+14, panelH+35), &image.Uniform{C: c}, image.Point{}, draw.Src)
+		label(img, x+18, panelH+35, m)
+		x += 30 + 7*len(m)
+	}
+	label(img, 10, panelH+55, "completions over time (first repeat); x: seconds since the first create, y: completions")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	return png.Encode(f, img)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+
+func drawAxes(img *image.RGBA, r image.Rectangle) {
+	black := color.RGBA{0, 0, 0, 255}
+	for x := r.Min.X; x <= r.Max.X; x++ {
+		img.Set(x, r.Max.Y, black)
+	}
+	for y := r.Min.Y; y <= r.Max.Y; y++ {
+		img.Set(r.Min.X, y, black)
+	}
+}
+
+func dot(img *image.RGBA, x, y int, c color.RGBA) {
+	for dx := -1; dx <= 1; dx++ {
+		for dy := -1; dy <= 1; dy++ {
+			img.Set(x+dx, y+dy, c)
+		}
+	}
+}
+
+func label(img *image.RGBA, x, y int, s string) {
+	d := &font.Drawer{Dst: img, Src: image.Black, Face: basicfont.Face7x13, Dot: fixed.P(x, y)}
+	d.DrawString(s)
+}

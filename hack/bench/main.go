@@ -1,0 +1,590 @@
+// Command bench measures SafeJob against the built-in Job controller of
+// kube-controller-manager, and against the limit of the cluster (a client
+// creating the same pods directly), on the local cluster of test/cluster.
+//
+// Each run gets a fresh cluster. Results go to BENCHMARKS.md, a chart and a
+// JSON file; `make bench` runs it with the defaults.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/test/cluster"
+)
+
+const ns = "bench"
+
+// workload is the same work for every mode.
+type workload struct {
+	Name, Desc               string
+	Jobs                     int
+	Completions, Parallelism int32
+	Indexed                  bool
+}
+
+func (w workload) total() int { return w.Jobs * int(w.Completions) }
+
+// mode is who runs the work: the built-in Job controller, SafeJob or
+// nobody (the limit), at a client rate (0: the controller's default).
+type mode struct {
+	Name       string
+	Controller string // builtin, safejob, limit
+	QPS        int
+}
+
+type result struct {
+	Workload, Mode  string
+	Repeat          int
+	Completions     int
+	PodsCreated     int
+	ExtraPods       int
+	MakespanSec     float64
+	PerSecond       float64
+	FirstPodP50Sec  float64
+	FirstPodP99Sec  float64
+	Writes          int
+	WritesPerCompl  float64
+	WritesByRes     map[string]int
+	CPUSec          float64
+	PeakRSSMiB      float64
+	CompletionTimes []float64 // seconds since the first create, sorted
+}
+
+type options struct {
+	root, manager, podDuration, profileDir string
+	repeats                                int
+	scale                                  float64
+	raisedQPS                              int
+	defaults                               bool
+	timeout                                time.Duration
+}
+
+func main() {
+	var o options
+	var workloads, out, chart, jsonOut string
+	flag.StringVar(&workloads, "workloads", "W1,W2,W3", "workloads to run")
+	flag.IntVar(&o.repeats, "repeats", 3, "repetitions of each pair (alternating order)")
+	flag.Float64Var(&o.scale, "scale", 1, "fraction of each workload's size (1 = as specified)")
+	flag.IntVar(&o.raisedQPS, "qps", 200, "the equal, raised client rate (QPS; burst is twice it) of both controllers")
+	flag.BoolVar(&o.defaults, "defaults", true, "also run both controllers once at their default client rates")
+	flag.StringVar(&o.podDuration, "pod-duration", "1s", "how long every pod runs on the simulated nodes")
+	flag.StringVar(&o.manager, "manager", "bin/manager", "the operator binary")
+	flag.StringVar(&o.profileDir, "profile", "", "directory for CPU profiles of the operator under W1 and W2")
+	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "longest a single run may take")
+	flag.StringVar(&out, "out", "BENCHMARKS.md", "the Markdown report")
+	flag.StringVar(&chart, "chart", "docs/benchmarks.png", "the chart")
+	flag.StringVar(&jsonOut, "json", "bench-results.json", "every run's raw results")
+	flag.Parse()
+	var err error
+	if o.root, err = os.Getwd(); err != nil {
+		fail(err)
+	}
+	all := map[string]workload{
+		"W1": {Name: "W1", Desc: "1,000 jobs of one pod", Jobs: 1000, Completions: 1, Parallelism: 1},
+		"W2": {Name: "W2", Desc: "1 job, 5,000 completions, parallelism 200", Jobs: 1, Completions: 5000, Parallelism: 200},
+		"W3": {Name: "W3", Desc: "200 Indexed jobs, 20 completions, parallelism 5", Jobs: 200, Completions: 20, Parallelism: 5, Indexed: true},
+	}
+	var ws []workload
+	for _, n := range strings.Split(workloads, ",") {
+		w, ok := all[n]
+		if !ok {
+			fail(fmt.Errorf("unknown workload %q", n))
+		}
+		ws = append(ws, scaled(w, o.scale))
+	}
+	started := time.Now()
+	results := runAll(o, ws)
+	raw, _ := json.MarshalIndent(results, "", " ")
+	if err := os.WriteFile(jsonOut, raw, 0o644); err != nil {
+		fail(err)
+	}
+	if err := writeChart(chart, ws, results); err != nil {
+		fail(err)
+	}
+	if err := os.WriteFile(out, []byte(report(o, ws, results, chart, time.Since(started))), 0o644); err != nil {
+		fail(err)
+	}
+	fmt.Printf("==> Wrote %s, %s and %s\n", out, chart, jsonOut)
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1)
+}
+
+func scaled(w workload, f float64) workload {
+	if f == 1 {
+		return w
+	}
+	if w.Jobs > 1 {
+		w.Jobs = max(1, int(float64(w.Jobs)*f))
+	} else {
+		w.Completions = max(1, int32(float64(w.Completions)*f))
+		w.Parallelism = min(w.Parallelism, w.Completions)
+	}
+	w.Desc += fmt.Sprintf(" (scaled %.2f: %d jobs × %d)", f, w.Jobs, w.Completions)
+	return w
+}
+
+// runAll runs every workload: the limit once per repeat, each controller
+// pair at the raised rate per repeat in alternating order, and both at
+// their defaults once.
+func runAll(o options, ws []workload) []result {
+	var results []result
+	for _, w := range ws {
+		for r := 1; r <= o.repeats; r++ {
+			pair := []mode{{"built-in", "builtin", o.raisedQPS}, {"SafeJob", "safejob", o.raisedQPS}}
+			if r%2 == 0 {
+				pair[0], pair[1] = pair[1], pair[0]
+			}
+			modes := append([]mode{{"limit", "limit", 0}}, pair...)
+			if r == 1 && o.defaults {
+				modes = append(modes, mode{"built-in (default rate)", "builtin", 0}, mode{"SafeJob (default rate)", "safejob", 0})
+			}
+			for _, m := range modes {
+				res, err := runOne(o, w, m, r)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "bench: %s %s repeat %d: %v\n", w.Name, m.Name, r, err)
+					continue
+				}
+				fmt.Printf("==> %s %-24s repeat %d: %d completions in %.1fs (%.1f/s), first pod p50 %.2fs p99 %.2fs, "+
+					"%.2f writes/completion, CPU %.1fs, RSS %.0f MiB, %d extra pods\n", w.Name, m.Name, r, res.Completions,
+					res.MakespanSec, res.PerSecond, res.FirstPodP50Sec, res.FirstPodP99Sec, res.WritesPerCompl, res.CPUSec,
+					res.PeakRSSMiB, res.ExtraPods)
+				results = append(results, res)
+			}
+		}
+	}
+	return results
+}
+
+// runOne runs one workload under one mode on a fresh cluster.
+func runOne(o options, w workload, m mode, repeat int) (result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "safejob-bench-")
+	if err != nil {
+		return result{}, err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	copts := cluster.Options{Dir: dir, Root: o.root, Nodes: 4}
+	if m.Controller == "builtin" && m.QPS > 0 {
+		copts.ControllerManagerQPS = m.QPS
+	}
+	c, err := cluster.Start(ctx, copts)
+	if err != nil {
+		return result{}, err
+	}
+	defer c.Stop()
+	var ctrl *cluster.Process
+	switch m.Controller {
+	case "builtin":
+		ctrl = c.Process("kube-controller-manager")
+	case "safejob":
+		if ctrl, err = startOperator(ctx, o, c, dir, m); err != nil {
+			return result{}, err
+		}
+		defer ctrl.Stop()
+	}
+	cfg := rest.CopyConfig(c.Config)
+	cfg.QPS, cfg.Burst = 1000, 2000
+	cl, err := client.New(cfg, client.Options{Scheme: cluster.Scheme()})
+	if err != nil {
+		return result{}, err
+	}
+	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return result{}, err
+	}
+	rec, err := startRecorder(ctx, cfg, m.Controller)
+	if err != nil {
+		return result{}, err
+	}
+	before, err := scrapeWrites(ctx, cfg)
+	if err != nil {
+		return result{}, err
+	}
+	cpu0 := cpuSeconds(ctrl)
+	stopProfile := maybeProfile(o, w, m, repeat, ctrl)
+	start := time.Now()
+	created, err := submit(ctx, cl, w, m, o.podDuration, rec)
+	if err != nil {
+		return result{}, err
+	}
+	if err := waitDone(ctx, cl, w, m, rec); err != nil {
+		return result{}, err
+	}
+	end := time.Now()
+	stopProfile()
+	after, err := scrapeWrites(ctx, cfg)
+	if err != nil {
+		return result{}, err
+	}
+	return measure(w, m, repeat, start, end, created, rec, before, after, cpuSeconds(ctrl)-cpu0, peakRSS(ctrl)), nil
+}
+
+func startOperator(ctx context.Context, o options, c *cluster.Cluster, dir string, m mode) (*cluster.Process, error) {
+	args := []string{"--kubeconfig=" + c.Kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0", "--zap-log-level=error"}
+	if m.QPS > 0 {
+		args = append(args, fmt.Sprintf("--kube-api-qps=%d", m.QPS), fmt.Sprintf("--kube-api-burst=%d", 2*m.QPS))
+	}
+	if o.profileDir != "" {
+		args = append(args, "--pprof-bind-address=127.0.0.1:6065")
+	}
+	p, err := cluster.StartProcess("manager", filepath.Join(dir, "manager.log"), o.manager, args...)
+	if err != nil {
+		return nil, err
+	}
+	// The operator's caches sync in well under a second on an empty cluster.
+	select {
+	case <-time.After(2 * time.Second):
+	case <-ctx.Done():
+	}
+	if err := p.Exited(); err != nil {
+		return nil, fmt.Errorf("operator exited: %w\n%s", err, p.Tail(20))
+	}
+	return p, nil
+}
+
+// maybeProfile takes a CPU profile of the operator during W1 and W2.
+func maybeProfile(o options, w workload, m mode, repeat int, p *cluster.Process) func() {
+	if o.profileDir == "" || m.Controller != "safejob" || w.Name == "W3" || repeat != 1 || m.QPS == 0 {
+		return func() {}
+	}
+	_ = os.MkdirAll(o.profileDir, 0o755)
+	out := filepath.Join(o.profileDir, fmt.Sprintf("safejob-%s.pprof", w.Name))
+	cmd := exec.Command("curl", "-s", "-o", out, "http://127.0.0.1:6065/debug/pprof/profile?seconds=20")
+	_ = cmd.Start()
+	return func() { _ = cmd.Wait() }
+}
+
+func podTemplate(duration string) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"kwok.safejob.dev/duration": duration}},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
+	}
+}
+
+// submit creates the workload as fast as the client can, 32 creates at a
+// time, and returns when each job's create returned.
+func submit(ctx context.Context, cl client.Client, w workload, m mode, d string, rec *recorder) (map[string]time.Time, error) {
+	if m.Controller == "limit" {
+		return rec.runLimit(ctx, cl, w, podTemplate(d))
+	}
+	created := map[string]time.Time{}
+	var mu sync.Mutex
+	var firstErr error
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for i := range work {
+				name := fmt.Sprintf("j-%d", i)
+				if err := cl.Create(ctx, jobObject(name, w, m, d)); err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+					continue
+				}
+				mu.Lock()
+				created[name] = time.Now()
+				mu.Unlock()
+			}
+		})
+	}
+	for i := range w.Jobs {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	return created, firstErr
+}
+
+func jobObject(name string, w workload, m mode, d string) client.Object {
+	if m.Controller == "builtin" {
+		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: batchv1.JobSpec{
+			Template: podTemplate(d), Completions: ptr.To(w.Completions), Parallelism: ptr.To(w.Parallelism)}}
+		if w.Indexed {
+			job.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
+		}
+		return job
+	}
+	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: batchv1alpha1.SafeJobSpec{
+		Template: podTemplate(d), Completions: ptr.To(w.Completions), Parallelism: ptr.To(w.Parallelism)}}
+	if w.Indexed {
+		sj.Spec.CompletionMode = batchv1alpha1.IndexedCompletion
+	}
+	return sj
+}
+
+// waitDone waits until every job reports itself complete (the limit: until
+// every pod succeeded).
+func waitDone(ctx context.Context, cl client.Client, w workload, m mode, rec *recorder) error {
+	for {
+		done := 0
+		switch m.Controller {
+		case "limit":
+			done = rec.succeededCount() / int(w.Completions)
+		case "builtin":
+			var list batchv1.JobList
+			if err := cl.List(ctx, &list, client.InNamespace(ns)); err == nil {
+				for _, j := range list.Items {
+					for _, c := range j.Status.Conditions {
+						if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
+							done++
+						}
+					}
+				}
+			}
+		case "safejob":
+			var list batchv1alpha1.SafeJobList
+			if err := cl.List(ctx, &list, client.InNamespace(ns)); err == nil {
+				for _, sj := range list.Items {
+					for _, c := range sj.Status.Conditions {
+						if c.Type == batchv1alpha1.ConditionComplete && c.Status == metav1.ConditionTrue {
+							done++
+						}
+					}
+				}
+			}
+		}
+		if done >= w.Jobs {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d jobs complete: %w", done, w.Jobs, ctx.Err())
+		case <-time.After(200 * time.Millisecond): // polling interval of the completion check
+		}
+	}
+}
+
+// recorder watches the pods: when each job's first pod appeared, every pod
+// created and every success.
+type recorder struct {
+	mu         sync.Mutex
+	ownerLabel string
+	firstPod   map[string]time.Time
+	seen       map[string]bool
+	succeeded  map[string]time.Time
+	onSuccess  func(pod *corev1.Pod)
+}
+
+func startRecorder(ctx context.Context, cfg *rest.Config, controller string) (*recorder, error) {
+	r := &recorder{firstPod: map[string]time.Time{}, seen: map[string]bool{}, succeeded: map[string]time.Time{}}
+	r.ownerLabel = map[string]string{"builtin": "batch.kubernetes.io/job-name", "safejob": batchv1alpha1.SafeJobNameLabel,
+		"limit": "bench/job"}[controller]
+	informers, err := cache.New(cfg, cache.Options{Scheme: cluster.Scheme(), DefaultNamespaces: map[string]cache.Config{ns: {}}})
+	if err != nil {
+		return nil, err
+	}
+	inf, err := informers.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { r.see(obj.(*corev1.Pod)) },
+		UpdateFunc: func(_, obj any) { r.see(obj.(*corev1.Pod)) },
+	}); err != nil {
+		return nil, err
+	}
+	go func() { _ = informers.Start(ctx) }()
+	if !informers.WaitForCacheSync(ctx) {
+		return nil, fmt.Errorf("pod watch did not sync")
+	}
+	return r, nil
+}
+
+func (r *recorder) see(pod *corev1.Pod) {
+	r.mu.Lock()
+	uid := string(pod.UID)
+	now := time.Now()
+	if !r.seen[uid] {
+		r.seen[uid] = true
+		owner := pod.Labels[r.ownerLabel]
+		if t, ok := r.firstPod[owner]; !ok || now.Before(t) {
+			r.firstPod[owner] = now
+		}
+	}
+	newSuccess := false
+	if _, done := r.succeeded[uid]; !done && pod.Status.Phase == corev1.PodSucceeded {
+		r.succeeded[uid] = now
+		newSuccess = true
+	}
+	cb := r.onSuccess
+	r.mu.Unlock()
+	if newSuccess && cb != nil {
+		cb(pod)
+	}
+}
+
+func (r *recorder) succeededCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.succeeded)
+}
+
+// runLimit creates the workload's pods directly, keeping parallelism pods
+// of each job in flight: the most the cluster itself allows.
+func (r *recorder) runLimit(ctx context.Context, cl client.Client, w workload, tmpl corev1.PodTemplateSpec) (map[string]time.Time, error) {
+	type job struct{ next int32 }
+	jobs := make([]*job, w.Jobs)
+	var mu sync.Mutex
+	queue := make(chan string, w.total())
+	created := map[string]time.Time{}
+	take := func(j int) (string, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if jobs[j].next >= w.Completions {
+			return "", false
+		}
+		jobs[j].next++
+		return fmt.Sprintf("j-%d-%d", j, jobs[j].next-1), true
+	}
+	for j := range jobs {
+		jobs[j] = &job{}
+	}
+	r.mu.Lock()
+	r.onSuccess = func(pod *corev1.Pod) {
+		var j int
+		if _, err := fmt.Sscanf(pod.Labels["bench/job"], "j-%d", &j); err == nil {
+			if name, ok := take(j); ok {
+				queue <- name
+			}
+		}
+	}
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for name := range queue {
+				var j int
+				_, _ = fmt.Sscanf(name, "j-%d-", &j)
+				owner := fmt.Sprintf("j-%d", j)
+				pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+					Labels: map[string]string{"bench/job": owner}, Annotations: tmpl.Annotations}, Spec: tmpl.Spec}
+				if err := cl.Create(ctx, pod); err == nil {
+					mu.Lock()
+					if _, ok := created[owner]; !ok {
+						created[owner] = time.Now()
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for j := range jobs {
+		for range w.Parallelism {
+			if name, ok := take(j); ok {
+				queue <- name
+			}
+		}
+	}
+	// Creates continue from success events; the caller waits for the end.
+	go func() {
+		for r.succeededCount() < w.total() && ctx.Err() == nil {
+			time.Sleep(200 * time.Millisecond) // polling interval of the end check
+		}
+		close(queue)
+	}()
+	mu.Lock()
+	defer mu.Unlock()
+	out := map[string]time.Time{}
+	for k := range jobs {
+		out[fmt.Sprintf("j-%d", k)] = time.Time{} // first-pod latency of the limit is ~0 by construction
+	}
+	return out, nil
+}
+
+func measure(w workload, m mode, repeat int, start, end time.Time, created map[string]time.Time, rec *recorder,
+	before, after map[string]int, cpu, rss float64) result {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	res := result{Workload: w.Name, Mode: m.Name, Repeat: repeat, Completions: w.total(), PodsCreated: len(rec.seen),
+		MakespanSec: end.Sub(start).Seconds(), CPUSec: cpu, PeakRSSMiB: rss, WritesByRes: map[string]int{}}
+	res.ExtraPods = res.PodsCreated - res.Completions
+	res.PerSecond = float64(res.Completions) / res.MakespanSec
+	var lat []float64
+	for name, t := range created {
+		if first, ok := rec.firstPod[name]; ok && !t.IsZero() {
+			lat = append(lat, max(0, first.Sub(t).Seconds()))
+		}
+	}
+	sort.Float64s(lat)
+	res.FirstPodP50Sec, res.FirstPodP99Sec = quantile(lat, 0.5), quantile(lat, 0.99)
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			res.WritesByRes[k] = d
+			res.Writes += d
+		}
+	}
+	res.WritesPerCompl = float64(res.Writes) / float64(res.Completions)
+	for _, t := range rec.succeeded {
+		res.CompletionTimes = append(res.CompletionTimes, t.Sub(start).Seconds())
+	}
+	sort.Float64s(res.CompletionTimes)
+	return res
+}
+
+func quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
+}
+
+// cpuSeconds is the user+system CPU time of a process, from /proc.
+func cpuSeconds(p *cluster.Process) float64 {
+	if p == nil {
+		return 0
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid()))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which may hold spaces) start at ") ".
+	fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
+	var utime, stime float64
+	_, _ = fmt.Sscan(fields[11], &utime)
+	_, _ = fmt.Sscan(fields[12], &stime)
+	return (utime + stime) / 100 // USER_HZ
+}
+
+// peakRSS is a process's peak resident set (VmHWM) in MiB.
+func peakRSS(p *cluster.Process) float64 {
+	if p == nil {
+		return 0
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid()))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			var kb float64
+			_, _ = fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(line, "VmHWM:"), "kB")), &kb)
+			return kb / 1024
+		}
+	}
+	return 0
+}

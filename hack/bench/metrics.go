@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+var (
+	requestLine = regexp.MustCompile(`^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$`)
+	labelPair   = regexp.MustCompile(`(\w+)="([^"]*)"`)
+	writeVerbs  = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "DELETE": true, "APPLY": true, "DELETECOLLECTION": true}
+)
+
+// scrapeWrites reads the API server's own count of write requests
+// (apiserver_request_total), by resource[/subresource].
+func scrapeWrites(ctx context.Context, cfg *rest.Config) (map[string]int, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	raw, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading /metrics: %w", err)
+	}
+	out := map[string]int{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		m := requestLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		labels := map[string]string{}
+		for _, p := range labelPair.FindAllStringSubmatch(m[1], -1) {
+			labels[p[1]] = p[2]
+		}
+		if !writeVerbs[labels["verb"]] {
+			continue
+		}
+		key := labels["resource"]
+		if sub := labels["subresource"]; sub != "" {
+			key += "/" + sub
+		}
+		v, err := strconv.ParseFloat(m[2], 64)
+		if err != nil {
+			continue
+		}
+		out[key] += int(v)
+	}
+	return out, nil
+}

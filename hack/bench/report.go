@@ -1,0 +1,181 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+)
+
+// summary is the median over the repeats of one workload under one mode.
+type summary struct {
+	runs                                          int
+	makespan, perSec, p50, p99, writes, cpu, rss float64
+	extra                                         int
+	byRes                                         map[string]int
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	sort.Float64s(xs)
+	if len(xs)%2 == 1 {
+		return xs[len(xs)/2]
+	}
+	return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
+}
+
+func summarise(results []result, w, m string) (summary, bool) {
+	var s summary
+	var mk, ps, p50, p99, wr, cpu, rss []float64
+	for _, r := range results {
+		if r.Workload != w || r.Mode != m {
+			continue
+		}
+		s.runs++
+		mk, ps, p50, p99 = append(mk, r.MakespanSec), append(ps, r.PerSecond), append(p50, r.FirstPodP50Sec), append(p99, r.FirstPodP99Sec)
+		wr, cpu, rss = append(wr, r.WritesPerCompl), append(cpu, r.CPUSec), append(rss, r.PeakRSSMiB)
+		s.extra = max(s.extra, r.ExtraPods)
+		if s.byRes == nil {
+			s.byRes = r.WritesByRes
+		}
+	}
+	s.makespan, s.perSec, s.p50, s.p99 = median(mk), median(ps), median(p50), median(p99)
+	s.writes, s.cpu, s.rss = median(wr), median(cpu), median(rss)
+	return s, s.runs > 0
+}
+
+var modeOrder = []string{"limit", "built-in", "SafeJob", "built-in (default rate)", "SafeJob (default rate)"}
+
+func report(o options, ws []workload, results []result, chart string, took time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Benchmarks\n\nSafeJob against the built-in Job controller of kube-controller-manager, side by side on the same\n")
+	fmt.Fprintf(&b, "local cluster (real kube-apiserver, etcd, kube-scheduler and kube-controller-manager, KWOK nodes), and\n")
+	fmt.Fprintf(&b, "against **the limit**: a client that creates the same pods directly (no controller), keeping the same\n")
+	fmt.Fprintf(&b, "parallelism, and lets KWOK finish them. Every run gets a fresh cluster.\n\n")
+	fmt.Fprintf(&b, "Command: `make bench` (`go run ./hack/bench -repeats %d -scale %g -qps %d -pod-duration %s`), %s in all.\n\n",
+		o.repeats, o.scale, o.raisedQPS, o.podDuration, took.Round(time.Second))
+	fmt.Fprintf(&b, "Machine: %s. Versions: Go %s, Kubernetes v1.35.4 (built from source), KWOK v0.7.0, SafeJob %s.\n\n",
+		machine(), strings.TrimPrefix(runtime.Version(), "go"), gitRev())
+	fmt.Fprintf(&b, "Rates: \"built-in\" and \"SafeJob\" run at the same raised client rate (%d QPS, burst %d); the\n", o.raisedQPS, 2*o.raisedQPS)
+	fmt.Fprintf(&b, "\"default rate\" rows keep each controller's own default (kube-controller-manager 20 QPS / 30 burst,\n")
+	fmt.Fprintf(&b, "SafeJob 100 / 200) and ran once. Medians over %d repeats, the pair alternating which goes first.\n\n", o.repeats)
+	fmt.Fprintf(&b, "Columns: makespan from the first create to the last job `Complete`; first-pod latency from a job's\n")
+	fmt.Fprintf(&b, "create to its first pod; writes per completion from the API server's `apiserver_request_total`\n")
+	fmt.Fprintf(&b, "(POST, PUT, PATCH, DELETE; every client: controllers, scheduler, KWOK, the submitting client);\n")
+	fmt.Fprintf(&b, "CPU and peak RSS of the controller process (`/proc`; for the built-in controller the whole\n")
+	fmt.Fprintf(&b, "kube-controller-manager); extra pods = pods created − completions.\n\n")
+	for _, w := range ws {
+		fmt.Fprintf(&b, "## %s: %s\n\n", w.Name, w.Desc)
+		fmt.Fprintf(&b, "| mode | runs | makespan s | completions/s | first pod p50 / p99 s | writes/completion | CPU s | peak RSS MiB | extra pods |\n")
+		fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|\n")
+		for _, m := range modeOrder {
+			s, ok := summarise(results, w.Name, m)
+			if !ok {
+				continue
+			}
+			fmt.Fprintf(&b, "| %s | %d | %.1f | %.1f | %.2f / %.2f | %.2f | %.1f | %.0f | %d |\n",
+				m, s.runs, s.makespan, s.perSec, s.p50, s.p99, s.writes, s.cpu, s.rss, s.extra)
+		}
+		b.WriteString("\n")
+		b.WriteString(verdict(results, w.Name))
+		b.WriteString(writesTable(results, w.Name))
+	}
+	fmt.Fprintf(&b, "![completions over time](%s)\n\n", chart)
+	fmt.Fprintf(&b, "Raw results of every run: `bench-results.json` (written next to this file by `make bench`).\n")
+	return b.String()
+}
+
+// verdict states the ratios the goals are about.
+func verdict(results []result, w string) string {
+	sj, ok1 := summarise(results, w, "SafeJob")
+	bi, ok2 := summarise(results, w, "built-in")
+	lim, ok3 := summarise(results, w, "limit")
+	if !ok1 || !ok2 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "- SafeJob / built-in throughput at equal rates: **%.2f** (goal ≥ 1.0)\n", sj.perSec/bi.perSec)
+	fmt.Fprintf(&b, "- writes per completion: SafeJob %.2f, built-in %.2f, difference **%+.2f** (goal ≤ +0.5)\n",
+		sj.writes, bi.writes, sj.writes-bi.writes)
+	if ok3 {
+		fmt.Fprintf(&b, "- SafeJob throughput / the limit: **%.0f%%** (goal ≥ 60%% on W1 and W2); built-in: %.0f%%\n",
+			100*sj.perSec/lim.perSec, 100*bi.perSec/lim.perSec)
+	}
+	sjd, okd1 := summarise(results, w, "SafeJob (default rate)")
+	bid, okd2 := summarise(results, w, "built-in (default rate)")
+	if okd1 && okd2 {
+		fmt.Fprintf(&b, "- at default rates: SafeJob %.1f/s, built-in %.1f/s (ratio %.2f)\n", sjd.perSec, bid.perSec, sjd.perSec/bid.perSec)
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// writesTable breaks down the writes per completion of the equal-rate pair
+// by resource (the first repeat).
+func writesTable(results []result, w string) string {
+	sj, _ := summarise(results, w, "SafeJob")
+	bi, _ := summarise(results, w, "built-in")
+	lim, _ := summarise(results, w, "limit")
+	keys := map[string]bool{}
+	for _, m := range []map[string]int{sj.byRes, bi.byRes, lim.byRes} {
+		for k := range m {
+			keys[k] = true
+		}
+	}
+	if len(keys) == 0 {
+		return ""
+	}
+	var total int
+	for _, r := range results {
+		if r.Workload == w {
+			total = r.Completions
+			break
+		}
+	}
+	var b strings.Builder
+	b.WriteString("<details><summary>writes per completion by resource (first repeat)</summary>\n\n")
+	b.WriteString("| resource | limit | built-in | SafeJob |\n|---|---|---|---|\n")
+	sorted := make([]string, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	sort.Strings(sorted)
+	per := func(m map[string]int, k string) string { return fmt.Sprintf("%.2f", float64(m[k])/float64(total)) }
+	for _, k := range sorted {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", k, per(lim.byRes, k), per(bi.byRes, k), per(sj.byRes, k))
+	}
+	b.WriteString("\n</details>\n\n")
+	return b.String()
+}
+
+func machine() string {
+	cpu := fmt.Sprintf("%d cores", runtime.NumCPU())
+	if raw, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(raw), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				cpu += " (" + strings.TrimSpace(strings.SplitN(l, ":", 2)[1]) + ")"
+				break
+			}
+		}
+	}
+	mem := ""
+	if raw, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb float64
+		_, _ = fmt.Sscanf(strings.SplitN(string(raw), "\n", 2)[0], "MemTotal: %f kB", &kb)
+		mem = fmt.Sprintf(", %.0f GiB RAM", kb/1024/1024)
+	}
+	return fmt.Sprintf("%s/%s, %s%s", runtime.GOOS, runtime.GOARCH, cpu, mem)
+}
+
+func gitRev() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "(unknown commit)"
+	}
+	return "commit " + strings.TrimSpace(string(out))
+}
