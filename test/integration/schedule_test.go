@@ -113,6 +113,15 @@ func (s *scheduleHarness) waitGone(t *testing.T, name string) {
 func (s *scheduleHarness) waitLedger(t *testing.T, typ batchv1alpha1.EntryType, run string) batchv1alpha1.LedgerEntry {
 	t.Helper()
 	var found batchv1alpha1.LedgerEntry
+	defer func() {
+		if t.Failed() {
+			p := s.getParent(t)
+			t.Logf("parent ledger: %+v\nconditions: %+v", p.Status.Ledger.Entries, p.Status.Conditions)
+			if r := s.run(t, run); r != nil {
+				t.Logf("run %s: finalizers %v deleting %v status %+v", run, r.Finalizers, r.DeletionTimestamp, r.Status.Conditions)
+			}
+		}
+	}()
 	waitFor(t, 30*time.Second, fmt.Sprintf("a %s entry for %s", typ, run), func() (bool, error) {
 		for _, e := range s.getParent(t).Status.Ledger.Entries {
 			if e.Type == typ && e.Run == run {
@@ -197,12 +206,14 @@ func (s *scheduleHarness) podsOf(t *testing.T, run string) []corev1.Pod {
 
 // TestScheduleRunsEachTime: one run per scheduled time, carrying the
 // parent's labels and job fields; a template edit applies to later runs.
+// (Runs inheriting kueue.x-k8s.io/queue-name are covered with the real
+// Kueue in the end-to-end suite.)
 func TestScheduleRunsEachTime(t *testing.T) {
 	t.Parallel()
 	s, ns := newScheduleHarness(t)
 	startManager(t, ns, managerOptions{clock: s.clock})
 	parent := testutil.MakeSafeJob("tick", ns).Schedule("* * * * *").Completions(2).
-		Label("kueue.x-k8s.io/queue-name", "team-a").Obj()
+		Label("team", "reports").Obj()
 	parent.Spec.Template.Labels = map[string]string{"app": "report"}
 	s.create(t, parent)
 
@@ -240,7 +251,7 @@ func (s *scheduleHarness) checkRunMeta(t *testing.T, name string, k int) {
 	if run == nil {
 		t.Fatalf("run %s gone", name)
 	}
-	if run.Labels["kueue.x-k8s.io/queue-name"] != "team-a" || run.Labels[batchv1alpha1.ParentLabel] != "tick" ||
+	if run.Labels["team"] != "reports" || run.Labels[batchv1alpha1.ParentLabel] != "tick" ||
 		run.Annotations[batchv1alpha1.ScheduledTimeAnnotation] != s.minute(k).UTC().Format(time.RFC3339) {
 		t.Errorf("run %s labels %v annotations %v", name, run.Labels, run.Annotations)
 	}
