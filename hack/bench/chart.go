@@ -26,7 +26,7 @@ var seriesColors = map[string]color.RGBA{
 // of every mode.
 func writeChart(path string, ws []workload, results []result) error {
 	const panelW, panelH, margin = 420, 320, 50
-	img := image.NewRGBA(image.Rect(0, 0, panelW*len(ws), panelH+60))
+	img := image.NewRGBA(image.Rect(0, 0, panelW*max(len(ws), 3), panelH+60))
 	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
 	for k, w := range ws {
 		x0 := k * panelW
@@ -42,12 +42,12 @@ func writeChart(path string, ws []workload, results []result) error {
 				}
 			}
 		}
-		plot := image.Rect(x0+margin, 30, x0+panelW-15, panelH-30)
+		plot := image.Rect(x0+margin, 34, x0+panelW-15, panelH-30)
 		drawAxes(img, plot)
 		label(img, x0+margin, 20, fmt.Sprintf("%s: %s", w.Name, truncate(w.Desc, 48)))
 		label(img, plot.Min.X, plot.Max.Y+16, "0")
 		label(img, plot.Max.X-40, plot.Max.Y+16, fmt.Sprintf("%.0fs", maxT))
-		label(img, x0+4, plot.Min.Y+8, fmt.Sprint(w.total()))
+		label(img, x0+4, plot.Min.Y+16, fmt.Sprint(w.total()))
 		for _, r := range series {
 			c := seriesColors[r.Mode]
 			for i, t := range r.CompletionTimes {

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/test/cluster"
@@ -95,6 +97,7 @@ func main() {
 	flag.StringVar(&chart, "chart", "docs/benchmarks.png", "the chart")
 	flag.StringVar(&jsonOut, "json", "bench-results.json", "every run's raw results")
 	flag.Parse()
+	ctrllog.SetLogger(logr.Discard())
 	var err error
 	if o.root, err = os.Getwd(); err != nil {
 		fail(err)
@@ -235,7 +238,7 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	}
 	end := time.Now()
 	stopProfile()
-	after, err := scrapeWrites(ctx, cfg)
+	after, err := settledWrites(ctx, cfg)
 	if err != nil {
 		return result{}, err
 	}

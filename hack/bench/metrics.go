@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -52,4 +54,26 @@ func scrapeWrites(ctx context.Context, cfg *rest.Config) (map[string]int, error)
 		out[key] += int(v)
 	}
 	return out, nil
+}
+
+// settledWrites scrapes the write counts until they stop moving (the
+// controllers' last events and status writes trail the last completion):
+// two equal scrapes a second apart, for at most 30 s.
+func settledWrites(ctx context.Context, cfg *rest.Config) (map[string]int, error) {
+	prev, err := scrapeWrites(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	for range 30 {
+		time.Sleep(time.Second) // the interval between two scrapes
+		cur, err := scrapeWrites(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		if maps.Equal(prev, cur) {
+			return cur, nil
+		}
+		prev = cur
+	}
+	return prev, nil
 }

@@ -12,10 +12,10 @@ import (
 
 // summary is the median over the repeats of one workload under one mode.
 type summary struct {
-	runs                                          int
+	runs                                         int
 	makespan, perSec, p50, p99, writes, cpu, rss float64
-	extra                                         int
-	byRes                                         map[string]int
+	extra                                        int
+	byRes                                        map[string]int
 }
 
 func median(xs []float64) float64 {

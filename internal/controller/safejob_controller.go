@@ -95,6 +95,11 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 	if err := r.act(ctx, sj, plan, q.podInfo); err != nil {
 		return reconcile.Result{}, err
 	}
+	decided := plan.Status
+	readyWait := r.deferReadyOnly(sj, plan)
+	if readyWait > 0 {
+		plan.Status = sj.Status // nothing but the ready count changed: batch it with the next change
+	}
 	if err := r.writeStatus(ctx, sj, plan); err != nil {
 		if apierrors.IsNotFound(err) {
 			return reconcile.Result{}, nil // deleted meanwhile; its pods are released on the delete event
@@ -107,12 +112,32 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 		}
 		return reconcile.Result{}, err
 	}
+	plan.Status = decided
 	if err := r.afterDecide(ctx, sj, q, plan); err != nil {
 		return reconcile.Result{}, err
 	}
 	_, res := r.ttlResult(sj)
-	res.RequeueAfter = ledger.MinPositive(ledger.MinPositive(res.RequeueAfter, plan.RequeueAfter), wait)
+	res.RequeueAfter = ledger.MinPositive(ledger.MinPositive(res.RequeueAfter, plan.RequeueAfter), ledger.MinPositive(wait, readyWait))
 	return res, nil
+}
+
+// ReadyBatchPeriod is how long a change of status.ready alone waits to be
+// written, so that it travels with the next change (as the Job controller
+// batches pod events). Ledger facts are never delayed.
+const ReadyBatchPeriod = time.Second
+
+// deferReadyOnly returns how long to hold a status write whose only change
+// is the ready count; 0 means write now.
+func (r *SafeJobReconciler) deferReadyOnly(sj *batchv1alpha1.SafeJob, plan *ledger.Plan) time.Duration {
+	if len(plan.Append) > 0 || plan.Status.Ready == sj.Status.Ready {
+		return 0
+	}
+	same := plan.Status.DeepCopy()
+	same.Ready = sj.Status.Ready
+	if !equality.Semantic.DeepEqual(*same, sj.Status) {
+		return 0
+	}
+	return r.tracker.deferReady(client.ObjectKeyFromObject(sj), sj.UID, r.Clock.Now(), ReadyBatchPeriod)
 }
 
 // releaseAll lets go of what a deleted SafeJob holds: its run finalizer

@@ -30,6 +30,8 @@ type jobMemo struct {
 	lastSeen    map[string]*corev1.Pod
 	// runsSeen holds the runs of a scheduled SafeJob observed so far.
 	runsSeen map[string]bool
+	// readySince is when a ready-count change alone was first held back.
+	readySince time.Time
 }
 
 func newTracker() *tracker { return &tracker{jobs: map[types.NamespacedName]*jobMemo{}} }
@@ -72,6 +74,7 @@ func (t *tracker) wrote(key types.NamespacedName, uid types.UID, over string, no
 	defer t.mu.Unlock()
 	memo := t.memo(key, uid)
 	memo.writtenOver, memo.writtenAt = over, now
+	memo.readySince = time.Time{}
 	for _, e := range appended {
 		if e.Type == batchv1alpha1.EntryLaunched {
 			memo.pending[e.Pod] = true
@@ -145,4 +148,21 @@ func (t *tracker) seenRuns(key types.NamespacedName, uid types.UID) map[string]b
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return copyMap(t.memo(key, uid).runsSeen)
+}
+
+// deferReady holds back a ready-only status change for up to period from
+// when it was first seen; it returns the time left, 0 when it is due.
+func (t *tracker) deferReady(key types.NamespacedName, uid types.UID, now time.Time, period time.Duration) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.memo(key, uid)
+	if m.readySince.IsZero() {
+		m.readySince = now
+	}
+	left := m.readySince.Add(period).Sub(now)
+	if left <= 0 {
+		m.readySince = time.Time{}
+		return 0
+	}
+	return left
 }
