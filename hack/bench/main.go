@@ -67,6 +67,7 @@ type result struct {
 	Writes          int
 	WritesPerCompl  float64
 	WritesByRes     map[string]int
+	ReadsByRes      map[string]int
 	CPUSec          float64
 	PeakRSSMiB      float64
 	CompletionTimes []float64 // seconds since the first create, sorted
@@ -79,6 +80,8 @@ type options struct {
 	raisedQPS                              int
 	defaults                               bool
 	timeout                                time.Duration
+	only                                   string
+	operatorArgs                           []string
 }
 
 func main() {
@@ -93,11 +96,15 @@ func main() {
 	flag.StringVar(&o.manager, "manager", "bin/manager", "the operator binary")
 	flag.StringVar(&o.profileDir, "profile", "", "directory for CPU profiles of the operator under W1 and W2")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "longest a single run may take")
+	flag.StringVar(&o.only, "only", "", "run only the modes whose name contains this (for experiments)")
+	var opArgs string
+	flag.StringVar(&opArgs, "operator-args", "", "extra flags for the operator, space separated")
 	flag.StringVar(&out, "out", "BENCHMARKS.md", "the Markdown report")
 	flag.StringVar(&chart, "chart", "docs/benchmarks.png", "the chart")
 	flag.StringVar(&jsonOut, "json", "bench-results.json", "every run's raw results")
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard())
+	o.operatorArgs = strings.Fields(opArgs)
 	var err error
 	if o.root, err = os.Getwd(); err != nil {
 		fail(err)
@@ -165,6 +172,9 @@ func runAll(o options, ws []workload) []result {
 				modes = append(modes, mode{"built-in (default rate)", "builtin", 0}, mode{"SafeJob (default rate)", "safejob", 0})
 			}
 			for _, m := range modes {
+				if o.only != "" && !strings.Contains(m.Name, o.only) {
+					continue
+				}
 				res, err := runOne(o, w, m, r)
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "bench: %s %s repeat %d: %v\n", w.Name, m.Name, r, err)
@@ -253,6 +263,7 @@ func startOperator(ctx context.Context, o options, c *cluster.Cluster, dir strin
 	if o.profileDir != "" {
 		args = append(args, "--pprof-bind-address=127.0.0.1:6065")
 	}
+	args = append(args, o.operatorArgs...)
 	p, err := cluster.StartProcess("manager", filepath.Join(dir, "manager.log"), o.manager, args...)
 	if err != nil {
 		return nil, err
@@ -524,7 +535,7 @@ func measure(w workload, m mode, repeat int, start, end time.Time, created map[s
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	res := result{Workload: w.Name, Mode: m.Name, Repeat: repeat, Completions: w.total(), PodsCreated: len(rec.seen),
-		MakespanSec: end.Sub(start).Seconds(), CPUSec: cpu, PeakRSSMiB: rss, WritesByRes: map[string]int{}}
+		MakespanSec: end.Sub(start).Seconds(), CPUSec: cpu, PeakRSSMiB: rss, WritesByRes: map[string]int{}, ReadsByRes: map[string]int{}}
 	res.ExtraPods = res.PodsCreated - res.Completions
 	res.PerSecond = float64(res.Completions) / res.MakespanSec
 	var lat []float64
@@ -536,7 +547,12 @@ func measure(w workload, m mode, repeat int, start, end time.Time, created map[s
 	sort.Float64s(lat)
 	res.FirstPodP50Sec, res.FirstPodP99Sec = quantile(lat, 0.5), quantile(lat, 0.99)
 	for k, v := range after {
-		if d := v - before[k]; d > 0 {
+		d := v - before[k]
+		switch {
+		case d <= 0:
+		case strings.HasPrefix(k, "read:"):
+			res.ReadsByRes[strings.TrimPrefix(k, "read:")] = d
+		default:
 			res.WritesByRes[k] = d
 			res.Writes += d
 		}

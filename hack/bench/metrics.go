@@ -19,8 +19,9 @@ var (
 	writeVerbs  = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "DELETE": true, "APPLY": true, "DELETECOLLECTION": true}
 )
 
-// scrapeWrites reads the API server's own count of write requests
-// (apiserver_request_total), by resource[/subresource].
+// scrapeWrites reads the API server's own count of requests
+// (apiserver_request_total): writes by resource[/subresource], reads as
+// "read:<verb>:<resource>".
 func scrapeWrites(ctx context.Context, cfg *rest.Config) (map[string]int, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -40,10 +41,10 @@ func scrapeWrites(ctx context.Context, cfg *rest.Config) (map[string]int, error)
 		for _, p := range labelPair.FindAllStringSubmatch(m[1], -1) {
 			labels[p[1]] = p[2]
 		}
-		if !writeVerbs[labels["verb"]] {
-			continue
-		}
 		key := labels["resource"]
+		if !writeVerbs[labels["verb"]] {
+			key = "read:" + labels["verb"] + ":" + key
+		}
 		if sub := labels["subresource"]; sub != "" {
 			key += "/" + sub
 		}

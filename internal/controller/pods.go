@@ -133,12 +133,12 @@ func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.Saf
 	err := r.Client.Create(ctx, pod)
 	switch {
 	case err == nil:
-		r.tracker.created(key, sj.UID, ref.Name)
+		r.tracker.created(key, sj.UID, ref.Name, r.Clock.Now())
 		r.Metrics.PodsCreated.Inc()
 		r.Recorder.Eventf(sj, pod, corev1.EventTypeNormal, "SuccessfulCreate", "CreatePod", "Created pod: %s", ref.Name)
 		return nil
 	case apierrors.IsAlreadyExists(err):
-		r.tracker.created(key, sj.UID, ref.Name)
+		r.tracker.created(key, sj.UID, ref.Name, r.Clock.Now())
 		return nil
 	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
 		// Refused for sure: the launch stays pending and is retried with backoff.
@@ -146,7 +146,7 @@ func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.Saf
 		return fmt.Errorf("creating pod %s: %w", ref.Name, err)
 	default:
 		// The pod may or may not exist: a live read settles it later.
-		r.tracker.created(key, sj.UID, ref.Name)
+		r.tracker.created(key, sj.UID, ref.Name, r.Clock.Now())
 		return fmt.Errorf("creating pod %s: %w", ref.Name, err)
 	}
 }

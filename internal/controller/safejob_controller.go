@@ -185,6 +185,7 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 		Pods:     pods,
 		LastSeen: r.tracker.lastSeen(key, sj.UID),
 		Pending:  r.tracker.pending(key, sj.UID),
+		Created:  r.tracker.createdSince(key, sj.UID, r.Clock.Now(), 2*ledger.LostGrace),
 		Gone:     map[string]bool{},
 		Now:      r.Clock.Now(),
 	}

@@ -32,6 +32,8 @@ type jobMemo struct {
 	runsSeen map[string]bool
 	// readySince is when a ready-count change alone was first held back.
 	readySince time.Time
+	// createdAt holds when this process created pods of open launches.
+	createdAt map[string]time.Time
 }
 
 func newTracker() *tracker { return &tracker{jobs: map[types.NamespacedName]*jobMemo{}} }
@@ -40,7 +42,8 @@ func newTracker() *tracker { return &tracker{jobs: map[types.NamespacedName]*job
 func (t *tracker) memo(key types.NamespacedName, uid types.UID) *jobMemo {
 	m := t.jobs[key]
 	if m == nil || (uid != "" && m.uid != uid) {
-		m = &jobMemo{uid: uid, pending: map[string]bool{}, lastSeen: map[string]*corev1.Pod{}, runsSeen: map[string]bool{}}
+		m = &jobMemo{uid: uid, pending: map[string]bool{}, lastSeen: map[string]*corev1.Pod{}, runsSeen: map[string]bool{},
+			createdAt: map[string]time.Time{}}
 		t.jobs[key] = m
 	}
 	return m
@@ -85,10 +88,26 @@ func (t *tracker) wrote(key types.NamespacedName, uid types.UID, over string, no
 }
 
 // created records that a pending launch no longer needs creating here.
-func (t *tracker) created(key types.NamespacedName, uid types.UID, pod string) {
+func (t *tracker) created(key types.NamespacedName, uid types.UID, pod string, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.memo(key, uid).pending, pod)
+	m := t.memo(key, uid)
+	delete(m.pending, pod)
+	m.createdAt[pod] = now
+}
+
+// createdSince returns when this process created pods, forgetting those
+// created more than keep ago (their absence is then checked live anyway).
+func (t *tracker) createdSince(key types.NamespacedName, uid types.UID, now time.Time, keep time.Duration) map[string]time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.memo(key, uid)
+	for pod, at := range m.createdAt {
+		if now.Sub(at) > keep {
+			delete(m.createdAt, pod)
+		}
+	}
+	return copyMap(m.createdAt)
 }
 
 func (t *tracker) pending(key types.NamespacedName, uid types.UID) map[string]bool {

@@ -32,10 +32,16 @@ func TestTrackerObservesOwnWrites(t *testing.T) {
 	if !tr.observed(sj, now.Add(time.Second), m) {
 		t.Error("the cache moved past our write, yet not observed")
 	}
-	tr.created(key, "u1", "a-0-0")
+	tr.created(key, "u1", "a-0-0", now)
 	tr.wrote(key, "u1", "11", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryEvicted, Pod: "a-1-0"}})
 	if got := tr.pending(key, "u1"); len(got) != 0 {
 		t.Errorf("pending after create and eviction: %v", got)
+	}
+	if got := tr.createdSince(key, "u1", now.Add(time.Second), 10*time.Second); !got["a-0-0"].Equal(now) {
+		t.Errorf("create time of a-0-0 not kept: %v", got)
+	}
+	if got := tr.createdSince(key, "u1", now.Add(11*time.Second), 10*time.Second); len(got) != 0 {
+		t.Errorf("create times older than kept: %v", got)
 	}
 	// A new SafeJob under the same name starts with a clean memo.
 	tr.wrote(key, "u1", "12", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryLaunched, Pod: "a-2-0"}})

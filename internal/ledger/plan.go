@@ -49,6 +49,10 @@ type Input struct {
 	Gone map[string]bool
 	// Pending holds open launches this process committed and has not created yet.
 	Pending map[string]bool
+	// Created holds, for launches this process created, when it did: the
+	// pod may not be in the cache yet, so its absence is checked only
+	// LostGrace after the create.
+	Created map[string]time.Time
 	// Now is the current time.
 	Now time.Time
 	// Queue is what the queueing system says of a queued SafeJob; nil when
@@ -111,7 +115,11 @@ func Unaccounted(in *Input) ([]PodRef, time.Duration, error) {
 		if seen[ref.Name] != nil || in.Gone[ref.Name] || in.Pending[ref.Name] {
 			continue
 		}
-		if due := ref.Time.Add(LostGrace).Sub(in.Now); due > 0 {
+		since := ref.Time
+		if c, ok := in.Created[ref.Name]; ok && c.After(since) {
+			since = c
+		}
+		if due := since.Add(LostGrace).Sub(in.Now); due > 0 {
 			wait = MinPositive(wait, due)
 			continue
 		}

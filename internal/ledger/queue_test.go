@@ -1,6 +1,8 @@
 package ledger
 
 import (
+	"time"
+
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -95,5 +97,22 @@ func expectEvictedOnly(t *testing.T, plan *Plan, status *batchv1alpha1.SafeJobSt
 	}
 	if len(plan.Append) == 0 || status.Failed != 0 || status.Succeeded != 1 {
 		t.Fatalf("after eviction: %d entries, failed %d, succeeded %d", len(plan.Append), status.Failed, status.Succeeded)
+	}
+}
+
+// TestUnaccountedWaitsAfterCreate: a launch committed long ago but created
+// here a moment ago is not read live until LostGrace after the create.
+func TestUnaccountedWaitsAfterCreate(t *testing.T) {
+	s := spec(1, 1)
+	status := &batchv1alpha1.SafeJobStatus{Ledger: ledgerOf(launched(1, 0, 0))}
+	now := t0.Add(time.Minute)
+	in := &Input{Name: "sj", Spec: &s, Status: status, Now: now, Created: map[string]time.Time{"sj-0-0": now.Add(-time.Second)}}
+	refs, wait, err := Unaccounted(in)
+	if err != nil || len(refs) != 0 || wait != LostGrace-time.Second {
+		t.Fatalf("created 1s ago: unaccounted %v, wait %s, err %v; want none for %s", refs, wait, err, LostGrace-time.Second)
+	}
+	in.Created = nil
+	if refs, _, _ = Unaccounted(in); len(refs) != 1 {
+		t.Fatalf("committed a minute ago and not created here: unaccounted %v, want it read live", refs)
 	}
 }
