@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"strconv"
 	"sync"
 
@@ -106,15 +107,26 @@ func (r *SafeJobReconciler) act(ctx context.Context, sj *batchv1alpha1.SafeJob, 
 		defer mu.Unlock()
 		errs = append(errs, err)
 	}
+	var created []string
 	parallel(len(plan.Create), func(i int) {
-		if err := r.createPod(ctx, sj, plan.Create[i], info); err != nil {
+		ok, err := r.createPod(ctx, sj, plan.Create[i], info)
+		if err != nil {
 			fail(err)
+		}
+		if ok {
+			mu.Lock()
+			created = append(created, plan.Create[i].Name)
+			mu.Unlock()
 		}
 	})
-	parallel(len(plan.Release), func(i int) {
-		if err := r.releaseFinalizer(ctx, sj.Namespace, plan.Release[i]); err != nil {
+	r.recordCreates(sj, created)
+	release := r.tracker.unreleased(key, sj.UID, plan.Release, r.Clock.Now())
+	parallel(len(release), func(i int) {
+		if err := r.releaseFinalizer(ctx, sj.Namespace, release[i]); err != nil {
 			fail(err)
+			return
 		}
+		r.tracker.released(key, sj.UID, release[i], r.Clock.Now())
 	})
 	parallel(len(plan.Delete), func(i int) {
 		if err := r.deletePod(ctx, sj.Namespace, plan.Delete[i]); err != nil {
@@ -124,9 +136,27 @@ func (r *SafeJobReconciler) act(ctx context.Context, sj *batchv1alpha1.SafeJob, 
 	return errors.Join(errs...)
 }
 
-// createPod creates the pod of an observed launch. AlreadyExists is success:
-// names are deterministic, so a repeat can never duplicate.
-func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.SafeJob, ref ledger.PodRef, info *podSetInfo) error {
+// recordCreates reports the pods one reconcile created in one event (one
+// event per pod would be as many writes to the API server as pods).
+func (r *SafeJobReconciler) recordCreates(sj *batchv1alpha1.SafeJob, created []string) {
+	switch {
+	case len(created) == 0:
+	case len(created) == 1:
+		r.Recorder.Eventf(sj, nil, corev1.EventTypeNormal, "SuccessfulCreate", "CreatePod", "Created pod: %s", created[0])
+	default:
+		slices.Sort(created)
+		names := strings.Join(created[:min(len(created), 10)], ", ")
+		if len(created) > 10 {
+			names += fmt.Sprintf(" and %d more", len(created)-10)
+		}
+		r.Recorder.Eventf(sj, nil, corev1.EventTypeNormal, "SuccessfulCreate", "CreatePod", "Created %d pods: %s", len(created), names)
+	}
+}
+
+// createPod creates the pod of an observed launch and reports whether it
+// did. AlreadyExists is success: names are deterministic, so a repeat can
+// never duplicate.
+func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.SafeJob, ref ledger.PodRef, info *podSetInfo) (bool, error) {
 	key := client.ObjectKeyFromObject(sj)
 	pod := newPod(sj, ref)
 	info.apply(pod)
@@ -135,19 +165,18 @@ func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.Saf
 	case err == nil:
 		r.tracker.created(key, sj.UID, ref.Name, r.Clock.Now())
 		r.Metrics.PodsCreated.Inc()
-		r.Recorder.Eventf(sj, pod, corev1.EventTypeNormal, "SuccessfulCreate", "CreatePod", "Created pod: %s", ref.Name)
-		return nil
+		return true, nil
 	case apierrors.IsAlreadyExists(err):
 		r.tracker.created(key, sj.UID, ref.Name, r.Clock.Now())
-		return nil
+		return false, nil
 	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
 		// Refused for sure: the launch stays pending and is retried with backoff.
 		r.Recorder.Eventf(sj, nil, corev1.EventTypeWarning, "FailedCreate", "CreatePod", "Error creating pod %s: %v", ref.Name, err)
-		return fmt.Errorf("creating pod %s: %w", ref.Name, err)
+		return false, fmt.Errorf("creating pod %s: %w", ref.Name, err)
 	default:
 		// The pod may or may not exist: a live read settles it later.
 		r.tracker.created(key, sj.UID, ref.Name, r.Clock.Now())
-		return fmt.Errorf("creating pod %s: %w", ref.Name, err)
+		return false, fmt.Errorf("creating pod %s: %w", ref.Name, err)
 	}
 }
 

@@ -54,7 +54,44 @@ type SafeJobReconciler struct {
 func (r *SafeJobReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	res, err := r.reconcile(ctx, req)
 	r.Metrics.countReconcile(err)
-	return res, err
+	if err != nil || !r.waitOwnWrite(ctx, req) {
+		return res, err
+	}
+	// The informer has delivered our write: act on it now (create the
+	// launched pods, release committed finalizers) rather than behind every
+	// other SafeJob in the queue.
+	next, err := r.reconcile(ctx, req)
+	r.Metrics.countReconcile(err)
+	if err == nil {
+		next.RequeueAfter = ledger.MinPositive(next.RequeueAfter, res.RequeueAfter)
+	}
+	return next, err
+}
+
+// FollowUpWait bounds how long a worker waits for the informer to deliver
+// its own status write before leaving the rest to the write's watch event.
+const FollowUpWait = 500 * time.Millisecond
+
+// waitOwnWrite waits, up to FollowUpWait, until the cache shows the
+// SafeJob past this process's last status write for it; false when there
+// was no such write or it did not show in time.
+func (r *SafeJobReconciler) waitOwnWrite(ctx context.Context, req reconcile.Request) bool {
+	over, uid := r.tracker.outstanding(req.NamespacedName)
+	if over == "" {
+		return false
+	}
+	deadline := time.Now().Add(FollowUpWait)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		sj := &batchv1alpha1.SafeJob{}
+		if err := r.Client.Get(ctx, req.NamespacedName, sj); err != nil || sj.UID != uid {
+			return false
+		}
+		if sj.ResourceVersion != over {
+			return true
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval of the local cache, no API call
+	}
+	return false
 }
 
 // reconcile gathers the SafeJob and its pods, lets the ledger decide, acts on

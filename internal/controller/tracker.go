@@ -34,6 +34,9 @@ type jobMemo struct {
 	readySince time.Time
 	// createdAt holds when this process created pods of open launches.
 	createdAt map[string]time.Time
+	// releasedAt holds when this process released pods' finalizers, so that a
+	// reconcile on a cache that does not show it yet does not patch again.
+	releasedAt map[string]time.Time
 }
 
 func newTracker() *tracker { return &tracker{jobs: map[types.NamespacedName]*jobMemo{}} }
@@ -43,7 +46,7 @@ func (t *tracker) memo(key types.NamespacedName, uid types.UID) *jobMemo {
 	m := t.jobs[key]
 	if m == nil || (uid != "" && m.uid != uid) {
 		m = &jobMemo{uid: uid, pending: map[string]bool{}, lastSeen: map[string]*corev1.Pod{}, runsSeen: map[string]bool{},
-			createdAt: map[string]time.Time{}}
+			createdAt: map[string]time.Time{}, releasedAt: map[string]time.Time{}}
 		t.jobs[key] = m
 	}
 	return m
@@ -184,4 +187,46 @@ func (t *tracker) deferReady(key types.NamespacedName, uid types.UID, now time.T
 		return 0
 	}
 	return left
+}
+
+// outstanding returns the resourceVersion our last status write replaced
+// while the cache has not shown the write yet ("" otherwise), and the UID.
+func (t *tracker) outstanding(key types.NamespacedName) (string, types.UID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.jobs[key]
+	if m == nil {
+		return "", ""
+	}
+	return m.writtenOver, m.uid
+}
+
+// releaseMemory is how long a release is remembered; after it, a pod the
+// cache still shows with the finalizer is released again.
+const releaseMemory = 5 * time.Second
+
+// released remembers that a pod's finalizer was removed.
+func (t *tracker) released(key types.NamespacedName, uid types.UID, pod string, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.memo(key, uid).releasedAt[pod] = now
+}
+
+// unreleased filters out the pods released recently by this process.
+func (t *tracker) unreleased(key types.NamespacedName, uid types.UID, pods []string, now time.Time) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.memo(key, uid)
+	for pod, at := range m.releasedAt {
+		if now.Sub(at) > releaseMemory {
+			delete(m.releasedAt, pod)
+		}
+	}
+	out := make([]string, 0, len(pods))
+	for _, pod := range pods {
+		if _, recent := m.releasedAt[pod]; !recent {
+			out = append(out, pod)
+		}
+	}
+	return out
 }

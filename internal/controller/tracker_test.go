@@ -70,3 +70,16 @@ func TestTrackerDefersReadyOnlyWrites(t *testing.T) {
 		t.Errorf("after a write the hold is %s, want a fresh 1s", left)
 	}
 }
+
+func TestTrackerRemembersReleases(t *testing.T) {
+	tr := newTracker()
+	key := types.NamespacedName{Namespace: "ns", Name: "a"}
+	now := time.Unix(100, 0)
+	tr.released(key, "u1", "a-0-0", now)
+	if got := tr.unreleased(key, "u1", []string{"a-0-0", "a-1-0"}, now.Add(time.Second)); len(got) != 1 || got[0] != "a-1-0" {
+		t.Errorf("unreleased = %v, want only a-1-0", got)
+	}
+	if got := tr.unreleased(key, "u1", []string{"a-0-0"}, now.Add(releaseMemory+time.Second)); len(got) != 1 {
+		t.Errorf("a release older than %s still suppresses a new one: %v", releaseMemory, got)
+	}
+}
