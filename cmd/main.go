@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -22,42 +23,42 @@ import (
 )
 
 func main() {
-	var (
-		metricsAddr, probeAddr string
-		pprofAddr              string
-		enableLeaderElection   bool
-		secureMetrics          bool
-		concurrency            int
-		qps                    float64
-		burst                  int
-	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
+	var s settings
+	flag.StringVar(&s.metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
 		"Use :8443 for HTTPS or :8080 for HTTP, or leave as 0 to disable the metrics service.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the probe endpoint binds to.")
-	flag.BoolVar(&enableLeaderElection, "leader-elect", false,
+	flag.StringVar(&s.probeAddr, "health-probe-bind-address", ":8081", "The address the probe endpoint binds to.")
+	flag.BoolVar(&s.leaderElect, "leader-elect", false,
 		"Enable leader election for controller manager. Enabling this will ensure there is only one active controller manager.")
-	flag.BoolVar(&secureMetrics, "metrics-secure", false, "If set, the metrics endpoint is served securely via HTTPS.")
-	flag.IntVar(&concurrency, "concurrent-reconciles", 8, "The number of SafeJobs reconciled at once.")
-	flag.Float64Var(&qps, "kube-api-qps", 100, "Queries per second to the API server.")
-	flag.IntVar(&burst, "kube-api-burst", 200, "Burst of queries to the API server.")
-	flag.StringVar(&pprofAddr, "pprof-bind-address", "0", "The address the pprof endpoint binds to (0 disables it).")
+	flag.BoolVar(&s.secureMetrics, "metrics-secure", false, "If set, the metrics endpoint is served securely via HTTPS.")
+	flag.IntVar(&s.concurrency, "concurrent-reconciles", 32, "The number of SafeJobs reconciled at once.")
+	flag.Float64Var(&s.qps, "kube-api-qps", 100, "Queries per second to the API server.")
+	flag.IntVar(&s.burst, "kube-api-burst", 200, "Burst of queries to the API server.")
+	flag.DurationVar(&s.podBatch, "pod-batch-period", 500*time.Millisecond,
+		"How long a SafeJob's reconcile waits after a pod event, so that the events of many pods are decided in one status write.")
+	flag.StringVar(&s.pprofAddr, "pprof-bind-address", "0", "The address the pprof endpoint binds to (0 disables it).")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	setupLog := ctrl.Log.WithName("setup")
 
-	addrs := addresses{metrics: metricsAddr, probe: probeAddr, pprof: pprofAddr}
-	if err := run(addrs, enableLeaderElection, secureMetrics, concurrency, qps, burst); err != nil {
+	if err := run(s); err != nil {
 		setupLog.Error(err, "Manager stopped")
 		os.Exit(1)
 	}
 }
 
-// addresses are the listen addresses of the manager's endpoints.
-type addresses struct{ metrics, probe, pprof string }
+// settings are the manager's command-line settings.
+type settings struct {
+	metricsAddr, probeAddr, pprofAddr string
+	leaderElect, secureMetrics        bool
+	concurrency                       int
+	qps                               float64
+	burst                             int
+	podBatch                          time.Duration
+}
 
-func run(addrs addresses, leaderElect, secureMetrics bool, concurrency int, qps float64, burst int) error {
+func run(s settings) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return fmt.Errorf("adding client-go types: %w", err)
@@ -72,17 +73,17 @@ func run(addrs addresses, leaderElect, secureMetrics bool, concurrency int, qps 
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
-	cfg.QPS, cfg.Burst = float32(qps), burst
+	cfg.QPS, cfg.Burst = float32(s.qps), s.burst
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
 		Metrics: metricsserver.Options{
-			BindAddress:   addrs.metrics,
-			SecureServing: secureMetrics,
+			BindAddress:   s.metricsAddr,
+			SecureServing: s.secureMetrics,
 			TLSOpts:       []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
 		},
-		HealthProbeBindAddress: addrs.probe,
-		PprofBindAddress:       addrs.pprof,
-		LeaderElection:         leaderElect,
+		HealthProbeBindAddress: s.probeAddr,
+		PprofBindAddress:       s.pprofAddr,
+		LeaderElection:         s.leaderElect,
 		LeaderElectionID:       "safejob.batch.safejob.dev",
 		Cache:                  controller.CacheOptions(),
 	})
@@ -104,7 +105,8 @@ func run(addrs addresses, leaderElect, secureMetrics bool, concurrency int, qps 
 		Recorder:                mgr.GetEventRecorder("safejob-controller"),
 		Clock:                   clock.RealClock{},
 		Metrics:                 m,
-		MaxConcurrentReconciles: concurrency,
+		MaxConcurrentReconciles: s.concurrency,
+		PodBatchPeriod:          s.podBatch,
 		Kueue:                   withKueue,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {

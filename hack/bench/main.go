@@ -22,7 +22,9 @@ import (
 	"github.com/go-logr/logr"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -55,20 +57,24 @@ type mode struct {
 }
 
 type result struct {
-	Workload, Mode  string
-	Repeat          int
-	Completions     int
-	PodsCreated     int
-	ExtraPods       int
-	MakespanSec     float64
-	PerSecond       float64
-	FirstPodP50Sec  float64
-	FirstPodP99Sec  float64
-	Writes          int
-	WritesPerCompl  float64
-	WritesByRes     map[string]int
-	ReadsByRes      map[string]int
-	CPUSec          float64
+	Workload, Mode string
+	Repeat         int
+	Completions    int
+	PodsCreated    int
+	ExtraPods      int
+	MakespanSec    float64
+	PerSecond      float64
+	FirstPodP50Sec float64
+	FirstPodP99Sec float64
+	Writes         int
+	WritesPerCompl float64
+	WritesByRes    map[string]int
+	ReadsByRes     map[string]int
+	CPUSec         float64
+	// ClusterCPUSec is the CPU time of each other component during the run,
+	// and MachineBusy the fraction of all cores busy (from /proc/stat).
+	ClusterCPUSec   map[string]float64
+	MachineBusy     float64
 	PeakRSSMiB      float64
 	CompletionTimes []float64 // seconds since the first create, sorted
 }
@@ -184,6 +190,9 @@ func runAll(o options, ws []workload) []result {
 					"%.2f writes/completion, CPU %.1fs, RSS %.0f MiB, %d extra pods\n", w.Name, m.Name, r, res.Completions,
 					res.MakespanSec, res.PerSecond, res.FirstPodP50Sec, res.FirstPodP99Sec, res.WritesPerCompl, res.CPUSec,
 					res.PeakRSSMiB, res.ExtraPods)
+				fmt.Printf("    machine %.0f%% busy; CPU s: apiserver %.1f, etcd %.1f, scheduler %.1f, kwok %.1f\n",
+					100*res.MachineBusy, res.ClusterCPUSec["kube-apiserver"], res.ClusterCPUSec["etcd"],
+					res.ClusterCPUSec["kube-scheduler"], res.ClusterCPUSec["kwok"])
 				results = append(results, res)
 			}
 		}
@@ -237,22 +246,63 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 		return result{}, err
 	}
 	cpu0 := cpuSeconds(ctrl)
-	stopProfile := maybeProfile(o, w, m, repeat, ctrl)
+	others0, busy0 := clusterCPU(c), machineTicks()
+	stopProfile := maybeProfile(o, w, m, repeat, cfg)
 	start := time.Now()
 	created, err := submit(ctx, cl, w, m, o.podDuration, rec)
 	if err != nil {
 		return result{}, err
 	}
-	if err := waitDone(ctx, cl, w, m, rec); err != nil {
+	end, err := waitDone(ctx, w, m, rec)
+	if err != nil {
 		return result{}, err
 	}
-	end := time.Now()
 	stopProfile()
 	after, err := settledWrites(ctx, cfg)
 	if err != nil {
 		return result{}, err
 	}
-	return measure(w, m, repeat, start, end, created, rec, before, after, cpuSeconds(ctrl)-cpu0, peakRSS(ctrl)), nil
+	res := measure(w, m, repeat, start, end, created, rec, before, after, cpuSeconds(ctrl)-cpu0, peakRSS(ctrl))
+	res.ClusterCPUSec = clusterCPU(c)
+	for k, v := range others0 {
+		res.ClusterCPUSec[k] -= v
+	}
+	busy1 := machineTicks()
+	if total := busy1[1] - busy0[1]; total > 0 {
+		res.MachineBusy = (busy1[0] - busy0[0]) / total
+	}
+	return res, nil
+}
+
+// clusterComponents are the processes whose CPU time each run reports.
+var clusterComponents = []string{"kube-apiserver", "etcd", "kube-scheduler", "kwok"}
+
+// clusterCPU is the CPU time so far of each cluster component.
+func clusterCPU(c *cluster.Cluster) map[string]float64 {
+	out := map[string]float64{}
+	for _, name := range clusterComponents {
+		out[name] = cpuSeconds(c.Process(name))
+	}
+	return out
+}
+
+// machineTicks returns busy and total CPU ticks of the whole machine.
+func machineTicks() [2]float64 {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return [2]float64{}
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	var busy, total float64
+	for i, f := range strings.Fields(line)[1:] {
+		var v float64
+		_, _ = fmt.Sscan(f, &v)
+		total += v
+		if i != 3 && i != 4 { // idle, iowait
+			busy += v
+		}
+	}
+	return [2]float64{busy, total}
 }
 
 func startOperator(ctx context.Context, o options, c *cluster.Cluster, dir string, m mode) (*cluster.Process, error) {
@@ -279,16 +329,35 @@ func startOperator(ctx context.Context, o options, c *cluster.Cluster, dir strin
 	return p, nil
 }
 
-// maybeProfile takes a CPU profile of the operator during W1 and W2.
-func maybeProfile(o options, w workload, m mode, repeat int, p *cluster.Process) func() {
-	if o.profileDir == "" || m.Controller != "safejob" || w.Name == "W3" || repeat != 1 || m.QPS == 0 {
+// maybeProfile takes CPU profiles, during W1 and W2, of the operator and of
+// kube-apiserver (for either controller), for 20 seconds from the start.
+func maybeProfile(o options, w workload, m mode, repeat int, cfg *rest.Config) func() {
+	if o.profileDir == "" || m.Controller == "limit" || repeat != 1 || m.QPS == 0 {
 		return func() {}
 	}
 	_ = os.MkdirAll(o.profileDir, 0o755)
-	out := filepath.Join(o.profileDir, fmt.Sprintf("safejob-%s.pprof", w.Name))
-	cmd := exec.Command("curl", "-s", "-o", out, "http://127.0.0.1:6065/debug/pprof/profile?seconds=20")
-	_ = cmd.Start()
-	return func() { _ = cmd.Wait() }
+	var wg sync.WaitGroup
+	if m.Controller == "safejob" {
+		out := filepath.Join(o.profileDir, fmt.Sprintf("safejob-%s.pprof", w.Name))
+		cmd := exec.Command("curl", "-s", "-o", out, "http://127.0.0.1:6065/debug/pprof/profile?seconds=20")
+		if err := cmd.Start(); err == nil {
+			wg.Go(func() { _ = cmd.Wait() })
+		}
+	}
+	wg.Go(func() {
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return
+		}
+		raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "20").
+			Timeout(time.Minute).DoRaw(context.Background())
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: profiling kube-apiserver: %v\n", err)
+			return
+		}
+		_ = os.WriteFile(filepath.Join(o.profileDir, fmt.Sprintf("apiserver-%s-%s.pprof", m.Controller, w.Name)), raw, 0o644)
+	})
+	return wg.Wait
 }
 
 func podTemplate(duration string) corev1.PodTemplateSpec {
@@ -353,42 +422,19 @@ func jobObject(name string, w workload, m mode, d string) client.Object {
 
 // waitDone waits until every job reports itself complete (the limit: until
 // every pod succeeded).
-func waitDone(ctx context.Context, cl client.Client, w workload, m mode, rec *recorder) error {
+func waitDone(ctx context.Context, w workload, m mode, rec *recorder) (time.Time, error) {
 	for {
-		done := 0
-		switch m.Controller {
-		case "limit":
-			done = rec.succeededCount() / int(w.Completions)
-		case "builtin":
-			var list batchv1.JobList
-			if err := cl.List(ctx, &list, client.InNamespace(ns)); err == nil {
-				for _, j := range list.Items {
-					for _, c := range j.Status.Conditions {
-						if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
-							done++
-						}
-					}
-				}
-			}
-		case "safejob":
-			var list batchv1alpha1.SafeJobList
-			if err := cl.List(ctx, &list, client.InNamespace(ns)); err == nil {
-				for _, sj := range list.Items {
-					for _, c := range sj.Status.Conditions {
-						if c.Type == batchv1alpha1.ConditionComplete && c.Status == metav1.ConditionTrue {
-							done++
-						}
-					}
-				}
-			}
+		done, last := rec.completeJobs()
+		if m.Controller == "limit" {
+			done, last = rec.succeededCount()/int(w.Completions), time.Now()
 		}
 		if done >= w.Jobs {
-			return nil
+			return last, nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%d of %d jobs complete: %w", done, w.Jobs, ctx.Err())
-		case <-time.After(200 * time.Millisecond): // polling interval of the completion check
+			return time.Time{}, fmt.Errorf("%d of %d jobs complete: %w", done, w.Jobs, ctx.Err())
+		case <-time.After(50 * time.Millisecond): // polling interval of the in-memory count
 		}
 	}
 }
@@ -402,6 +448,9 @@ type recorder struct {
 	seen       map[string]bool
 	succeeded  map[string]time.Time
 	onSuccess  func(pod *corev1.Pod)
+	// complete holds when each job was first seen Complete; the jobs are
+	// watched, not listed, so that measuring costs the API server little.
+	complete map[string]time.Time
 }
 
 func startRecorder(ctx context.Context, cfg *rest.Config, controller string) (*recorder, error) {
@@ -422,11 +471,78 @@ func startRecorder(ctx context.Context, cfg *rest.Config, controller string) (*r
 	}); err != nil {
 		return nil, err
 	}
+	if err := r.watchJobs(ctx, informers, controller); err != nil {
+		return nil, err
+	}
 	go func() { _ = informers.Start(ctx) }()
 	if !informers.WaitForCacheSync(ctx) {
 		return nil, fmt.Errorf("pod watch did not sync")
 	}
 	return r, nil
+}
+
+// watchJobs records when each Job or SafeJob becomes Complete.
+func (r *recorder) watchJobs(ctx context.Context, informers cache.Cache, controller string) error {
+	r.complete = map[string]time.Time{}
+	var obj client.Object
+	var isComplete func(obj any) (string, bool)
+	switch controller {
+	case "builtin":
+		obj = &batchv1.Job{}
+		isComplete = func(obj any) (string, bool) {
+			j, ok := obj.(*batchv1.Job)
+			if !ok {
+				return "", false
+			}
+			for _, c := range j.Status.Conditions {
+				if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
+					return j.Name, true
+				}
+			}
+			return j.Name, false
+		}
+	case "safejob":
+		obj = &batchv1alpha1.SafeJob{}
+		isComplete = func(obj any) (string, bool) {
+			sj, ok := obj.(*batchv1alpha1.SafeJob)
+			if !ok {
+				return "", false
+			}
+			return sj.Name, meta.IsStatusConditionTrue(sj.Status.Conditions, batchv1alpha1.ConditionComplete)
+		}
+	default:
+		return nil
+	}
+	inf, err := informers.GetInformer(ctx, obj)
+	if err != nil {
+		return err
+	}
+	see := func(obj any) {
+		if name, ok := isComplete(obj); ok {
+			r.mu.Lock()
+			if _, seen := r.complete[name]; !seen {
+				r.complete[name] = time.Now()
+			}
+			r.mu.Unlock()
+		}
+	}
+	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: see, UpdateFunc: func(_, obj any) { see(obj) },
+	})
+	return err
+}
+
+// completeJobs is the number of complete jobs and when the last became so.
+func (r *recorder) completeJobs() (int, time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var last time.Time
+	for _, t := range r.complete {
+		if t.After(last) {
+			last = t
+		}
+	}
+	return len(r.complete), last
 }
 
 func (r *recorder) see(pod *corev1.Pod) {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -271,10 +272,11 @@ func parallel(n int, f func(int)) {
 // that leave the cache, or lose the ledger finalizer to someone else.
 type podHandler struct {
 	tracker *tracker
+	batch   time.Duration
 }
 
 func (h *podHandler) Create(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	enqueueOwner(e.Object, q)
+	enqueueOwner(e.Object, q, h.batch)
 }
 
 func (h *podHandler) Update(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
@@ -282,18 +284,18 @@ func (h *podHandler) Update(_ context.Context, e event.UpdateEvent, q workqueue.
 	if ok && ledger.IsTerminal(pod) && !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
 		h.remember(pod)
 	}
-	enqueueOwner(e.ObjectNew, q)
+	enqueueOwner(e.ObjectNew, q, h.batch)
 }
 
 func (h *podHandler) Delete(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	if pod, ok := e.Object.(*corev1.Pod); ok && ledger.IsTerminal(pod) {
 		h.remember(pod)
 	}
-	enqueueOwner(e.Object, q)
+	enqueueOwner(e.Object, q, h.batch)
 }
 
 func (h *podHandler) Generic(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	enqueueOwner(e.Object, q)
+	enqueueOwner(e.Object, q, h.batch)
 }
 
 func (h *podHandler) remember(pod *corev1.Pod) {
@@ -304,13 +306,14 @@ func (h *podHandler) remember(pod *corev1.Pod) {
 
 // enqueueOwner enqueues the SafeJob of a pod and, for a pod of a scheduled
 // run, the parent, which waits for the pods of earlier runs under Forbid and
-// Replace.
-func enqueueOwner(obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+// Replace. Within batch of the first event, further events of the same
+// SafeJob join the pending request (the queue keeps the earliest time).
+func enqueueOwner(obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request], batch time.Duration) {
 	if ref := metav1.GetControllerOf(obj); ref != nil && isSafeJobRef(ref) {
-		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: ref.Name}})
+		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: ref.Name}}, batch)
 	}
 	if parent := obj.GetAnnotations()[batchv1alpha1.ParentLabel]; parent != "" {
-		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: parent}})
+		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: parent}}, batch)
 	}
 }
 

@@ -38,6 +38,12 @@ type SafeJobReconciler struct {
 	Metrics   *Metrics
 	// MaxConcurrentReconciles is the number of SafeJobs reconciled at once.
 	MaxConcurrentReconciles int
+	// PodBatchPeriod holds a SafeJob's reconcile after a pod event for up to
+	// this long, so that the events of many pods are decided in one status
+	// write (the Job controller batches pod events for a second). Safety
+	// never depends on it: a later reconcile decides the same from the
+	// ledger and the pods. 0 reconciles at once.
+	PodBatchPeriod time.Duration
 	// Kueue turns on queueing through Kueue Workloads (SafeJobs labelled
 	// kueue.x-k8s.io/queue-name); set it when the Workload API is served.
 	Kueue bool
@@ -315,7 +321,7 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 		b = b.Owns(&kueue.Workload{})
 	}
 	err := b.
-		Watches(&corev1.Pod{}, &podHandler{tracker: r.tracker}).
+		Watches(&corev1.Pod{}, &podHandler{tracker: r.tracker, batch: r.PodBatchPeriod}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).
 		Named("safejob").
 		Complete(r)
