@@ -652,7 +652,6 @@ func measure(w workload, m mode, repeat int, start, end time.Time, created map[s
 	defer rec.mu.Unlock()
 	res := result{Workload: w.Name, Mode: m.Name, Repeat: repeat, Completions: w.total(), PodsCreated: len(rec.seen),
 		MakespanSec: end.Sub(start).Seconds(), CPUSec: cpu, PeakRSSMiB: rss, WritesByRes: map[string]int{}, ReadsByRes: map[string]int{}}
-	res.ExtraPods = res.PodsCreated - res.Completions
 	res.PerSecond = float64(res.Completions) / res.MakespanSec
 	var lat []float64
 	for name, t := range created {
@@ -666,6 +665,11 @@ func measure(w workload, m mode, repeat int, start, end time.Time, created map[s
 		d := v - before[k]
 		switch {
 		case d <= 0:
+		case k == "created:pods":
+			// The API server's own count: a pod created and deleted before
+			// the watch saw it still counts.
+			res.PodsCreated = d
+		case strings.HasPrefix(k, "created:"):
 		case strings.HasPrefix(k, "read:"):
 			res.ReadsByRes[strings.TrimPrefix(k, "read:")] = d
 		default:
@@ -673,6 +677,7 @@ func measure(w workload, m mode, repeat int, start, end time.Time, created map[s
 			res.Writes += d
 		}
 	}
+	res.ExtraPods = res.PodsCreated - res.Completions
 	res.WritesPerCompl = float64(res.Writes) / float64(res.Completions)
 	for _, t := range rec.succeeded {
 		res.CompletionTimes = append(res.CompletionTimes, t.Sub(start).Seconds())

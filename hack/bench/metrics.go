@@ -21,7 +21,8 @@ var (
 
 // scrapeWrites reads the API server's own count of requests
 // (apiserver_request_total): writes by resource[/subresource], reads as
-// "read:<verb>:<resource>".
+// "read:<verb>:<resource>", and successful creates (201) as
+// "created:<resource>".
 func scrapeWrites(ctx context.Context, cfg *rest.Config) (map[string]int, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -53,6 +54,9 @@ func scrapeWrites(ctx context.Context, cfg *rest.Config) (map[string]int, error)
 			continue
 		}
 		out[key] += int(v)
+		if labels["verb"] == "POST" && labels["code"] == "201" && labels["subresource"] == "" {
+			out["created:"+labels["resource"]] += int(v)
+		}
 	}
 	return out, nil
 }

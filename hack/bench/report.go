@@ -14,6 +14,7 @@ import (
 type summary struct {
 	runs                                         int
 	makespan, perSec, p50, p99, writes, cpu, rss float64
+	apiCPU, busy                                 float64
 	extra                                        int
 	byRes                                        map[string]int
 }
@@ -31,7 +32,7 @@ func median(xs []float64) float64 {
 
 func summarise(results []result, w, m string) (summary, bool) {
 	var s summary
-	var mk, ps, p50, p99, wr, cpu, rss []float64
+	var mk, ps, p50, p99, wr, cpu, rss, api, busy []float64
 	for _, r := range results {
 		if r.Workload != w || r.Mode != m {
 			continue
@@ -39,6 +40,7 @@ func summarise(results []result, w, m string) (summary, bool) {
 		s.runs++
 		mk, ps, p50, p99 = append(mk, r.MakespanSec), append(ps, r.PerSecond), append(p50, r.FirstPodP50Sec), append(p99, r.FirstPodP99Sec)
 		wr, cpu, rss = append(wr, r.WritesPerCompl), append(cpu, r.CPUSec), append(rss, r.PeakRSSMiB)
+		api, busy = append(api, r.ClusterCPUSec["kube-apiserver"]/float64(r.Completions)*1000), append(busy, 100*r.MachineBusy)
 		s.extra = max(s.extra, r.ExtraPods)
 		if s.byRes == nil {
 			s.byRes = r.WritesByRes
@@ -46,6 +48,7 @@ func summarise(results []result, w, m string) (summary, bool) {
 	}
 	s.makespan, s.perSec, s.p50, s.p99 = median(mk), median(ps), median(p50), median(p99)
 	s.writes, s.cpu, s.rss = median(wr), median(cpu), median(rss)
+	s.apiCPU, s.busy = median(api), median(busy)
 	return s, s.runs > 0
 }
 
@@ -68,18 +71,20 @@ func report(o options, ws []workload, results []result, chart string, took time.
 	fmt.Fprintf(&b, "create to its first pod; writes per completion from the API server's `apiserver_request_total`\n")
 	fmt.Fprintf(&b, "(POST, PUT, PATCH, DELETE; every client: controllers, scheduler, KWOK, the submitting client);\n")
 	fmt.Fprintf(&b, "CPU and peak RSS of the controller process (`/proc`; for the built-in controller the whole\n")
-	fmt.Fprintf(&b, "kube-controller-manager); extra pods = pods created − completions.\n\n")
+	fmt.Fprintf(&b, "kube-controller-manager); kube-apiserver CPU milliseconds per completion and how busy the whole\n")
+	fmt.Fprintf(&b, "machine was (both from `/proc`): on 2 cores every component competes for the same CPU; extra pods =\n")
+	fmt.Fprintf(&b, "pods created (the API server's count of successful pod creates) − completions.\n\n")
 	for _, w := range ws {
 		fmt.Fprintf(&b, "## %s: %s\n\n", w.Name, w.Desc)
-		fmt.Fprintf(&b, "| mode | runs | makespan s | completions/s | first pod p50 / p99 s | writes/completion | CPU s | peak RSS MiB | extra pods |\n")
-		fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(&b, "| mode | runs | makespan s | completions/s | first pod p50 / p99 s | writes/completion | CPU s | peak RSS MiB | apiserver CPU ms/completion | machine busy | extra pods |\n")
+		fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, m := range modeOrder {
 			s, ok := summarise(results, w.Name, m)
 			if !ok {
 				continue
 			}
-			fmt.Fprintf(&b, "| %s | %d | %.1f | %.1f | %.2f / %.2f | %.2f | %.1f | %.0f | %d |\n",
-				m, s.runs, s.makespan, s.perSec, s.p50, s.p99, s.writes, s.cpu, s.rss, s.extra)
+			fmt.Fprintf(&b, "| %s | %d | %.1f | %.1f | %.2f / %.2f | %.2f | %.1f | %.0f | %.1f | %.0f%% | %d |\n",
+				m, s.runs, s.makespan, s.perSec, s.p50, s.p99, s.writes, s.cpu, s.rss, s.apiCPU, s.busy, s.extra)
 		}
 		b.WriteString("\n")
 		b.WriteString(verdict(results, w.Name))

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -272,11 +273,15 @@ func parallel(n int, f func(int)) {
 // that leave the cache, or lose the ledger finalizer to someone else.
 type podHandler struct {
 	tracker *tracker
-	batch   time.Duration
+	// cache reads the owning SafeJob: only the pods of a SafeJob that runs
+	// more than one pod at a time are batched (a lone pod has nothing to
+	// share its status write with).
+	cache client.Reader
+	batch time.Duration
 }
 
 func (h *podHandler) Create(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	enqueueOwner(e.Object, q, h.batch)
+	h.enqueueOwner(e.Object, q)
 }
 
 func (h *podHandler) Update(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
@@ -284,18 +289,18 @@ func (h *podHandler) Update(_ context.Context, e event.UpdateEvent, q workqueue.
 	if ok && ledger.IsTerminal(pod) && !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
 		h.remember(pod)
 	}
-	enqueueOwner(e.ObjectNew, q, h.batch)
+	h.enqueueOwner(e.ObjectNew, q)
 }
 
 func (h *podHandler) Delete(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	if pod, ok := e.Object.(*corev1.Pod); ok && ledger.IsTerminal(pod) {
 		h.remember(pod)
 	}
-	enqueueOwner(e.Object, q, h.batch)
+	h.enqueueOwner(e.Object, q)
 }
 
 func (h *podHandler) Generic(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	enqueueOwner(e.Object, q, h.batch)
+	h.enqueueOwner(e.Object, q)
 }
 
 func (h *podHandler) remember(pod *corev1.Pod) {
@@ -306,15 +311,32 @@ func (h *podHandler) remember(pod *corev1.Pod) {
 
 // enqueueOwner enqueues the SafeJob of a pod and, for a pod of a scheduled
 // run, the parent, which waits for the pods of earlier runs under Forbid and
-// Replace. Within batch of the first event, further events of the same
-// SafeJob join the pending request (the queue keeps the earliest time).
-func enqueueOwner(obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request], batch time.Duration) {
+// Replace. Within the batch period of the first event, further events of the
+// same SafeJob join the pending request (the queue keeps the earliest time).
+func (h *podHandler) enqueueOwner(obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	if ref := metav1.GetControllerOf(obj); ref != nil && isSafeJobRef(ref) {
-		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: ref.Name}}, batch)
+		key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: ref.Name}
+		q.AddAfter(reconcile.Request{NamespacedName: key}, h.batchFor(key))
 	}
 	if parent := obj.GetAnnotations()[batchv1alpha1.ParentLabel]; parent != "" {
-		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: parent}}, batch)
+		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: parent}}, h.batch)
 	}
+}
+
+// batchFor is how long the events of a SafeJob's pods are gathered: the
+// batch period when it runs several pods at once, else nothing.
+func (h *podHandler) batchFor(key types.NamespacedName) time.Duration {
+	if h.batch <= 0 || h.cache == nil {
+		return 0
+	}
+	sj := &batchv1alpha1.SafeJob{}
+	if err := h.cache.Get(context.Background(), key, sj, client.UnsafeDisableDeepCopy); err != nil {
+		return 0
+	}
+	if ptr.Deref(sj.Spec.Parallelism, 1) <= 1 {
+		return 0
+	}
+	return h.batch
 }
 
 // CacheOptions limits the pod cache to pods that carry the SafeJob label.

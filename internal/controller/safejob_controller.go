@@ -321,7 +321,7 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 		b = b.Owns(&kueue.Workload{})
 	}
 	err := b.
-		Watches(&corev1.Pod{}, &podHandler{tracker: r.tracker, batch: r.PodBatchPeriod}).
+		Watches(&corev1.Pod{}, &podHandler{tracker: r.tracker, cache: mgr.GetCache(), batch: r.PodBatchPeriod}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).
 		Named("safejob").
 		Complete(r)
