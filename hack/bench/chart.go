@@ -15,11 +15,11 @@ import (
 )
 
 var seriesColors = map[string]color.RGBA{
-	"limit":                   {150, 150, 150, 255},
-	"built-in":                {230, 120, 20, 255},
-	"SafeJob":                 {30, 90, 200, 255},
-	"built-in (default rate)": {240, 190, 140, 255},
-	"SafeJob (default rate)":  {140, 180, 240, 255},
+	modeLimit:          {150, 150, 150, 255},
+	modeBuiltin:        {230, 120, 20, 255},
+	modeSafeJob:        {30, 90, 200, 255},
+	modeBuiltinDefault: {240, 190, 140, 255},
+	modeSafeJobDefault: {140, 180, 240, 255},
 }
 
 // writeChart draws, per workload, completions over time of the first repeat
@@ -67,14 +67,17 @@ func writeChart(path string, ws []workload, results []result) error {
 	}
 	label(img, 10, panelH+55, "completions over time (first repeat); x: seconds since the first create, y: completions")
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
+		return fmt.Errorf("creating the chart's directory: %w", err)
 	}
 	f, err := os.Create(path)
 	if err != nil {
-		return err
+		return fmt.Errorf("creating the chart: %w", err)
 	}
 	defer func() { _ = f.Close() }()
-	return png.Encode(f, img)
+	if err := png.Encode(f, img); err != nil {
+		return fmt.Errorf("writing the chart: %w", err)
+	}
+	return nil
 }
 
 func truncate(s string, n int) string {

@@ -120,8 +120,9 @@ func main() {
 		"W2": {Name: "W2", Desc: "1 job, 5,000 completions, parallelism 200", Jobs: 1, Completions: 5000, Parallelism: 200},
 		"W3": {Name: "W3", Desc: "200 Indexed jobs, 20 completions, parallelism 5", Jobs: 200, Completions: 20, Parallelism: 5, Indexed: true},
 	}
-	var ws []workload
-	for _, n := range strings.Split(workloads, ",") {
+	names := strings.Split(workloads, ",")
+	ws := make([]workload, 0, len(names))
+	for _, n := range names {
 		w, ok := all[n]
 		if !ok {
 			fail(fmt.Errorf("unknown workload %q", n))
@@ -169,13 +170,13 @@ func runAll(o options, ws []workload) []result {
 	var results []result
 	for _, w := range ws {
 		for r := 1; r <= o.repeats; r++ {
-			pair := []mode{{"built-in", "builtin", o.raisedQPS}, {"SafeJob", "safejob", o.raisedQPS}}
+			pair := []mode{{modeBuiltin, ctrlBuiltin, o.raisedQPS}, {modeSafeJob, ctrlSafeJob, o.raisedQPS}}
 			if r%2 == 0 {
 				pair[0], pair[1] = pair[1], pair[0]
 			}
-			modes := append([]mode{{"limit", "limit", 0}}, pair...)
+			modes := append([]mode{{modeLimit, ctrlLimit, 0}}, pair...)
 			if r == 1 && o.defaults {
-				modes = append(modes, mode{"built-in (default rate)", "builtin", 0}, mode{"SafeJob (default rate)", "safejob", 0})
+				modes = append(modes, mode{modeBuiltinDefault, ctrlBuiltin, 0}, mode{modeSafeJobDefault, ctrlSafeJob, 0})
 			}
 			for _, m := range modes {
 				if o.only != "" && !strings.Contains(m.Name, o.only) {
@@ -206,28 +207,23 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	defer cancel()
 	dir, err := os.MkdirTemp("", "safejob-bench-")
 	if err != nil {
-		return result{}, err
+		return result{}, fmt.Errorf("creating the run's directory: %w", err)
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	copts := cluster.Options{Dir: dir, Root: o.root, Nodes: 4}
-	if m.Controller == "builtin" && m.QPS > 0 {
+	if m.Controller == ctrlBuiltin && m.QPS > 0 {
 		copts.ControllerManagerQPS = m.QPS
 	}
 	c, err := cluster.Start(ctx, copts)
 	if err != nil {
-		return result{}, err
+		return result{}, fmt.Errorf("starting the local cluster: %w", err)
 	}
 	defer c.Stop()
-	var ctrl *cluster.Process
-	switch m.Controller {
-	case "builtin":
-		ctrl = c.Process("kube-controller-manager")
-	case "safejob":
-		if ctrl, err = startOperator(ctx, o, c, dir, m); err != nil {
-			return result{}, err
-		}
-		defer ctrl.Stop()
+	ctrl, stopCtrl, err := startController(ctx, o, c, dir, m)
+	if err != nil {
+		return result{}, err
 	}
+	defer stopCtrl()
 	cfg := rest.CopyConfig(c.Config)
 	cfg.QPS, cfg.Burst = 1000, 2000
 	cl, err := client.New(cfg, client.Options{Scheme: cluster.Scheme()})
@@ -305,6 +301,22 @@ func machineTicks() [2]float64 {
 	return [2]float64{busy, total}
 }
 
+// startController returns the process of the mode's controller (none for
+// the limit), starting the operator for SafeJob modes, and how to stop it.
+func startController(ctx context.Context, o options, c *cluster.Cluster, dir string, m mode) (*cluster.Process, func(), error) {
+	switch m.Controller {
+	case ctrlBuiltin:
+		return c.Process("kube-controller-manager"), func() {}, nil
+	case ctrlSafeJob:
+		p, err := startOperator(ctx, o, c, dir, m)
+		if err != nil {
+			return nil, nil, err
+		}
+		return p, p.Stop, nil
+	}
+	return nil, func() {}, nil
+}
+
 func startOperator(ctx context.Context, o options, c *cluster.Cluster, dir string, m mode) (*cluster.Process, error) {
 	args := []string{"--kubeconfig=" + c.Kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0", "--zap-log-level=error"}
 	if m.QPS > 0 {
@@ -316,7 +328,7 @@ func startOperator(ctx context.Context, o options, c *cluster.Cluster, dir strin
 	args = append(args, o.operatorArgs...)
 	p, err := cluster.StartProcess("manager", filepath.Join(dir, "manager.log"), o.manager, args...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("starting the operator: %w", err)
 	}
 	// The operator's caches sync in well under a second on an empty cluster.
 	select {
@@ -332,12 +344,12 @@ func startOperator(ctx context.Context, o options, c *cluster.Cluster, dir strin
 // maybeProfile takes CPU profiles, during W1 and W2, of the operator and of
 // kube-apiserver (for either controller), for 20 seconds from the start.
 func maybeProfile(o options, w workload, m mode, repeat int, cfg *rest.Config) func() {
-	if o.profileDir == "" || m.Controller == "limit" || repeat != 1 || m.QPS == 0 {
+	if o.profileDir == "" || m.Controller == ctrlLimit || repeat != 1 || m.QPS == 0 {
 		return func() {}
 	}
 	_ = os.MkdirAll(o.profileDir, 0o755)
 	var wg sync.WaitGroup
-	if m.Controller == "safejob" {
+	if m.Controller == ctrlSafeJob {
 		out := filepath.Join(o.profileDir, fmt.Sprintf("safejob-%s.pprof", w.Name))
 		cmd := exec.Command("curl", "-s", "-o", out, "http://127.0.0.1:6065/debug/pprof/profile?seconds=20")
 		if err := cmd.Start(); err == nil {
@@ -371,7 +383,7 @@ func podTemplate(duration string) corev1.PodTemplateSpec {
 // submit creates the workload as fast as the client can, 32 creates at a
 // time, and returns when each job's create returned.
 func submit(ctx context.Context, cl client.Client, w workload, m mode, d string, rec *recorder) (map[string]time.Time, error) {
-	if m.Controller == "limit" {
+	if m.Controller == ctrlLimit {
 		return rec.runLimit(ctx, cl, w, podTemplate(d))
 	}
 	created := map[string]time.Time{}
@@ -404,7 +416,7 @@ func submit(ctx context.Context, cl client.Client, w workload, m mode, d string,
 }
 
 func jobObject(name string, w workload, m mode, d string) client.Object {
-	if m.Controller == "builtin" {
+	if m.Controller == ctrlBuiltin {
 		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: batchv1.JobSpec{
 			Template: podTemplate(d), Completions: ptr.To(w.Completions), Parallelism: ptr.To(w.Parallelism)}}
 		if w.Indexed {
@@ -425,7 +437,7 @@ func jobObject(name string, w workload, m mode, d string) client.Object {
 func waitDone(ctx context.Context, w workload, m mode, rec *recorder) (time.Time, error) {
 	for {
 		done, last := rec.completeJobs()
-		if m.Controller == "limit" {
+		if m.Controller == ctrlLimit {
 			done, last = rec.succeededCount()/int(w.Completions), time.Now()
 		}
 		if done >= w.Jobs {
@@ -455,21 +467,21 @@ type recorder struct {
 
 func startRecorder(ctx context.Context, cfg *rest.Config, controller string) (*recorder, error) {
 	r := &recorder{firstPod: map[string]time.Time{}, seen: map[string]bool{}, succeeded: map[string]time.Time{}}
-	r.ownerLabel = map[string]string{"builtin": "batch.kubernetes.io/job-name", "safejob": batchv1alpha1.SafeJobNameLabel,
-		"limit": "bench/job"}[controller]
+	r.ownerLabel = map[string]string{ctrlBuiltin: "batch.kubernetes.io/job-name", ctrlSafeJob: batchv1alpha1.SafeJobNameLabel,
+		ctrlLimit: "bench/job"}[controller]
 	informers, err := cache.New(cfg, cache.Options{Scheme: cluster.Scheme(), DefaultNamespaces: map[string]cache.Config{ns: {}}})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("creating the watch cache: %w", err)
 	}
 	inf, err := informers.GetInformer(ctx, &corev1.Pod{})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("watching pods: %w", err)
 	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { r.see(obj.(*corev1.Pod)) },
 		UpdateFunc: func(_, obj any) { r.see(obj.(*corev1.Pod)) },
 	}); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("watching pods: %w", err)
 	}
 	if err := r.watchJobs(ctx, informers, controller); err != nil {
 		return nil, err
@@ -487,7 +499,7 @@ func (r *recorder) watchJobs(ctx context.Context, informers cache.Cache, control
 	var obj client.Object
 	var isComplete func(obj any) (string, bool)
 	switch controller {
-	case "builtin":
+	case ctrlBuiltin:
 		obj = &batchv1.Job{}
 		isComplete = func(obj any) (string, bool) {
 			j, ok := obj.(*batchv1.Job)
@@ -501,7 +513,7 @@ func (r *recorder) watchJobs(ctx context.Context, informers cache.Cache, control
 			}
 			return j.Name, false
 		}
-	case "safejob":
+	case ctrlSafeJob:
 		obj = &batchv1alpha1.SafeJob{}
 		isComplete = func(obj any) (string, bool) {
 			sj, ok := obj.(*batchv1alpha1.SafeJob)
@@ -515,7 +527,7 @@ func (r *recorder) watchJobs(ctx context.Context, informers cache.Cache, control
 	}
 	inf, err := informers.GetInformer(ctx, obj)
 	if err != nil {
-		return err
+		return fmt.Errorf("watching jobs: %w", err)
 	}
 	see := func(obj any) {
 		if name, ok := isComplete(obj); ok {
@@ -526,10 +538,12 @@ func (r *recorder) watchJobs(ctx context.Context, informers cache.Cache, control
 			r.mu.Unlock()
 		}
 	}
-	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc: see, UpdateFunc: func(_, obj any) { see(obj) },
-	})
-	return err
+	}); err != nil {
+		return fmt.Errorf("watching jobs: %w", err)
+	}
+	return nil
 }
 
 // completeJobs is the number of complete jobs and when the last became so.

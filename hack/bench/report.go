@@ -52,7 +52,20 @@ func summarise(results []result, w, m string) (summary, bool) {
 	return s, s.runs > 0
 }
 
-var modeOrder = []string{"limit", "built-in", "SafeJob", "built-in (default rate)", "SafeJob (default rate)"}
+// The modes (rows) and the controllers they run.
+const (
+	modeLimit          = "limit"
+	modeBuiltin        = "built-in"
+	modeSafeJob        = "SafeJob"
+	modeBuiltinDefault = "built-in (default rate)"
+	modeSafeJobDefault = "SafeJob (default rate)"
+
+	ctrlLimit   = "limit"
+	ctrlBuiltin = "builtin"
+	ctrlSafeJob = "safejob"
+)
+
+var modeOrder = []string{modeLimit, modeBuiltin, modeSafeJob, modeBuiltinDefault, modeSafeJobDefault}
 
 func report(o options, ws []workload, results []result, chart string, took time.Duration) string {
 	var b strings.Builder
@@ -64,7 +77,8 @@ func report(o options, ws []workload, results []result, chart string, took time.
 		o.repeats, o.scale, o.raisedQPS, o.podDuration, took.Round(time.Second))
 	fmt.Fprintf(&b, "Machine: %s. Versions: Go %s, Kubernetes v1.35.4 (built from source), KWOK v0.7.0, SafeJob %s.\n\n",
 		machine(), strings.TrimPrefix(runtime.Version(), "go"), gitRev())
-	fmt.Fprintf(&b, "Rates: \"built-in\" and \"SafeJob\" run at the same raised client rate (%d QPS, burst %d); the\n", o.raisedQPS, 2*o.raisedQPS)
+	fmt.Fprintf(&b, "Rates: \"built-in\" and \"SafeJob\" run at the same raised client rate (%d QPS, burst %d); the\n",
+		o.raisedQPS, 2*o.raisedQPS)
 	fmt.Fprintf(&b, "\"default rate\" rows keep each controller's own default (kube-controller-manager 20 QPS / 30 burst,\n")
 	fmt.Fprintf(&b, "SafeJob 100 / 200) and ran once. Medians over %d repeats, the pair alternating which goes first.\n\n", o.repeats)
 	fmt.Fprintf(&b, "Columns: makespan from the first create to the last job `Complete`; first-pod latency from a job's\n")
@@ -76,7 +90,8 @@ func report(o options, ws []workload, results []result, chart string, took time.
 	fmt.Fprintf(&b, "pods created (the API server's count of successful pod creates) − completions.\n\n")
 	for _, w := range ws {
 		fmt.Fprintf(&b, "## %s: %s\n\n", w.Name, w.Desc)
-		fmt.Fprintf(&b, "| mode | runs | makespan s | completions/s | first pod p50 / p99 s | writes/completion | CPU s | peak RSS MiB | apiserver CPU ms/completion | machine busy | extra pods |\n")
+		fmt.Fprintf(&b, "| mode | runs | makespan s | completions/s | first pod p50 / p99 s | writes/completion | CPU s "+
+			"| peak RSS MiB | apiserver CPU ms/completion | machine busy | extra pods |\n")
 		fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, m := range modeOrder {
 			s, ok := summarise(results, w.Name, m)
@@ -97,9 +112,9 @@ func report(o options, ws []workload, results []result, chart string, took time.
 
 // verdict states the ratios the goals are about.
 func verdict(results []result, w string) string {
-	sj, ok1 := summarise(results, w, "SafeJob")
-	bi, ok2 := summarise(results, w, "built-in")
-	lim, ok3 := summarise(results, w, "limit")
+	sj, ok1 := summarise(results, w, modeSafeJob)
+	bi, ok2 := summarise(results, w, modeBuiltin)
+	lim, ok3 := summarise(results, w, modeLimit)
 	if !ok1 || !ok2 {
 		return ""
 	}
@@ -111,8 +126,8 @@ func verdict(results []result, w string) string {
 		fmt.Fprintf(&b, "- SafeJob throughput / the limit: **%.0f%%** (goal ≥ 60%% on W1 and W2); built-in: %.0f%%\n",
 			100*sj.perSec/lim.perSec, 100*bi.perSec/lim.perSec)
 	}
-	sjd, okd1 := summarise(results, w, "SafeJob (default rate)")
-	bid, okd2 := summarise(results, w, "built-in (default rate)")
+	sjd, okd1 := summarise(results, w, modeSafeJobDefault)
+	bid, okd2 := summarise(results, w, modeBuiltinDefault)
 	if okd1 && okd2 {
 		fmt.Fprintf(&b, "- at default rates: SafeJob %.1f/s, built-in %.1f/s (ratio %.2f)\n", sjd.perSec, bid.perSec, sjd.perSec/bid.perSec)
 	}
@@ -123,9 +138,9 @@ func verdict(results []result, w string) string {
 // writesTable breaks down the writes per completion of the equal-rate pair
 // by resource (the first repeat).
 func writesTable(results []result, w string) string {
-	sj, _ := summarise(results, w, "SafeJob")
-	bi, _ := summarise(results, w, "built-in")
-	lim, _ := summarise(results, w, "limit")
+	sj, _ := summarise(results, w, modeSafeJob)
+	bi, _ := summarise(results, w, modeBuiltin)
+	lim, _ := summarise(results, w, modeLimit)
 	keys := map[string]bool{}
 	for _, m := range []map[string]int{sj.byRes, bi.byRes, lim.byRes} {
 		for k := range m {

@@ -144,16 +144,7 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 		plan.Status = sj.Status // nothing but the ready count changed: batch it with the next change
 	}
 	if err := r.writeStatus(ctx, sj, plan); err != nil {
-		if apierrors.IsNotFound(err) {
-			return reconcile.Result{}, nil // deleted meanwhile; its pods are released on the delete event
-		}
-		if apierrors.IsConflict(err) {
-			// A newer SafeJob exists; its watch event brings us back.
-			logger.V(2).Info("Status write conflicted; deciding again on the newer object")
-			r.Metrics.Conflicts.Inc()
-			return reconcile.Result{}, nil
-		}
-		return reconcile.Result{}, err
+		return reconcile.Result{}, r.statusWriteFailed(ctx, err)
 	}
 	plan.Status = decided
 	if err := r.afterDecide(ctx, sj, q, plan); err != nil {
@@ -162,6 +153,21 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 	_, res := r.ttlResult(sj)
 	res.RequeueAfter = ledger.MinPositive(ledger.MinPositive(res.RequeueAfter, plan.RequeueAfter), ledger.MinPositive(wait, readyWait))
 	return res, nil
+}
+
+// statusWriteFailed returns the error of a failed status write, or nil when
+// the SafeJob's own watch event brings it back anyway.
+func (r *SafeJobReconciler) statusWriteFailed(ctx context.Context, err error) error {
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil // deleted meanwhile; its pods are released on the delete event
+	case apierrors.IsConflict(err):
+		// A newer SafeJob exists; its watch event brings us back.
+		log.FromContext(ctx).V(2).Info("Status write conflicted; deciding again on the newer object")
+		r.Metrics.Conflicts.Inc()
+		return nil
+	}
+	return err
 }
 
 // ReadyBatchPeriod is how long a change of status.ready alone waits to be
@@ -180,7 +186,7 @@ func (r *SafeJobReconciler) deferReadyOnly(sj *batchv1alpha1.SafeJob, plan *ledg
 	if !equality.Semantic.DeepEqual(*same, sj.Status) {
 		return 0
 	}
-	return r.tracker.deferReady(client.ObjectKeyFromObject(sj), sj.UID, r.Clock.Now(), ReadyBatchPeriod)
+	return r.tracker.deferReady(client.ObjectKeyFromObject(sj), sj.UID, r.Clock.Now())
 }
 
 // releaseAll lets go of what a deleted SafeJob holds: its run finalizer
