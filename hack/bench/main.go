@@ -436,9 +436,12 @@ func jobObject(name string, w workload, m mode, d string) client.Object {
 // every pod succeeded).
 func waitDone(ctx context.Context, w workload, m mode, rec *recorder) (time.Time, error) {
 	for {
-		done, last := rec.completeJobs()
+		var done int
+		var last time.Time
 		if m.Controller == ctrlLimit {
 			done, last = rec.succeededCount()/int(w.Completions), time.Now()
+		} else {
+			done, last = rec.completeJobs()
 		}
 		if done >= w.Jobs {
 			return last, nil

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -105,11 +107,7 @@ func (t *tracker) createdSince(key types.NamespacedName, uid types.UID, now time
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	m := t.memo(key, uid)
-	for pod, at := range m.createdAt {
-		if now.Sub(at) > keep {
-			delete(m.createdAt, pod)
-		}
-	}
+	forgetOlder(m.createdAt, now, keep)
 	return copyMap(m.createdAt)
 }
 
@@ -218,16 +216,14 @@ func (t *tracker) unreleased(key types.NamespacedName, uid types.UID, pods []str
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	m := t.memo(key, uid)
-	for pod, at := range m.releasedAt {
-		if now.Sub(at) > releaseMemory {
-			delete(m.releasedAt, pod)
-		}
-	}
-	out := make([]string, 0, len(pods))
-	for _, pod := range pods {
-		if _, recent := m.releasedAt[pod]; !recent {
-			out = append(out, pod)
-		}
-	}
-	return out
+	forgetOlder(m.releasedAt, now, releaseMemory)
+	return slices.DeleteFunc(slices.Clone(pods), func(pod string) bool {
+		_, recent := m.releasedAt[pod]
+		return recent
+	})
+}
+
+// forgetOlder deletes the times in m more than keep before now.
+func forgetOlder(m map[string]time.Time, now time.Time, keep time.Duration) {
+	maps.DeleteFunc(m, func(_ string, at time.Time) bool { return now.Sub(at) > keep })
 }
