@@ -452,13 +452,16 @@ func (d *decision) launch() {
 }
 
 // finish turns the target into Complete or Failed once no launch is open and
-// no pod keeps the finalizer beyond this reconcile.
+// every pod that still holds the finalizer has its outcome in the ledger
+// being written: those are released once this write is observed, so the
+// SafeJob finishes in the same write as its last outcome instead of one
+// write later.
 func (d *decision) finish() {
 	if d.target == "" || len(d.st.Open) > 0 {
 		return
 	}
 	for name, pod := range d.seen {
-		if hasFinalizer(pod) && d.in.LastSeen[name] != pod && !slices.Contains(d.plan.Release, name) {
+		if hasFinalizer(pod) && d.in.LastSeen[name] != pod && !slices.Contains(d.plan.Release, name) && !d.outcomeWritten(pod) {
 			return
 		}
 	}
@@ -469,6 +472,13 @@ func (d *decision) finish() {
 		return
 	}
 	d.setCond(batchv1alpha1.ConditionFailed, metav1.ConditionTrue, src.Reason, src.Message)
+}
+
+// outcomeWritten reports whether the pod is terminal and its launch is
+// closed in the ledger being written.
+func (d *decision) outcomeWritten(pod *corev1.Pod) bool {
+	ref, ok := RefFromPod(pod)
+	return ok && IsTerminal(pod) && d.st.IsClosed(ref)
 }
 
 // writeStatus derives the counters from the ledger and folds it if long.

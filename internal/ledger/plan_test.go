@@ -121,13 +121,13 @@ func TestDecide(t *testing.T) {
 			wantAppend: []batchv1alpha1.LedgerEntry{outcome(2, batchv1alpha1.EntryLost, 0, 0, ""), launched(3, 0, 1)},
 			wantActive: 1,
 		},
-		"failure past backoffLimit sets FailureTarget, then Failed": {
+		"failure past backoffLimit sets FailureTarget and Failed in the outcome's write": {
 			spec:   batchv1alpha1.SafeJobSpec{Parallelism: ptr.To[int32](1), Completions: ptr.To[int32](1), BackoffLimit: ptr.To[int32](0)},
 			ledger: ledgerOf(launched(1, 0, 0)),
 			pods:   []*corev1.Pod{withPhase(pod(0, 0), corev1.PodFailed, 1)},
 			wantAppend: []batchv1alpha1.LedgerEntry{
 				outcome(2, batchv1alpha1.EntryFailed, 0, 0, batchv1alpha1.FailReasonCounted)},
-			wantConds: []string{batchv1alpha1.ConditionFailureTarget},
+			wantConds: []string{batchv1alpha1.ConditionFailureTarget, batchv1alpha1.ConditionFailed},
 		},
 		"podFailurePolicy Ignore does not count": {
 			spec: batchv1alpha1.SafeJobSpec{Parallelism: ptr.To[int32](1), Completions: ptr.To[int32](1), BackoffLimit: ptr.To[int32](0),
@@ -282,10 +282,12 @@ func TestStatusWriteSequence(t *testing.T) {
 		Active    int32
 		Create    int
 		Release   int
+		Complete  bool
 	}
 	summarise := func(p *Plan) write {
 		w := write{Seq: p.Status.Ledger.Seq, Completed: p.Status.CompletedIndexes, Active: p.Status.Active,
-			Create: len(p.Create), Release: len(p.Release)}
+			Create: len(p.Create), Release: len(p.Release),
+			Complete: findTrue(p.Status.Conditions, batchv1alpha1.ConditionComplete)}
 		for _, e := range p.Append {
 			w.Types = append(w.Types, e.Type)
 		}
@@ -298,22 +300,20 @@ func TestStatusWriteSequence(t *testing.T) {
 	got = append(got, summarise(step(t0)))               // record success, launch index 1
 	got = append(got, summarise(step(t0)))               // release pod 0, create pod 1
 	pods[1] = withPhase(pods[1], corev1.PodSucceeded, 0) // kubelet
-	got = append(got, summarise(step(t0)))               // record success: complete needs the release first
-	last := step(t0)                                     // release pod 1 and complete
-	got = append(got, summarise(last))
+	got = append(got, summarise(step(t0)))               // record success and complete in one write
+	got = append(got, summarise(step(t0)))               // then release pod 1
+	got = append(got, summarise(step(t0)))               // nothing left to do
 	want := []write{
 		{Seq: 1, Types: []batchv1alpha1.EntryType{"Launched"}, Active: 1},
 		{Seq: 1, Active: 1, Create: 1},
 		{Seq: 3, Types: []batchv1alpha1.EntryType{"Succeeded", "Launched"}, Completed: "0", Active: 1},
 		{Seq: 3, Completed: "0", Active: 1, Create: 1, Release: 1},
-		{Seq: 4, Types: []batchv1alpha1.EntryType{"Succeeded"}, Completed: "0-1"},
-		{Seq: 4, Completed: "0-1", Release: 1},
+		{Seq: 4, Types: []batchv1alpha1.EntryType{"Succeeded"}, Completed: "0-1", Complete: true},
+		{Seq: 4, Completed: "0-1", Release: 1, Complete: true},
+		{Seq: 4, Completed: "0-1", Complete: true},
 	}
 	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("status writes (-want,+got):\n%s", diff)
-	}
-	if c := findTrue(last.Status.Conditions, batchv1alpha1.ConditionComplete); !c {
-		t.Errorf("not Complete after the last release: %+v", last.Status.Conditions)
 	}
 }
 

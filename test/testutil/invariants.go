@@ -7,9 +7,11 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -19,6 +21,10 @@ import (
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger"
 )
+
+// ReleaseTimeout bounds how long the pods of a finished SafeJob may keep the
+// ledger finalizer: their release follows the final status write at once.
+const ReleaseTimeout = 30 * time.Second
 
 // MaxStatusBytes bounds a SafeJob's status (I6).
 const MaxStatusBytes = 64 << 10
@@ -168,17 +174,32 @@ func CheckPods(t *testing.T, c client.Client, sj *batchv1alpha1.SafeJob, creates
 			t.Errorf("I1: pod %s created %d times", name, n)
 		}
 	}
+	// The SafeJob finishes in the write that records its last outcomes; the
+	// finalizers of those pods go once that write is observed, right after.
 	var pods corev1.PodList
-	if err := c.List(context.Background(), &pods, client.InNamespace(sj.Namespace)); err != nil {
-		t.Fatalf("listing pods: %v", err)
+	var holding []string
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, ReleaseTimeout, true,
+		func(ctx context.Context) (bool, error) {
+			if err := c.List(ctx, &pods, client.InNamespace(sj.Namespace)); err != nil {
+				return false, fmt.Errorf("listing pods: %w", err)
+			}
+			holding = holding[:0]
+			for i := range pods.Items {
+				if slices.Contains(pods.Items[i].Finalizers, batchv1alpha1.LedgerFinalizer) {
+					holding = append(holding, pods.Items[i].Name)
+				}
+			}
+			return len(holding) == 0, nil
+		})
+	for _, name := range holding {
+		t.Errorf("I5: pod %s still has the ledger finalizer %s after the SafeJob finished", name, ReleaseTimeout)
+	}
+	if err != nil && len(holding) == 0 {
+		t.Fatal(err)
 	}
 	byName := map[string]*corev1.Pod{}
 	for i := range pods.Items {
-		p := &pods.Items[i]
-		byName[p.Name] = p
-		if slices.Contains(p.Finalizers, batchv1alpha1.LedgerFinalizer) {
-			t.Errorf("I5: pod %s still has the ledger finalizer", p.Name)
-		}
+		byName[pods.Items[i].Name] = &pods.Items[i]
 	}
 	for name := range creates {
 		ref, ok := parseRef(byName[name], name)
