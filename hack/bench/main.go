@@ -87,6 +87,7 @@ type options struct {
 	defaults                               bool
 	timeout                                time.Duration
 	only                                   string
+	keepLogs                               bool
 	operatorArgs                           []string
 }
 
@@ -103,6 +104,7 @@ func main() {
 	flag.StringVar(&o.profileDir, "profile", "", "directory for CPU profiles of the operator under W1 and W2")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "longest a single run may take")
 	flag.StringVar(&o.only, "only", "", "run only the modes whose name contains this (for experiments)")
+	flag.BoolVar(&o.keepLogs, "keep-logs", false, "keep each run's directory (component logs, audit log) and print where")
 	var opArgs string
 	flag.StringVar(&opArgs, "operator-args", "", "extra flags for the operator, space separated")
 	flag.StringVar(&out, "out", "BENCHMARKS.md", "the Markdown report")
@@ -209,7 +211,11 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	if err != nil {
 		return result{}, fmt.Errorf("creating the run's directory: %w", err)
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
+	if o.keepLogs {
+		fmt.Fprintf(os.Stderr, "==> %s %s #%d: logs in %s\n", w.Name, m.Name, repeat, dir)
+	} else {
+		defer func() { _ = os.RemoveAll(dir) }()
+	}
 	copts := cluster.Options{Dir: dir, Root: o.root, Nodes: 4}
 	if m.Controller == ctrlBuiltin && m.QPS > 0 {
 		copts.ControllerManagerQPS = m.QPS
