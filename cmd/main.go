@@ -35,6 +35,8 @@ func main() {
 	flag.IntVar(&s.burst, "kube-api-burst", 200, "Burst of queries to the API server.")
 	flag.DurationVar(&s.podBatch, "pod-batch-period", 500*time.Millisecond,
 		"How long a SafeJob's reconcile waits after a pod event, so that the events of many pods are decided in one status write.")
+	flag.DurationVar(&s.readyBatch, "ready-batch-period", 5*time.Second,
+		"How long a change of status.ready alone may wait to be written, so that it travels with the next ledger fact (0: at once).")
 	flag.StringVar(&s.pprofAddr, "pprof-bind-address", "0", "The address the pprof endpoint binds to (0 disables it).")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
@@ -55,7 +57,7 @@ type settings struct {
 	concurrency                       int
 	qps                               float64
 	burst                             int
-	podBatch                          time.Duration
+	podBatch, readyBatch              time.Duration
 }
 
 func run(s settings) error {
@@ -107,6 +109,7 @@ func run(s settings) error {
 		Metrics:                 m,
 		MaxConcurrentReconciles: s.concurrency,
 		PodBatchPeriod:          s.podBatch,
+		ReadyBatchPeriod:        s.readyBatch,
 		Kueue:                   withKueue,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {

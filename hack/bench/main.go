@@ -101,7 +101,7 @@ func main() {
 	flag.BoolVar(&o.defaults, "defaults", true, "also run both controllers once at their default client rates")
 	flag.StringVar(&o.podDuration, "pod-duration", "1s", "how long every pod runs on the simulated nodes")
 	flag.StringVar(&o.manager, "manager", "bin/manager", "the operator binary")
-	flag.StringVar(&o.profileDir, "profile", "", "directory for CPU profiles of the operator under W1 and W2")
+	flag.StringVar(&o.profileDir, "profile", "", "directory for CPU profiles of the operator and kube-apiserver (first repeat of each workload at the raised rate)")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "longest a single run may take")
 	flag.StringVar(&o.only, "only", "", "run only the modes whose name contains this (for experiments)")
 	flag.BoolVar(&o.keepLogs, "keep-logs", false, "keep each run's directory (component logs, audit log) and print where")

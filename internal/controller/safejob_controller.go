@@ -44,6 +44,11 @@ type SafeJobReconciler struct {
 	// never depends on it: a later reconcile decides the same from the
 	// ledger and the pods. 0 reconciles at once.
 	PodBatchPeriod time.Duration
+	// ReadyBatchPeriod holds a status write whose only change is the ready
+	// count for up to this long, so that it travels with the next ledger
+	// fact (a pod that runs for less than this never costs a write of its
+	// own). Ledger facts are never delayed. 0 writes it at once.
+	ReadyBatchPeriod time.Duration
 	// Kueue turns on queueing through Kueue Workloads (SafeJobs labelled
 	// kueue.x-k8s.io/queue-name); set it when the Workload API is served.
 	Kueue bool
@@ -170,15 +175,10 @@ func (r *SafeJobReconciler) statusWriteFailed(ctx context.Context, err error) er
 	return err
 }
 
-// ReadyBatchPeriod is how long a change of status.ready alone waits to be
-// written, so that it travels with the next change (as the Job controller
-// batches pod events). Ledger facts are never delayed.
-const ReadyBatchPeriod = time.Second
-
 // deferReadyOnly returns how long to hold a status write whose only change
 // is the ready count; 0 means write now.
 func (r *SafeJobReconciler) deferReadyOnly(sj *batchv1alpha1.SafeJob, plan *ledger.Plan) time.Duration {
-	if len(plan.Append) > 0 || plan.Status.Ready == sj.Status.Ready {
+	if r.ReadyBatchPeriod <= 0 || len(plan.Append) > 0 || plan.Status.Ready == sj.Status.Ready {
 		return 0
 	}
 	same := plan.Status.DeepCopy()
@@ -186,7 +186,7 @@ func (r *SafeJobReconciler) deferReadyOnly(sj *batchv1alpha1.SafeJob, plan *ledg
 	if !equality.Semantic.DeepEqual(*same, sj.Status) {
 		return 0
 	}
-	return r.tracker.deferReady(client.ObjectKeyFromObject(sj), sj.UID, r.Clock.Now())
+	return r.tracker.deferReady(client.ObjectKeyFromObject(sj), sj.UID, r.Clock.Now(), r.ReadyBatchPeriod)
 }
 
 // releaseAll lets go of what a deleted SafeJob holds: its run finalizer

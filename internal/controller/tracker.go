@@ -170,17 +170,16 @@ func (t *tracker) seenRuns(key types.NamespacedName, uid types.UID) map[string]b
 	return copyMap(t.memo(key, uid).runsSeen)
 }
 
-// deferReady holds back a ready-only status change for up to
-// ReadyBatchPeriod from when it was first seen; it returns the time left, 0
-// when it is due.
-func (t *tracker) deferReady(key types.NamespacedName, uid types.UID, now time.Time) time.Duration {
+// deferReady holds back a ready-only status change for up to period from
+// when it was first seen; it returns the time left, 0 when it is due.
+func (t *tracker) deferReady(key types.NamespacedName, uid types.UID, now time.Time, period time.Duration) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	m := t.memo(key, uid)
 	if m.readySince.IsZero() {
 		m.readySince = now
 	}
-	left := m.readySince.Add(ReadyBatchPeriod).Sub(now)
+	left := m.readySince.Add(period).Sub(now)
 	if left <= 0 {
 		m.readySince = time.Time{}
 		return 0
