@@ -26,34 +26,53 @@ var seriesColors = map[string]color.RGBA{
 // of every mode.
 func writeChart(path string, ws []workload, results []result) error {
 	const panelW, panelH, margin = 420, 320, 50
-	img := image.NewRGBA(image.Rect(0, 0, panelW*max(len(ws), 3), panelH+60))
+	img := image.NewRGBA(image.Rect(0, 0, panelW*max(len(ws), 3), panelH+90))
 	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
 	for k, w := range ws {
 		x0 := k * panelW
 		var series []result
-		maxT := 1.0
+		// The axis fits the runs at the equal, raised rate; the slower
+		// default-rate runs leave the panel on the right, and their end
+		// is written under it.
+		maxT, maxAll := 1.0, 1.0
 		for _, m := range modeOrder {
 			for _, r := range results {
 				if r.Workload == w.Name && r.Mode == m && r.Repeat == 1 {
 					series = append(series, r)
 					if n := len(r.CompletionTimes); n > 0 {
-						maxT = max(maxT, r.CompletionTimes[n-1])
+						maxAll = max(maxAll, r.CompletionTimes[n-1])
+						if m != modeBuiltinDefault && m != modeSafeJobDefault {
+							maxT = max(maxT, r.CompletionTimes[n-1])
+						}
 					}
 				}
 			}
 		}
+		if maxT == 1.0 {
+			maxT = maxAll
+		}
+		maxT *= 1.05
 		plot := image.Rect(x0+margin, 34, x0+panelW-15, panelH-30)
 		drawAxes(img, plot)
 		label(img, x0+margin, 20, fmt.Sprintf("%s: %s", w.Name, truncate(w.Desc, 48)))
 		label(img, plot.Min.X, plot.Max.Y+16, "0")
+		label(img, plot.Min.X+plot.Dx()/2-8, plot.Max.Y+16, fmt.Sprintf("%.0fs", maxT/2))
 		label(img, plot.Max.X-40, plot.Max.Y+16, fmt.Sprintf("%.0fs", maxT))
 		label(img, x0+4, plot.Min.Y+16, fmt.Sprint(w.total()))
+		offPanel := 0
 		for _, r := range series {
 			c := seriesColors[r.Mode]
 			for i, t := range r.CompletionTimes {
+				if t > maxT {
+					break
+				}
 				px := plot.Min.X + int(t/maxT*float64(plot.Dx()))
 				py := plot.Max.Y - int(float64(i+1)/float64(w.total())*float64(plot.Dy()))
 				dot(img, px, py, c)
+			}
+			if n := len(r.CompletionTimes); n > 0 && r.CompletionTimes[n-1] > maxT {
+				label(img, plot.Min.X, plot.Max.Y+30+14*offPanel, fmt.Sprintf("%s: ends at %.0fs ->", r.Mode, r.CompletionTimes[n-1]))
+				offPanel++
 			}
 		}
 	}
@@ -61,11 +80,11 @@ func writeChart(path string, ws []workload, results []result) error {
 	x := 10
 	for _, m := range modeOrder {
 		c := seriesColors[m]
-		draw.Draw(img, image.Rect(x, panelH+25, x+14, panelH+35), &image.Uniform{C: c}, image.Point{}, draw.Src)
-		label(img, x+18, panelH+35, m)
+		draw.Draw(img, image.Rect(x, panelH+55, x+14, panelH+65), &image.Uniform{C: c}, image.Point{}, draw.Src)
+		label(img, x+18, panelH+65, m)
 		x += 30 + 7*len(m)
 	}
-	label(img, 10, panelH+55, "completions over time (first repeat); x: seconds since the first create, y: completions")
+	label(img, 10, panelH+85, "completions over time (first repeat); x: seconds since the first create, y: completions")
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("creating the chart's directory: %w", err)
 	}

@@ -110,6 +110,7 @@ func main() {
 	flag.StringVar(&out, "out", "BENCHMARKS.md", "the Markdown report")
 	flag.StringVar(&chart, "chart", "docs/benchmarks.png", "the chart")
 	flag.StringVar(&jsonOut, "json", "bench-results.json", "every run's raw results")
+	redraw := flag.Bool("redraw", false, "only redraw the chart from the raw results in -json (no runs)")
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard())
 	o.operatorArgs = strings.Fields(opArgs)
@@ -131,6 +132,12 @@ func main() {
 		}
 		ws = append(ws, scaled(w, o.scale))
 	}
+	if *redraw {
+		if err := redrawChart(jsonOut, chart, ws); err != nil {
+			fail(err)
+		}
+		return
+	}
 	started := time.Now()
 	results := runAll(o, ws)
 	raw, _ := json.MarshalIndent(results, "", " ")
@@ -144,6 +151,19 @@ func main() {
 		fail(err)
 	}
 	fmt.Printf("==> Wrote %s, %s and %s\n", out, chart, jsonOut)
+}
+
+// redrawChart draws the chart again from saved raw results.
+func redrawChart(jsonPath, chart string, ws []workload) error {
+	raw, err := os.ReadFile(jsonPath)
+	if err != nil {
+		return fmt.Errorf("reading raw results: %w", err)
+	}
+	var results []result
+	if err := json.Unmarshal(raw, &results); err != nil {
+		return fmt.Errorf("decoding raw results %s: %w", jsonPath, err)
+	}
+	return writeChart(chart, ws, results)
 }
 
 func fail(err error) {
