@@ -452,16 +452,16 @@ func (d *decision) launch() {
 }
 
 // finish turns the target into Complete or Failed once no launch is open and
-// every pod that still holds the finalizer has its outcome in the ledger
-// being written: those are released once this write is observed, so the
-// SafeJob finishes in the same write as its last outcome instead of one
-// write later.
+// every pod that still holds the finalizer has its launch closed in the
+// ledger being written (an outcome is only ever recorded for a terminal pod):
+// those are released once this write is observed, so the SafeJob finishes in
+// the same write as its last outcome instead of one write later.
 func (d *decision) finish() {
 	if d.target == "" || len(d.st.Open) > 0 {
 		return
 	}
 	for name, pod := range d.seen {
-		if hasFinalizer(pod) && d.in.LastSeen[name] != pod && !slices.Contains(d.plan.Release, name) && !d.outcomeWritten(pod) {
+		if hasFinalizer(pod) && d.in.LastSeen[name] != pod && !d.closed(pod) {
 			return
 		}
 	}
@@ -474,11 +474,10 @@ func (d *decision) finish() {
 	d.setCond(batchv1alpha1.ConditionFailed, metav1.ConditionTrue, src.Reason, src.Message)
 }
 
-// outcomeWritten reports whether the pod is terminal and its launch is
-// closed in the ledger being written.
-func (d *decision) outcomeWritten(pod *corev1.Pod) bool {
+// closed reports whether the pod's launch is closed in the ledger being written.
+func (d *decision) closed(pod *corev1.Pod) bool {
 	ref, ok := RefFromPod(pod)
-	return ok && IsTerminal(pod) && d.st.IsClosed(ref)
+	return ok && d.st.IsClosed(ref)
 }
 
 // writeStatus derives the counters from the ledger and folds it if long.

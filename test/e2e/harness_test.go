@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -21,7 +20,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
@@ -337,25 +335,11 @@ func unfinishedJobs(items []batchv1.Job) int {
 // podsHoldingFinalizer counts pods that still carry the ledger finalizer (I5)
 // once their release, which follows the SafeJobs' final writes, had time.
 func (e *env) podsHoldingFinalizer(ns string) int {
-	n := 0
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, testutil.ReleaseTimeout, true,
-		func(ctx context.Context) (bool, error) {
-			var pods corev1.PodList
-			if err := e.cl.List(ctx, &pods, client.InNamespace(ns)); err != nil {
-				return false, err
-			}
-			n = 0
-			for _, p := range pods.Items {
-				if slices.Contains(p.Finalizers, batchv1alpha1.LedgerFinalizer) {
-					n++
-				}
-			}
-			return n == 0, nil
-		})
-	if err != nil && n == 0 {
+	_, holding, err := testutil.WaitForRelease(e.cl, ns)
+	if err != nil && len(holding) == 0 {
 		e.t.Fatal(err)
 	}
-	return n
+	return len(holding)
 }
 
 // checkLedgers asserts that every final ledger replays and matches its counters.

@@ -26,6 +26,29 @@ import (
 // ledger finalizer: their release follows the final status write at once.
 const ReleaseTimeout = 30 * time.Second
 
+// WaitForRelease waits up to ReleaseTimeout until no pod of the namespace
+// holds the ledger finalizer: a SafeJob finishes in the write that records
+// its last outcomes and those pods are released right after. It returns the
+// pods last listed and those still holding it.
+func WaitForRelease(c client.Client, ns string) ([]corev1.Pod, []string, error) {
+	var pods corev1.PodList
+	var holding []string
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, ReleaseTimeout, true,
+		func(ctx context.Context) (bool, error) {
+			if err := c.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+				return false, fmt.Errorf("listing pods: %w", err)
+			}
+			holding = holding[:0]
+			for i := range pods.Items {
+				if slices.Contains(pods.Items[i].Finalizers, batchv1alpha1.LedgerFinalizer) {
+					holding = append(holding, pods.Items[i].Name)
+				}
+			}
+			return len(holding) == 0, nil
+		})
+	return pods.Items, holding, err
+}
+
 // MaxStatusBytes bounds a SafeJob's status (I6).
 const MaxStatusBytes = 64 << 10
 
@@ -174,23 +197,7 @@ func CheckPods(t *testing.T, c client.Client, sj *batchv1alpha1.SafeJob, creates
 			t.Errorf("I1: pod %s created %d times", name, n)
 		}
 	}
-	// The SafeJob finishes in the write that records its last outcomes; the
-	// finalizers of those pods go once that write is observed, right after.
-	var pods corev1.PodList
-	var holding []string
-	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, ReleaseTimeout, true,
-		func(ctx context.Context) (bool, error) {
-			if err := c.List(ctx, &pods, client.InNamespace(sj.Namespace)); err != nil {
-				return false, fmt.Errorf("listing pods: %w", err)
-			}
-			holding = holding[:0]
-			for i := range pods.Items {
-				if slices.Contains(pods.Items[i].Finalizers, batchv1alpha1.LedgerFinalizer) {
-					holding = append(holding, pods.Items[i].Name)
-				}
-			}
-			return len(holding) == 0, nil
-		})
+	pods, holding, err := WaitForRelease(c, sj.Namespace)
 	for _, name := range holding {
 		t.Errorf("I5: pod %s still has the ledger finalizer %s after the SafeJob finished", name, ReleaseTimeout)
 	}
@@ -198,8 +205,8 @@ func CheckPods(t *testing.T, c client.Client, sj *batchv1alpha1.SafeJob, creates
 		t.Fatal(err)
 	}
 	byName := map[string]*corev1.Pod{}
-	for i := range pods.Items {
-		byName[pods.Items[i].Name] = &pods.Items[i]
+	for i := range pods {
+		byName[pods[i].Name] = &pods[i]
 	}
 	for name := range creates {
 		ref, ok := parseRef(byName[name], name)
