@@ -12,6 +12,8 @@ GOLANGCI_LINT_VERSION ?= v2.15.0
 CONTROLLER_GEN ?= $(TOOLS)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 GOLANGCI_LINT ?= $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 KUBECTL ?= $(CACHE)/k8s-$(K8S_VERSION)/kubectl
+# The admission policies that ship with the CRD (config/policy, without its kustomization).
+POLICIES = config/policy/immutable-spec.yaml config/policy/queue-name.yaml
 
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
@@ -112,12 +114,12 @@ kubectl: ## Build the pinned kubectl.
 	@hack/k8s-binaries.sh kubectl >/dev/null
 
 .PHONY: install
-install: manifests kubectl ## Install the CRD and the queue-name admission policy into the cluster of the current kubeconfig.
-	$(KUBECTL) apply --server-side -f config/crd/bases -f config/policy/queue-name.yaml
+install: manifests kubectl ## Install the CRD and its admission policies into the cluster of the current kubeconfig.
+	$(KUBECTL) apply --server-side -f config/crd/bases $(addprefix -f ,$(POLICIES))
 
 .PHONY: uninstall
-uninstall: manifests kubectl ## Uninstall the CRDs.
-	$(KUBECTL) delete --ignore-not-found -f config/crd/bases -f config/policy/queue-name.yaml
+uninstall: manifests kubectl ## Uninstall the CRD and its admission policies.
+	$(KUBECTL) delete --ignore-not-found -f config/crd/bases $(addprefix -f ,$(POLICIES))
 
 .PHONY: docker-build
 docker-build: ## Build the operator image $(IMG) (needs a container engine; none is used by the tests).

@@ -72,12 +72,14 @@ const (
 // below copied. The template and the job fields of a parent may be edited;
 // the change applies to the runs created after it.
 //
-// +kubebuilder:validation:XValidation:rule="has(self.schedule) == has(oldSelf.schedule)",message="schedule cannot be added to or removed from an existing SafeJob"
-// +kubebuilder:validation:XValidation:rule="has(self.schedule) || self.template == oldSelf.template",message="template is immutable"
-// +kubebuilder:validation:XValidation:rule="has(self.schedule) || self.completions == oldSelf.completions",message="completions is immutable"
-// +kubebuilder:validation:XValidation:rule="has(self.schedule) || self.completionMode == oldSelf.completionMode",message="completionMode is immutable"
-// +kubebuilder:validation:XValidation:rule="has(self.schedule) || (has(self.backoffLimitPerIndex) ? has(oldSelf.backoffLimitPerIndex) && self.backoffLimitPerIndex == oldSelf.backoffLimitPerIndex : !has(oldSelf.backoffLimitPerIndex))",message="backoffLimitPerIndex is immutable"
-// +kubebuilder:validation:XValidation:rule="has(self.schedule) || (has(self.podFailurePolicy) ? has(oldSelf.podFailurePolicy) && self.podFailurePolicy == oldSelf.podFailurePolicy : !has(oldSelf.podFailurePolicy))",message="podFailurePolicy is immutable"
+// The fields a running SafeJob's ledger depends on (template, completions,
+// completionMode, backoffLimitPerIndex, podFailurePolicy) are immutable and
+// schedule cannot be added or removed: the ValidatingAdmissionPolicy
+// config/policy/immutable-spec.yaml refuses such updates. These transition
+// rules are not x-kubernetes-validations because the API server evaluates
+// those on status writes too, where comparing the template would cost every
+// ledger commit.
+//
 // +kubebuilder:validation:XValidation:rule="has(self.schedule) || !(has(self.timeZone) || has(self.concurrencyPolicy) || has(self.startingDeadlineSeconds) || has(self.successfulRunsHistoryLimit) || has(self.failedRunsHistoryLimit))",message="timeZone, concurrencyPolicy, startingDeadlineSeconds and the run history limits require schedule"
 // +kubebuilder:validation:XValidation:rule="!has(self.backoffLimitPerIndex) || self.completionMode == 'Indexed'",message="backoffLimitPerIndex requires completionMode Indexed"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxFailedIndexes) || has(self.backoffLimitPerIndex)",message="maxFailedIndexes requires backoffLimitPerIndex"

@@ -208,6 +208,13 @@ func (c *Cluster) startControlPlane() error {
 	if err := os.WriteFile(c.Kubeconfig, kubeconfig, 0o600); err != nil {
 		return fmt.Errorf("writing kubeconfig: %w", err)
 	}
+	cl, err := client.New(cfg, client.Options{Scheme: Scheme()})
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	if err := testutil.InstallPolicies(context.Background(), cl, c.opts.Root); err != nil {
+		return fmt.Errorf("installing the admission policies: %w", err)
+	}
 	return nil
 }
 

@@ -101,7 +101,7 @@ func run(m *testing.M) int {
 	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		panic(err)
 	}
-	if err := testutil.CreateManifests(context.Background(), k8s, filepath.Join("..", "..", "config", "policy", "queue-name.yaml")); err != nil {
+	if err := testutil.InstallPolicies(context.Background(), k8s, filepath.Join("..", "..")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -113,12 +113,45 @@ func TestImmutableFields(t *testing.T) {
 				t.Fatal(err)
 			}
 			tc.mutate(sj)
+			// The policy is loaded by the API server asynchronously: dry runs until it bites.
+			waitFor(t, 30*time.Second, "the immutable-spec policy to be in force", func() (bool, error) {
+				return k8s.Update(context.Background(), sj.DeepCopy(), client.DryRunAll) != nil, nil
+			})
 			err := k8s.Update(context.Background(), sj)
 			if err == nil || !strings.Contains(err.Error(), tc.wantMsg) {
 				t.Fatalf("update error %v, want one saying %q", err, tc.wantMsg)
 			}
 		})
 	}
+	// What stays mutable is accepted with the policy in force: parallelism,
+	// a scheduled parent's template (it applies to later runs), and status.
+	t.Run("mutable", func(t *testing.T) {
+		sj := testutil.MakeSafeJob("mutable", ns).Suspend(true).Obj()
+		parent := testutil.MakeSafeJob("mutable-parent", ns).Schedule("@hourly").Suspend(true).Obj()
+		for _, obj := range []*batchv1alpha1.SafeJob{sj, parent} {
+			if err := k8s.Create(context.Background(), obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+		probe := sj.DeepCopy()
+		probe.Spec.Completions = ptr.To[int32](9)
+		waitFor(t, 30*time.Second, "the immutable-spec policy to be in force", func() (bool, error) {
+			return k8s.Update(context.Background(), probe, client.DryRunAll) != nil, nil
+		})
+		sj.Spec.Parallelism = ptr.To[int32](3)
+		if err := k8s.Update(context.Background(), sj); err != nil {
+			t.Errorf("changing parallelism: %v", err)
+		}
+		sj.Status.Completions = "0/1"
+		if err := k8s.Status().Update(context.Background(), sj); err != nil {
+			t.Errorf("writing status: %v", err)
+		}
+		parent.Spec.Template.Spec.Containers[0].Image = "other"
+		parent.Spec.Completions = ptr.To[int32](4)
+		if err := k8s.Update(context.Background(), parent); err != nil {
+			t.Errorf("changing a scheduled SafeJob's template and completions: %v", err)
+		}
+	})
 }
 
 // TestMalformedLedger writes a ledger by hand that breaks its rules: the

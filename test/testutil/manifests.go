@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -35,4 +36,23 @@ func CreateManifests(ctx context.Context, c client.Client, path string) error {
 			return fmt.Errorf("creating %s %s from %s: %w", obj.GetKind(), obj.GetName(), path, err)
 		}
 	}
+}
+
+// PolicyFiles are the admission policies that ship with the CRD, relative
+// to the repository root.
+var PolicyFiles = []string{
+	filepath.Join("config", "policy", "immutable-spec.yaml"),
+	filepath.Join("config", "policy", "queue-name.yaml"),
+}
+
+// InstallPolicies creates the admission policies of the repository at root.
+// The API server loads them asynchronously: a test that depends on one
+// waits until it bites.
+func InstallPolicies(ctx context.Context, c client.Client, root string) error {
+	for _, f := range PolicyFiles {
+		if err := CreateManifests(ctx, c, filepath.Join(root, f)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
