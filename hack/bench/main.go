@@ -62,6 +62,13 @@ type result struct {
 	Completions    int
 	PodsCreated    int
 	ExtraPods      int
+	// Reported is the sum of the jobs' status.succeeded at the end, and
+	// PodsSucceeded the number of distinct pods the bench's own watch saw
+	// succeed; NoPod = Reported - PodsSucceeded when positive: completions
+	// the controller counted without a pod that succeeded.
+	Reported       int
+	PodsSucceeded  int
+	NoPod          int
 	MakespanSec    float64
 	PerSecond      float64
 	FirstPodP50Sec float64
@@ -210,9 +217,9 @@ func runAll(o options, ws []workload) []result {
 					continue
 				}
 				fmt.Printf("==> %s %-24s repeat %d: %d completions in %.1fs (%.1f/s), first pod p50 %.2fs p99 %.2fs, "+
-					"%.2f writes/completion, CPU %.1fs, RSS %.0f MiB, %d extra pods\n", w.Name, m.Name, r, res.Completions,
-					res.MakespanSec, res.PerSecond, res.FirstPodP50Sec, res.FirstPodP99Sec, res.WritesPerCompl, res.CPUSec,
-					res.PeakRSSMiB, res.ExtraPods)
+					"%.2f writes/completion, CPU %.1fs, RSS %.0f MiB, %d extra pods; %d succeeded reported for %d pods seen succeeding\n",
+					w.Name, m.Name, r, res.Completions, res.MakespanSec, res.PerSecond, res.FirstPodP50Sec, res.FirstPodP99Sec,
+					res.WritesPerCompl, res.CPUSec, res.PeakRSSMiB, res.ExtraPods, res.Reported, res.PodsSucceeded)
 				fmt.Printf("    machine %.0f%% busy; CPU s: apiserver %.1f, etcd %.1f, scheduler %.1f, kwok %.1f\n",
 					100*res.MachineBusy, res.ClusterCPUSec["kube-apiserver"], res.ClusterCPUSec["etcd"],
 					res.ClusterCPUSec["kube-scheduler"], res.ClusterCPUSec["kwok"])
@@ -492,6 +499,8 @@ type recorder struct {
 	// complete holds when each job was first seen Complete; the jobs are
 	// watched, not listed, so that measuring costs the API server little.
 	complete map[string]time.Time
+	// reported is the succeeded count each job's status last showed.
+	reported map[string]int
 }
 
 func startRecorder(ctx context.Context, cfg *rest.Config, controller string) (*recorder, error) {
@@ -526,30 +535,33 @@ func startRecorder(ctx context.Context, cfg *rest.Config, controller string) (*r
 func (r *recorder) watchJobs(ctx context.Context, informers cache.Cache, controller string) error {
 	r.complete = map[string]time.Time{}
 	var obj client.Object
-	var isComplete func(obj any) (string, bool)
+	r.reported = map[string]int{}
+	// isComplete reports a job's name, whether it is Complete and the
+	// number of succeeded pods its status reports.
+	var isComplete func(obj any) (string, bool, int)
 	switch controller {
 	case ctrlBuiltin:
 		obj = &batchv1.Job{}
-		isComplete = func(obj any) (string, bool) {
+		isComplete = func(obj any) (string, bool, int) {
 			j, ok := obj.(*batchv1.Job)
 			if !ok {
-				return "", false
+				return "", false, 0
 			}
 			for _, c := range j.Status.Conditions {
 				if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
-					return j.Name, true
+					return j.Name, true, int(j.Status.Succeeded)
 				}
 			}
-			return j.Name, false
+			return j.Name, false, int(j.Status.Succeeded)
 		}
 	case ctrlSafeJob:
 		obj = &batchv1alpha1.SafeJob{}
-		isComplete = func(obj any) (string, bool) {
+		isComplete = func(obj any) (string, bool, int) {
 			sj, ok := obj.(*batchv1alpha1.SafeJob)
 			if !ok {
-				return "", false
+				return "", false, 0
 			}
-			return sj.Name, meta.IsStatusConditionTrue(sj.Status.Conditions, batchv1alpha1.ConditionComplete)
+			return sj.Name, meta.IsStatusConditionTrue(sj.Status.Conditions, batchv1alpha1.ConditionComplete), int(sj.Status.Succeeded)
 		}
 	default:
 		return nil
@@ -559,12 +571,12 @@ func (r *recorder) watchJobs(ctx context.Context, informers cache.Cache, control
 		return fmt.Errorf("watching jobs: %w", err)
 	}
 	see := func(obj any) {
-		if name, ok := isComplete(obj); ok {
-			r.mu.Lock()
-			if _, seen := r.complete[name]; !seen {
-				r.complete[name] = time.Now()
-			}
-			r.mu.Unlock()
+		name, ok, succeeded := isComplete(obj)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.reported[name] = succeeded
+		if _, seen := r.complete[name]; ok && !seen {
+			r.complete[name] = time.Now()
 		}
 	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
@@ -721,6 +733,14 @@ func measure(w workload, m mode, repeat int, start, end time.Time, created map[s
 		}
 	}
 	res.ExtraPods = res.PodsCreated - res.Completions
+	res.PodsSucceeded = len(rec.succeeded)
+	for _, n := range rec.reported {
+		res.Reported += n
+	}
+	if m.Controller == ctrlLimit {
+		res.Reported = res.PodsSucceeded
+	}
+	res.NoPod = max(0, res.Reported-res.PodsSucceeded)
 	res.WritesPerCompl = float64(res.Writes) / float64(res.Completions)
 	for _, t := range rec.succeeded {
 		res.CompletionTimes = append(res.CompletionTimes, t.Sub(start).Seconds())
