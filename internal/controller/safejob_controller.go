@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -85,22 +86,28 @@ const FollowUpWait = 500 * time.Millisecond
 
 // waitOwnWrite waits, up to FollowUpWait, until the cache shows the
 // SafeJob past this process's last status write for it; false when there
-// was no such write or it did not show in time.
+// was no such write or it did not show in time. The informer wakes it
+// (tracker.delivered); the cache is read once first, for a delivery that
+// came before the write was recorded.
 func (r *SafeJobReconciler) waitOwnWrite(ctx context.Context, req reconcile.Request) bool {
-	over, uid := r.tracker.outstanding(req.NamespacedName)
+	over, uid, arrived := r.tracker.outstanding(req.NamespacedName)
 	if over == "" {
 		return false
 	}
-	deadline := time.Now().Add(FollowUpWait)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		sj := &batchv1alpha1.SafeJob{}
-		if err := r.Client.Get(ctx, req.NamespacedName, sj); err != nil || sj.UID != uid {
-			return false
-		}
-		if sj.ResourceVersion != over {
-			return true
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval of the local cache, no API call
+	sj := &batchv1alpha1.SafeJob{}
+	if err := r.Client.Get(ctx, req.NamespacedName, sj); err != nil || sj.UID != uid {
+		return false
+	}
+	if sj.ResourceVersion != over {
+		return true
+	}
+	timer := time.NewTimer(FollowUpWait)
+	defer timer.Stop()
+	select {
+	case <-arrived:
+		return true
+	case <-timer.C:
+	case <-ctx.Done():
 	}
 	return false
 }
@@ -317,6 +324,20 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &batchv1alpha1.SafeJob{}, ownerUIDIndexSJ, indexPodOwner); err != nil {
 		return fmt.Errorf("indexing SafeJobs by owner: %w", err)
 	}
+	sjInformer, err := mgr.GetCache().GetInformer(context.Background(), &batchv1alpha1.SafeJob{})
+	if err != nil {
+		return fmt.Errorf("getting the SafeJob informer: %w", err)
+	}
+	deliver := func(obj any) {
+		if sj, ok := obj.(*batchv1alpha1.SafeJob); ok {
+			r.tracker.delivered(sj)
+		}
+	}
+	if _, err := sjInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: deliver, UpdateFunc: func(_, obj any) { deliver(obj) },
+	}); err != nil {
+		return fmt.Errorf("watching own status writes: %w", err)
+	}
 	b := builder.ControllerManagedBy(mgr).
 		For(&batchv1alpha1.SafeJob{}).
 		Owns(&batchv1alpha1.SafeJob{})
@@ -326,7 +347,7 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 		}
 		b = b.Owns(&kueue.Workload{})
 	}
-	err := b.
+	err = b.
 		Watches(&corev1.Pod{}, &podHandler{tracker: r.tracker, cache: mgr.GetCache(), batch: r.PodBatchPeriod}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).
 		Named("safejob").

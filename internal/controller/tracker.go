@@ -28,6 +28,9 @@ type jobMemo struct {
 	// the cache still shows it, the write is not observed.
 	writtenOver string
 	writtenAt   time.Time
+	// arrived is closed when the informer delivers a version past
+	// writtenOver: a worker waiting for its own write wakes at once.
+	arrived chan struct{}
 	pending     map[string]bool
 	lastSeen    map[string]*corev1.Pod
 	// runsSeen holds the runs of a scheduled SafeJob observed so far.
@@ -82,6 +85,7 @@ func (t *tracker) wrote(key types.NamespacedName, uid types.UID, over string, no
 	defer t.mu.Unlock()
 	memo := t.memo(key, uid)
 	memo.writtenOver, memo.writtenAt = over, now
+	memo.arrived = make(chan struct{})
 	memo.readySince = time.Time{}
 	for _, e := range appended {
 		if e.Type == batchv1alpha1.EntryLaunched {
@@ -188,15 +192,29 @@ func (t *tracker) deferReady(key types.NamespacedName, uid types.UID, now time.T
 }
 
 // outstanding returns the resourceVersion our last status write replaced
-// while the cache has not shown the write yet ("" otherwise), and the UID.
-func (t *tracker) outstanding(key types.NamespacedName) (string, types.UID) {
+// while the cache has not shown the write yet ("" otherwise), the UID, and
+// a channel closed when the informer delivers a later version.
+func (t *tracker) outstanding(key types.NamespacedName) (string, types.UID, <-chan struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	m := t.jobs[key]
-	if m == nil {
-		return "", ""
+	if m == nil || m.writtenOver == "" {
+		return "", "", nil
 	}
-	return m.writtenOver, m.uid
+	return m.writtenOver, m.uid, m.arrived
+}
+
+// delivered is called by the informer for every SafeJob it delivers, after
+// its cache holds it: it wakes the worker waiting for that SafeJob's write.
+func (t *tracker) delivered(sj *batchv1alpha1.SafeJob) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.jobs[types.NamespacedName{Namespace: sj.Namespace, Name: sj.Name}]
+	if m == nil || m.uid != sj.UID || m.writtenOver == "" || m.arrived == nil || sj.ResourceVersion == m.writtenOver {
+		return
+	}
+	close(m.arrived)
+	m.arrived = nil
 }
 
 // releaseMemory is how long a release is remembered; after it, a pod the

@@ -83,3 +83,38 @@ func TestTrackerRemembersReleases(t *testing.T) {
 		t.Errorf("a release older than %s still suppresses a new one: %v", releaseMemory, got)
 	}
 }
+
+func TestTrackerWakesOnDelivery(t *testing.T) {
+	tr := newTracker()
+	key := types.NamespacedName{Namespace: "ns", Name: "a"}
+	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "u1", ResourceVersion: "10"}}
+	if over, _, _ := tr.outstanding(key); over != "" {
+		t.Fatalf("outstanding %q before any write", over)
+	}
+	tr.wrote(key, "u1", "10", time.Unix(100, 0), nil)
+	over, uid, arrived := tr.outstanding(key)
+	if over != "10" || uid != "u1" || arrived == nil {
+		t.Fatalf("outstanding = %q, %q, %v; want the write over 10", over, uid, arrived)
+	}
+	isClosed := func() bool {
+		select {
+		case <-arrived:
+			return true
+		default:
+			return false
+		}
+	}
+	tr.delivered(sj) // the version our write replaced
+	other := sj.DeepCopy()
+	other.UID, other.ResourceVersion = "u0", "12" // an older SafeJob of the same name
+	tr.delivered(other)
+	if isClosed() {
+		t.Fatal("woken by a delivery that does not show the write")
+	}
+	sj.ResourceVersion = "11"
+	tr.delivered(sj)
+	if !isClosed() {
+		t.Fatal("not woken by the delivery of the written version")
+	}
+	tr.delivered(sj) // a second delivery must not close it again
+}
