@@ -89,7 +89,7 @@ type SafeJobSpec struct {
 	// template is the pod template of every pod the SafeJob creates.
 	// Its restartPolicy must be Never or OnFailure. Immutable.
 	// +required
-	// +kubebuilder:validation:XValidation:rule="has(self.spec.restartPolicy) && self.spec.restartPolicy in ['Never', 'OnFailure']",message="template.spec.restartPolicy must be Never or OnFailure"
+	// +kubebuilder:validation:XValidation:rule="self.spec.?restartPolicy.orValue('') in ['Never', 'OnFailure']",message="template.spec.restartPolicy must be Never or OnFailure"
 	Template corev1.PodTemplateSpec `json:"template"`
 
 	// parallelism is the most pods that run at once. 0 pauses launching.
