@@ -30,9 +30,9 @@ type jobMemo struct {
 	writtenAt   time.Time
 	// arrived is closed when the informer delivers a version past
 	// writtenOver: a worker waiting for its own write wakes at once.
-	arrived chan struct{}
-	pending     map[string]bool
-	lastSeen    map[string]*corev1.Pod
+	arrived  chan struct{}
+	pending  map[string]bool
+	lastSeen map[string]*corev1.Pod
 	// runsSeen holds the runs of a scheduled SafeJob observed so far.
 	runsSeen map[string]bool
 	// readySince is when a ready-count change alone was first held back.
