@@ -210,11 +210,14 @@ func (t *tracker) delivered(sj *batchv1alpha1.SafeJob) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	m := t.jobs[types.NamespacedName{Namespace: sj.Namespace, Name: sj.Name}]
-	if m == nil || m.uid != sj.UID || m.writtenOver == "" || m.arrived == nil || sj.ResourceVersion == m.writtenOver {
+	if m == nil || m.uid != sj.UID || m.writtenOver == "" || sj.ResourceVersion == m.writtenOver {
 		return
 	}
-	close(m.arrived)
-	m.arrived = nil
+	select {
+	case <-m.arrived: // already woken
+	default:
+		close(m.arrived)
+	}
 }
 
 // releaseMemory is how long a release is remembered; after it, a pod the
