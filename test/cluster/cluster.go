@@ -376,13 +376,31 @@ func (c *Cluster) adopt(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := c.run(etcd[0], "etcd", etcd[1:]...); err != nil {
+	if err := c.rerun(etcd, "etcd"); err != nil {
 		return err
 	}
-	if err := c.run(api[0], "kube-apiserver", api[1:]...); err != nil {
+	if err := c.rerun(api, "kube-apiserver"); err != nil {
 		return err
 	}
 	return c.waitReady(ctx, time.Minute)
+}
+
+// rerun starts a component again on the ports it had. Between its kill and
+// its restart another process may have taken one of them as the source port
+// of an outgoing connection: a start that fails with "address already in
+// use" is retried for a while, until that connection is gone.
+func (c *Cluster) rerun(args []string, name string) error {
+	var err error
+	for backoff := 100 * time.Millisecond; backoff <= 3200*time.Millisecond; backoff *= 2 {
+		if err = c.run(args[0], name, args[1:]...); err == nil || !strings.Contains(err.Error(), "address already in use") {
+			return err
+		}
+		p := c.proc(name)
+		c.procs = slices.DeleteFunc(c.procs, func(q *Process) bool { return q == p })
+		c.step("%s could not bind its port again; retrying in %s", name, backoff)
+		time.Sleep(backoff) // the port's holder is another process: nothing to wait on
+	}
+	return err
 }
 
 // killChild SIGKILLs our child running the named binary, waits for it to be
@@ -413,7 +431,7 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	p.Kill()
 	c.procs = slices.DeleteFunc(c.procs, func(q *Process) bool { return q == p })
 	c.step("kube-apiserver killed; starting it again")
-	if err := c.run(args[0], "kube-apiserver", args[1:]...); err != nil {
+	if err := c.rerun(args, "kube-apiserver"); err != nil {
 		return err
 	}
 	return c.waitReady(ctx, time.Minute)
