@@ -112,7 +112,7 @@ func report(o options, ws []workload, results []result, chart string, took time.
 		b.WriteString(verdict(results, w.Name))
 		b.WriteString(writesTable(results, w.Name))
 	}
-	fmt.Fprintf(&b, "![completions over time](%s)\n\n", chart)
+	fmt.Fprintf(&b, "![pods succeeded over time](%s)\n\n", chart)
 	fmt.Fprintf(&b, "Raw results of every run: `bench-results.json` (written next to this file by `make bench`).\n")
 	return b.String()
 }
