@@ -126,7 +126,7 @@ func verdict(results []result, w string) string {
 		return ""
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "- SafeJob / built-in throughput at equal rates: **%.2f** (goal ≥ 1.0)\n", sj.perSec/bi.perSec)
+	fmt.Fprintf(&b, "- SafeJob / built-in throughput at equal rates: **%.2f** (goal ≥ 1.0)%s\n", sj.perSec/bi.perSec, pairRatios(results, w))
 	fmt.Fprintf(&b, "- writes per completion: SafeJob %.2f, built-in %.2f, difference **%+.2f** (goal ≤ +0.5)\n",
 		sj.writes, bi.writes, sj.writes-bi.writes)
 	if ok3 {
@@ -146,6 +146,30 @@ func verdict(results []result, w string) string {
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// pairRatios lists the SafeJob / built-in throughput of each repeat that has
+// both runs: the two ran back to back, so the machine's slow and fast spells
+// weigh less on them than on the ratio of the medians.
+func pairRatios(results []result, w string) string {
+	perSec := map[string]map[int]float64{modeSafeJob: {}, modeBuiltin: {}}
+	for _, r := range results {
+		if r.Workload == w && perSec[r.Mode] != nil {
+			perSec[r.Mode][r.Repeat] = r.PerSecond
+		}
+	}
+	var ratios []string
+	for rep := 1; rep <= len(results); rep++ {
+		sj, ok1 := perSec[modeSafeJob][rep]
+		bi, ok2 := perSec[modeBuiltin][rep]
+		if ok1 && ok2 && bi > 0 {
+			ratios = append(ratios, fmt.Sprintf("%.2f", sj/bi))
+		}
+	}
+	if len(ratios) == 0 {
+		return ""
+	}
+	return "; repeat by repeat: " + strings.Join(ratios, ", ")
 }
 
 // writesTable breaks down the writes per completion of the equal-rate pair
