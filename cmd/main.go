@@ -36,7 +36,8 @@ func main() {
 	flag.DurationVar(&s.podBatch, "pod-batch-period", 500*time.Millisecond,
 		"How long a SafeJob's reconcile waits after a pod event, so that the events of many pods are decided in one status write.")
 	flag.DurationVar(&s.readyBatch, "ready-batch-period", time.Second,
-		"How long a change of status.ready alone may wait to be written, so that it travels with the next ledger fact (0: at once). Longer saves writes for short pods but shows their ready count later.")
+		"How long a change of status.ready alone may wait to be written, so that it travels with the next ledger fact (0: at once). "+
+			"Longer saves writes for short pods but shows their ready count later.")
 	flag.StringVar(&s.pprofAddr, "pprof-bind-address", "0", "The address the pprof endpoint binds to (0 disables it).")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)

@@ -22,6 +22,37 @@ var seriesColors = map[string]color.RGBA{
 	modeSafeJobDefault: {140, 180, 240, 255},
 }
 
+// chartSeries picks the first completed repeat of every mode of a workload
+// and the time axis' end. The axis fits the runs at the equal, raised rate;
+// the slower default-rate runs leave the panel on the right, and their end is
+// written under it.
+func chartSeries(results []result, workload string) ([]result, float64) {
+	var series []result
+	maxT, maxAll := 1.0, 1.0
+	for _, m := range modeOrder {
+		var first *result
+		for i, r := range results {
+			if r.Workload == workload && r.Mode == m && (first == nil || r.Repeat < first.Repeat) {
+				first = &results[i]
+			}
+		}
+		if first == nil {
+			continue
+		}
+		series = append(series, *first)
+		if n := len(first.CompletionTimes); n > 0 {
+			maxAll = max(maxAll, first.CompletionTimes[n-1])
+			if m != modeBuiltinDefault && m != modeSafeJobDefault {
+				maxT = max(maxT, first.CompletionTimes[n-1])
+			}
+		}
+	}
+	if maxT == 1.0 {
+		maxT = maxAll
+	}
+	return series, maxT * 1.05
+}
+
 // writeChart draws, per workload, pods succeeded over time of the first
 // successful repeat of every mode.
 func writeChart(path string, ws []workload, results []result) error {
@@ -30,33 +61,7 @@ func writeChart(path string, ws []workload, results []result) error {
 	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
 	for k, w := range ws {
 		x0 := k * panelW
-		var series []result
-		// The axis fits the runs at the equal, raised rate; the slower
-		// default-rate runs leave the panel on the right, and their end
-		// is written under it.
-		maxT, maxAll := 1.0, 1.0
-		for _, m := range modeOrder {
-			var first *result
-			for i, r := range results {
-				if r.Workload == w.Name && r.Mode == m && (first == nil || r.Repeat < first.Repeat) {
-					first = &results[i]
-				}
-			}
-			if first == nil {
-				continue
-			}
-			series = append(series, *first)
-			if n := len(first.CompletionTimes); n > 0 {
-				maxAll = max(maxAll, first.CompletionTimes[n-1])
-				if m != modeBuiltinDefault && m != modeSafeJobDefault {
-					maxT = max(maxT, first.CompletionTimes[n-1])
-				}
-			}
-		}
-		if maxT == 1.0 {
-			maxT = maxAll
-		}
-		maxT *= 1.05
+		series, maxT := chartSeries(results, w.Name)
 		plot := image.Rect(x0+margin, 34, x0+panelW-15, panelH-30)
 		drawAxes(img, plot)
 		label(img, x0+margin, 20, fmt.Sprintf("%s: %s", w.Name, truncate(w.Desc, 48)))
@@ -89,7 +94,8 @@ func writeChart(path string, ws []workload, results []result) error {
 		label(img, x+18, panelH+65, m)
 		x += 30 + 7*len(m)
 	}
-	label(img, 10, panelH+85, "pods succeeded over time (first completed repeat; a job is Complete once its controller records it); x: seconds since the first create")
+	label(img, 10, panelH+85, "pods succeeded over time (first completed repeat; a job is Complete once its controller records it); "+
+		"x: seconds since the first create")
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("creating the chart's directory: %w", err)
 	}

@@ -108,7 +108,8 @@ func main() {
 	flag.BoolVar(&o.defaults, "defaults", true, "also run both controllers once at their default client rates")
 	flag.StringVar(&o.podDuration, "pod-duration", "1s", "how long every pod runs on the simulated nodes")
 	flag.StringVar(&o.manager, "manager", "bin/manager", "the operator binary")
-	flag.StringVar(&o.profileDir, "profile", "", "directory for CPU profiles of the operator and kube-apiserver (first repeat of each workload at the raised rate)")
+	flag.StringVar(&o.profileDir, "profile", "",
+		"directory for CPU profiles of the operator and kube-apiserver (first repeat of each workload at the raised rate)")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "longest a single run may take")
 	flag.StringVar(&o.only, "only", "", "run only the modes whose name contains this (for experiments)")
 	flag.BoolVar(&o.keepLogs, "keep-logs", false, "keep each run's directory (component logs, audit log) and print where")
@@ -230,19 +231,29 @@ func runAll(o options, ws []workload) []result {
 	return results
 }
 
+// runDir creates the directory of one run (component logs, audit log) and
+// returns what removes it; with -keep-logs it is kept and its path printed.
+func runDir(o options, w workload, m mode, repeat int) (string, func(), error) {
+	dir, err := os.MkdirTemp("", "safejob-bench-")
+	if err != nil {
+		return "", nil, fmt.Errorf("creating the run's directory: %w", err)
+	}
+	if o.keepLogs {
+		fmt.Fprintf(os.Stderr, "==> %s %s #%d: logs in %s\n", w.Name, m.Name, repeat, dir)
+		return dir, func() {}, nil
+	}
+	return dir, func() { _ = os.RemoveAll(dir) }, nil
+}
+
 // runOne runs one workload under one mode on a fresh cluster.
 func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
-	dir, err := os.MkdirTemp("", "safejob-bench-")
+	dir, removeDir, err := runDir(o, w, m, repeat)
 	if err != nil {
-		return result{}, fmt.Errorf("creating the run's directory: %w", err)
+		return result{}, err
 	}
-	if o.keepLogs {
-		fmt.Fprintf(os.Stderr, "==> %s %s #%d: logs in %s\n", w.Name, m.Name, repeat, dir)
-	} else {
-		defer func() { _ = os.RemoveAll(dir) }()
-	}
+	defer removeDir()
 	copts := cluster.Options{Dir: dir, Root: o.root, Nodes: 4}
 	if m.Controller == ctrlBuiltin && m.QPS > 0 {
 		copts.ControllerManagerQPS = m.QPS

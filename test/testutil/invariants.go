@@ -197,17 +197,7 @@ func CheckPods(t *testing.T, c client.Client, sj *batchv1alpha1.SafeJob, creates
 			t.Errorf("I1: pod %s created %d times", name, n)
 		}
 	}
-	pods, holding, err := WaitForRelease(c, sj.Namespace)
-	for _, name := range holding {
-		t.Errorf("I5: pod %s still has the ledger finalizer %s after the SafeJob finished", name, ReleaseTimeout)
-	}
-	if err != nil && len(holding) == 0 {
-		t.Fatal(err)
-	}
-	byName := map[string]*corev1.Pod{}
-	for i := range pods {
-		byName[pods[i].Name] = &pods[i]
-	}
+	byName := checkReleased(t, c, sj.Namespace)
 	for name := range creates {
 		ref, ok := parseRef(byName[name], name)
 		if ok && !st.IsClosed(ref) {
@@ -225,6 +215,24 @@ func CheckPods(t *testing.T, c client.Client, sj *batchv1alpha1.SafeJob, creates
 			t.Errorf("I3: pod %s succeeded but index %d is not counted", name, ref.Index)
 		}
 	}
+}
+
+// checkReleased asserts I5 once the release that follows a SafeJob's final
+// write had its time, and returns the namespace's pods by name.
+func checkReleased(t *testing.T, c client.Client, namespace string) map[string]*corev1.Pod {
+	t.Helper()
+	pods, holding, err := WaitForRelease(c, namespace)
+	for _, name := range holding {
+		t.Errorf("I5: pod %s still has the ledger finalizer %s after the SafeJob finished", name, ReleaseTimeout)
+	}
+	if err != nil && len(holding) == 0 {
+		t.Fatal(err)
+	}
+	byName := map[string]*corev1.Pod{}
+	for i := range pods {
+		byName[pods[i].Name] = &pods[i]
+	}
+	return byName
 }
 
 // ownedBy keeps the entries of m named after the SafeJob's pods.
