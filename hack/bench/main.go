@@ -547,13 +547,13 @@ func (r *recorder) watchJobs(ctx context.Context, informers cache.Cache, control
 	r.complete = map[string]time.Time{}
 	var obj client.Object
 	r.reported = map[string]int{}
-	// isComplete reports a job's name, whether it is Complete and the
-	// number of succeeded pods its status reports.
-	var isComplete func(obj any) (string, bool, int)
+	// state reports a job's name, whether it is Complete and the number
+	// of succeeded pods its status reports.
+	var state func(obj any) (string, bool, int)
 	switch controller {
 	case ctrlBuiltin:
 		obj = &batchv1.Job{}
-		isComplete = func(obj any) (string, bool, int) {
+		state = func(obj any) (string, bool, int) {
 			j, ok := obj.(*batchv1.Job)
 			if !ok {
 				return "", false, 0
@@ -567,7 +567,7 @@ func (r *recorder) watchJobs(ctx context.Context, informers cache.Cache, control
 		}
 	case ctrlSafeJob:
 		obj = &batchv1alpha1.SafeJob{}
-		isComplete = func(obj any) (string, bool, int) {
+		state = func(obj any) (string, bool, int) {
 			sj, ok := obj.(*batchv1alpha1.SafeJob)
 			if !ok {
 				return "", false, 0
@@ -582,7 +582,7 @@ func (r *recorder) watchJobs(ctx context.Context, informers cache.Cache, control
 		return fmt.Errorf("watching jobs: %w", err)
 	}
 	see := func(obj any) {
-		name, ok, succeeded := isComplete(obj)
+		name, ok, succeeded := state(obj)
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.reported[name] = succeeded

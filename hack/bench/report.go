@@ -136,7 +136,7 @@ func verdict(results []result, w string) string {
 	for _, m := range modeOrder {
 		if s, ok := summarise(results, w, m); ok && s.noPod > 0 {
 			fmt.Fprintf(&b, "- **%s counted up to %d completions without a pod that succeeded** (job status.succeeded "+
-				"above the pods seen succeeding; the API server's count of pod creates agrees)\n", m, s.noPod)
+				"above the pods seen succeeding)\n", m, s.noPod)
 		}
 	}
 	sjd, okd1 := summarise(results, w, modeSafeJobDefault)
