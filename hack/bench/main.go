@@ -96,6 +96,9 @@ type options struct {
 	only                                   string
 	keepLogs                               bool
 	operatorArgs                           []string
+	// rev is the commit the runs start from (the tree may move on while
+	// they run).
+	rev string
 }
 
 func main() {
@@ -147,6 +150,7 @@ func main() {
 		return
 	}
 	started := time.Now()
+	o.rev = gitRev()
 	results := runAll(o, ws)
 	raw, _ := json.MarshalIndent(results, "", " ")
 	if err := os.WriteFile(jsonOut, raw, 0o644); err != nil {

@@ -81,7 +81,7 @@ func report(o options, ws []workload, results []result, chart string, took time.
 	fmt.Fprintf(&b, "Command: `make bench` (`go run ./hack/bench -repeats %d -scale %g -qps %d -pod-duration %s`), %s in all.\n\n",
 		o.repeats, o.scale, o.raisedQPS, o.podDuration, took.Round(time.Second))
 	fmt.Fprintf(&b, "Machine: %s. Versions: Go %s, Kubernetes v1.35.4 (built from source), KWOK v0.7.0, SafeJob %s.\n\n",
-		machine(), strings.TrimPrefix(runtime.Version(), "go"), gitRev())
+		machine(), strings.TrimPrefix(runtime.Version(), "go"), o.rev)
 	fmt.Fprintf(&b, "Rates: \"built-in\" and \"SafeJob\" run at the same raised client rate (%d QPS, burst %d); the\n",
 		o.raisedQPS, 2*o.raisedQPS)
 	fmt.Fprintf(&b, "\"default rate\" rows keep each controller's own default (kube-controller-manager 20 QPS / 30 burst,\n")
