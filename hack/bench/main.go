@@ -95,6 +95,7 @@ type options struct {
 	timeout                                time.Duration
 	only                                   string
 	keepLogs                               bool
+	kcmVerbosity                           int
 	operatorArgs                           []string
 	// rev is the commit the runs start from (the tree may move on while
 	// they run).
@@ -116,6 +117,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "longest a single run may take")
 	flag.StringVar(&o.only, "only", "", "run only the modes whose name contains this (for experiments)")
 	flag.BoolVar(&o.keepLogs, "keep-logs", false, "keep each run's directory (component logs, audit log) and print where")
+	flag.IntVar(&o.kcmVerbosity, "kcm-v", 0, "kube-controller-manager's log verbosity (with -keep-logs, to read the built-in controller's log)")
 	var opArgs string
 	flag.StringVar(&opArgs, "operator-args", "", "extra flags for the operator, space separated")
 	flag.StringVar(&out, "out", "BENCHMARKS.md", "the Markdown report")
@@ -258,7 +260,7 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 		return result{}, err
 	}
 	defer removeDir()
-	copts := cluster.Options{Dir: dir, Root: o.root, Nodes: 4}
+	copts := cluster.Options{Dir: dir, Root: o.root, Nodes: 4, ControllerManagerVerbosity: o.kcmVerbosity}
 	if m.Controller == ctrlBuiltin && m.QPS > 0 {
 		copts.ControllerManagerQPS = m.QPS
 	}

@@ -50,6 +50,8 @@ type Options struct {
 	PodGCThreshold int
 	// ControllerManagerQPS sets kube-controller-manager's client rate (default: its own default, 20).
 	ControllerManagerQPS int
+	// ControllerManagerVerbosity is kube-controller-manager's -v (default 0).
+	ControllerManagerVerbosity int
 	// Progress receives one line per step (default: discarded).
 	Progress io.Writer
 	// Kueue installs Kueue's CRDs and runs the Kueue manager (pinned v0.16.6).
@@ -229,6 +231,9 @@ func (c *Cluster) controllerManagerArgs() []string {
 			"job-controller,cronjob-controller,namespace-controller",
 		"--terminated-pod-gc-threshold=" + strconv.Itoa(c.opts.PodGCThreshold),
 		"--use-service-account-credentials=false"}
+	if c.opts.ControllerManagerVerbosity > 0 {
+		args = append(args, fmt.Sprintf("-v=%d", c.opts.ControllerManagerVerbosity))
+	}
 	if c.opts.ControllerManagerQPS > 0 {
 		args = append(args, fmt.Sprintf("--kube-api-qps=%d", c.opts.ControllerManagerQPS),
 			fmt.Sprintf("--kube-api-burst=%d", 2*c.opts.ControllerManagerQPS))
