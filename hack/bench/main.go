@@ -64,11 +64,9 @@ type result struct {
 	ExtraPods      int
 	// Reported is the sum of the jobs' status.succeeded at the end, and
 	// PodsSucceeded the number of distinct pods the bench's own watch saw
-	// succeed; NoPod = Reported - PodsSucceeded when positive: completions
-	// the controller counted without a pod that succeeded.
+	// succeed (see noPod).
 	Reported       int
 	PodsSucceeded  int
-	NoPod          int
 	MakespanSec    float64
 	PerSecond      float64
 	FirstPodP50Sec float64
@@ -236,6 +234,10 @@ func runAll(o options, ws []workload) []result {
 	}
 	return results
 }
+
+// noPod is the number of completions the controller counted without a pod
+// that succeeded.
+func (r result) noPod() int { return max(0, r.Reported-r.PodsSucceeded) }
 
 // runDir creates the directory of one run (component logs, audit log) and
 // returns what removes it; with -keep-logs it is kept and its path printed.
@@ -757,7 +759,6 @@ func measure(w workload, m mode, repeat int, start, end time.Time, created map[s
 	if m.Controller == ctrlLimit {
 		res.Reported = res.PodsSucceeded
 	}
-	res.NoPod = max(0, res.Reported-res.PodsSucceeded)
 	res.WritesPerCompl = float64(res.Writes) / float64(res.Completions)
 	for _, t := range rec.succeeded {
 		res.CompletionTimes = append(res.CompletionTimes, t.Sub(start).Seconds())

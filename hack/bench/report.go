@@ -46,7 +46,7 @@ func summarise(results []result, w, m string) (summary, bool) {
 		if s.runs == 1 || r.ExtraPods > s.extra {
 			s.extra = r.ExtraPods
 		}
-		s.noPod = max(s.noPod, r.NoPod)
+		s.noPod = max(s.noPod, r.noPod())
 		if s.byRes == nil {
 			s.byRes = r.WritesByRes
 		}

@@ -113,10 +113,7 @@ func TestImmutableFields(t *testing.T) {
 				t.Fatal(err)
 			}
 			tc.mutate(sj)
-			// The policy is loaded by the API server asynchronously: dry runs until it bites.
-			waitFor(t, 30*time.Second, "the immutable-spec policy to be in force", func() (bool, error) {
-				return k8s.Update(context.Background(), sj.DeepCopy(), client.DryRunAll) != nil, nil
-			})
+			waitRefused(t, sj)
 			err := k8s.Update(context.Background(), sj)
 			if err == nil || !strings.Contains(err.Error(), tc.wantMsg) {
 				t.Fatalf("update error %v, want one saying %q", err, tc.wantMsg)
@@ -135,9 +132,7 @@ func TestImmutableFields(t *testing.T) {
 		}
 		probe := sj.DeepCopy()
 		probe.Spec.Completions = ptr.To[int32](9)
-		waitFor(t, 30*time.Second, "the immutable-spec policy to be in force", func() (bool, error) {
-			return k8s.Update(context.Background(), probe, client.DryRunAll) != nil, nil
-		})
+		waitRefused(t, probe)
 		sj.Spec.Parallelism = ptr.To[int32](3)
 		if err := k8s.Update(context.Background(), sj); err != nil {
 			t.Errorf("changing parallelism: %v", err)
@@ -151,6 +146,15 @@ func TestImmutableFields(t *testing.T) {
 		if err := k8s.Update(context.Background(), parent); err != nil {
 			t.Errorf("changing a scheduled SafeJob's template and completions: %v", err)
 		}
+	})
+}
+
+// waitRefused waits until an update to sj is refused, in dry runs: the API
+// server loads the immutable-spec policy asynchronously.
+func waitRefused(t *testing.T, sj *batchv1alpha1.SafeJob) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "the immutable-spec policy to be in force", func() (bool, error) {
+		return k8s.Update(context.Background(), sj.DeepCopy(), client.DryRunAll) != nil, nil
 	})
 }
 
