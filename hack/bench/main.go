@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -94,6 +95,7 @@ type options struct {
 	only                                   string
 	keepLogs                               bool
 	kcmVerbosity                           int
+	profileSeconds                         int
 	operatorArgs                           []string
 	// rev is the commit the runs start from (the tree may move on while
 	// they run).
@@ -112,6 +114,7 @@ func main() {
 	flag.StringVar(&o.manager, "manager", "bin/manager", "the operator binary")
 	flag.StringVar(&o.profileDir, "profile", "",
 		"directory for CPU profiles of the operator and kube-apiserver (first repeat of each workload at the raised rate)")
+	flag.IntVar(&o.profileSeconds, "profile-seconds", 20, "length of each CPU profile")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "longest a single run may take")
 	flag.StringVar(&o.only, "only", "", "run only the modes whose name contains this (for experiments)")
 	flag.BoolVar(&o.keepLogs, "keep-logs", false, "keep each run's directory (component logs, audit log) and print where")
@@ -323,11 +326,14 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 }
 
 // clusterComponents are the processes whose CPU time each run reports.
-var clusterComponents = []string{"kube-apiserver", "etcd", "kube-scheduler", "kwok"}
+// kube-controller-manager runs in every mode (garbage collector, pod GC);
+// in the built-in modes it is also the controller.
+var clusterComponents = []string{"kube-apiserver", "etcd", "kube-scheduler", "kwok", "kube-controller-manager"}
 
-// clusterCPU is the CPU time so far of each cluster component.
+// clusterCPU is the CPU time so far of each cluster component and of the
+// bench itself (its client and watches).
 func clusterCPU(c *cluster.Cluster) map[string]float64 {
-	out := map[string]float64{}
+	out := map[string]float64{"bench": pidCPUSeconds(os.Getpid())}
 	for _, name := range clusterComponents {
 		out[name] = cpuSeconds(c.Process(name))
 	}
@@ -403,7 +409,7 @@ func maybeProfile(o options, w workload, m mode, repeat int, cfg *rest.Config) f
 	var wg sync.WaitGroup
 	if m.Controller == ctrlSafeJob {
 		out := filepath.Join(o.profileDir, fmt.Sprintf("safejob-%s.pprof", w.Name))
-		cmd := exec.Command("curl", "-s", "-o", out, "http://127.0.0.1:6065/debug/pprof/profile?seconds=20")
+		cmd := exec.Command("curl", "-s", "-o", out, fmt.Sprintf("http://127.0.0.1:6065/debug/pprof/profile?seconds=%d", o.profileSeconds))
 		if err := cmd.Start(); err == nil {
 			wg.Go(func() { _ = cmd.Wait() })
 		}
@@ -413,7 +419,7 @@ func maybeProfile(o options, w workload, m mode, repeat int, cfg *rest.Config) f
 		if err != nil {
 			return
 		}
-		raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "20").
+		raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(o.profileSeconds)).
 			Timeout(time.Minute).DoRaw(context.Background())
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench: profiling kube-apiserver: %v\n", err)
@@ -779,7 +785,12 @@ func cpuSeconds(p *cluster.Process) float64 {
 	if p == nil {
 		return 0
 	}
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid()))
+	return pidCPUSeconds(p.Pid())
+}
+
+// pidCPUSeconds is the CPU time (user and system) of a process so far.
+func pidCPUSeconds(pid int) float64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
 	}
