@@ -34,7 +34,8 @@ func main() {
 	flag.Float64Var(&s.qps, "kube-api-qps", 100, "Queries per second to the API server.")
 	flag.IntVar(&s.burst, "kube-api-burst", 200, "Burst of queries to the API server.")
 	flag.DurationVar(&s.podBatch, "pod-batch-period", 500*time.Millisecond,
-		"How long a SafeJob's reconcile waits after a pod event, so that the events of many pods are decided in one status write.")
+		"How long a SafeJob's reconcile waits after a pod event, and the least time between two ledger writes of a SafeJob "+
+			"that runs several pods at once, so that the events of many pods are decided in one status write (0: at once).")
 	flag.DurationVar(&s.readyBatch, "ready-batch-period", time.Second,
 		"How long a change of status.ready alone may wait to be written, so that it travels with the next ledger fact (0: at once). "+
 			"Longer saves writes for short pods but shows their ready count later.")

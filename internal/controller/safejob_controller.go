@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -40,10 +41,11 @@ type SafeJobReconciler struct {
 	// MaxConcurrentReconciles is the number of SafeJobs reconciled at once.
 	MaxConcurrentReconciles int
 	// PodBatchPeriod holds a SafeJob's reconcile after a pod event for up to
-	// this long, so that the events of many pods are decided in one status
-	// write (the Job controller batches pod events for a second). Safety
-	// never depends on it: a later reconcile decides the same from the
-	// ledger and the pods. 0 reconciles at once.
+	// this long, and spaces the ledger writes of a SafeJob that runs several
+	// pods at once by at least this long, so that the events of many pods
+	// are decided in one status write (the Job controller batches pod events
+	// for a second). Safety never depends on it: a later reconcile decides
+	// the same from the ledger and the pods. 0 reconciles and writes at once.
 	PodBatchPeriod time.Duration
 	// ReadyBatchPeriod holds a status write whose only change is the ready
 	// count for up to this long, so that it travels with the next ledger
@@ -151,8 +153,12 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 		return reconcile.Result{}, err
 	}
 	decided := plan.Status
-	readyWait := r.deferReadyOnly(sj, plan)
-	if readyWait > 0 {
+	holdWait := r.spaceWrites(sj, plan)
+	if holdWait > 0 {
+		// Written too recently: the facts decided now join the next write,
+		// and nothing is acted on before it is written.
+		plan.Status, decided = sj.Status, sj.Status
+	} else if holdWait = r.deferReadyOnly(sj, plan); holdWait > 0 {
 		plan.Status = sj.Status // nothing but the ready count changed: batch it with the next change
 	}
 	if err := r.writeStatus(ctx, sj, plan); err != nil {
@@ -163,8 +169,19 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 		return reconcile.Result{}, err
 	}
 	_, res := r.ttlResult(sj)
-	res.RequeueAfter = ledger.MinPositive(ledger.MinPositive(res.RequeueAfter, plan.RequeueAfter), ledger.MinPositive(wait, readyWait))
+	res.RequeueAfter = ledger.MinPositive(ledger.MinPositive(res.RequeueAfter, plan.RequeueAfter), ledger.MinPositive(wait, holdWait))
 	return res, nil
+}
+
+// spaceWrites returns how long to hold a status write that appends to the
+// ledger of a SafeJob running several pods at once, so that it writes at
+// most once per PodBatchPeriod: the outcomes of pods that finish meanwhile
+// join the next write instead of costing one each. 0 means write now.
+func (r *SafeJobReconciler) spaceWrites(sj *batchv1alpha1.SafeJob, plan *ledger.Plan) time.Duration {
+	if r.PodBatchPeriod <= 0 || len(plan.Append) == 0 || ptr.Deref(sj.Spec.Parallelism, 1) <= 1 {
+		return 0
+	}
+	return r.tracker.sinceWrite(client.ObjectKeyFromObject(sj), sj.UID, r.Clock.Now(), r.PodBatchPeriod)
 }
 
 // statusWriteFailed returns the error of a failed status write, or nil when

@@ -191,6 +191,18 @@ func (t *tracker) deferReady(key types.NamespacedName, uid types.UID, now time.T
 	return left
 }
 
+// sinceWrite returns how much of period is left since this process's last
+// status write of the SafeJob; 0 when there was none or period has passed.
+func (t *tracker) sinceWrite(key types.NamespacedName, uid types.UID, now time.Time, period time.Duration) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.memo(key, uid)
+	if m.writtenAt.IsZero() {
+		return 0
+	}
+	return max(m.writtenAt.Add(period).Sub(now), 0)
+}
+
 // outstanding returns the resourceVersion our last status write replaced
 // while the cache has not shown the write yet ("" otherwise), the UID, and
 // a channel closed when the informer delivers a later version.

@@ -167,6 +167,9 @@ func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
+		// The operator's default; it holds writes by the clock, which a
+		// fake clock would stop.
+		r.PodBatchPeriod = 500 * time.Millisecond
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatalf("setting up controller: %v", err)
