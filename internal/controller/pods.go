@@ -34,6 +34,20 @@ const (
 	actWorkers = 16
 )
 
+// indexActivePodOwner indexes a pod under its SafeJob while the pod can
+// still change the SafeJob's decision: it runs, or holds the ledger
+// finalizer. A terminal pod without the finalizer has its outcome committed,
+// or was stripped by someone else, in which case the pod handler kept its
+// terminal state (or, after a restart, a live read finds it); either way
+// the cache need not hand it to every reconcile, which in a SafeJob of many
+// completions would cost each reconcile all the pods it ever ran.
+func indexActivePodOwner(obj client.Object) []string {
+	if pod, ok := obj.(*corev1.Pod); ok && ledger.IsTerminal(pod) && !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
+		return nil
+	}
+	return indexPodOwner(obj)
+}
+
 func indexPodOwner(obj client.Object) []string {
 	if ref := metav1.GetControllerOf(obj); ref != nil && isSafeJobRef(ref) {
 		return []string{string(ref.UID)}
@@ -45,9 +59,10 @@ func isSafeJobRef(ref *metav1.OwnerReference) bool {
 	return ref.Kind == "SafeJob" && ref.APIVersion == batchv1alpha1.GroupVersion.String()
 }
 
-// listPods lists a SafeJob's pods from the cache. The pods share their
-// maps and slices with the cache (no deep copy: it dominated the CPU profile
-// under W2) and must not be modified.
+// listPods lists a SafeJob's pods that run or hold the ledger finalizer
+// from the cache (indexActivePodOwner). The pods share their maps and
+// slices with the cache (no deep copy: it dominated the CPU profile under
+// W2) and must not be modified.
 func (r *SafeJobReconciler) listPods(ctx context.Context, sj *batchv1alpha1.SafeJob) ([]*corev1.Pod, error) {
 	var list corev1.PodList
 	if err := r.Client.List(ctx, &list, client.InNamespace(sj.Namespace),

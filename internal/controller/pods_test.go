@@ -114,3 +114,37 @@ func TestPodEventsBatchedOnlyForParallelSafeJobs(t *testing.T) {
 		})
 	}
 }
+
+func TestIndexActivePodOwner(t *testing.T) {
+	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "uid-1"}}
+	pod := func(phase corev1.PodPhase, finalizer bool) *corev1.Pod {
+		p := newPod(sj, ledger.PodRef{Name: "a-0-0"})
+		p.Status.Phase = phase
+		if !finalizer {
+			p.Finalizers = nil
+		}
+		return p
+	}
+	cases := []struct {
+		name string
+		pod  *corev1.Pod
+		want []string
+	}{
+		{"running", pod(corev1.PodRunning, true), []string{"uid-1"}},
+		{"running, finalizer stripped", pod(corev1.PodRunning, false), []string{"uid-1"}},
+		{"succeeded, not yet released", pod(corev1.PodSucceeded, true), []string{"uid-1"}},
+		{"failed, not yet released", pod(corev1.PodFailed, true), []string{"uid-1"}},
+		{"succeeded and released", pod(corev1.PodSucceeded, false), nil},
+		{"failed and released", pod(corev1.PodFailed, false), nil},
+	}
+	for _, tc := range cases {
+		if diff := cmp.Diff(tc.want, indexActivePodOwner(tc.pod)); diff != "" {
+			t.Errorf("%s: index (-want,+got):\n%s", tc.name, diff)
+		}
+	}
+	other := pod(corev1.PodRunning, true)
+	other.OwnerReferences = nil
+	if got := indexActivePodOwner(other); got != nil {
+		t.Errorf("a pod no SafeJob controls is indexed under %v", got)
+	}
+}

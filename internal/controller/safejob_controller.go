@@ -274,6 +274,10 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 			in.Gone[ref.Name] = true
 		case err != nil:
 			return nil, 0, fmt.Errorf("confirming pod %s: %w", ref.Name, err)
+		case ledger.IsTerminal(pod):
+			// Not listed: terminal and stripped of the finalizer by someone
+			// else while no handler of this process saw it. Its state decides.
+			in.Pods = append(in.Pods, pod)
 		}
 	}
 	return in, wait, nil
@@ -335,7 +339,7 @@ func (r *SafeJobReconciler) markLedgerInvalid(ctx context.Context, sj *batchv1al
 // SetupWithManager registers the controller and its pod index.
 func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 	r.tracker = newTracker()
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, ownerUIDIndex, indexPodOwner); err != nil {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, ownerUIDIndex, indexActivePodOwner); err != nil {
 		return fmt.Errorf("indexing pods by owner: %w", err)
 	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &batchv1alpha1.SafeJob{}, ownerUIDIndexSJ, indexPodOwner); err != nil {

@@ -65,16 +65,22 @@ func TestSeedLostEvents(t *testing.T) {
 	t.Parallel()
 	cases := map[string]struct {
 		forceDelete bool
+		// keepPod: the finished pod is not deleted; only its finalizer is
+		// stripped (forceDelete).
+		keepPod     bool
 		wantCreates int
 		wantLost    int
 	}{
 		"pod finished and deleted unseen": {wantCreates: 1},
 		"pod force-deleted unseen":        {forceDelete: true, wantCreates: 2, wantLost: 1},
+		// The pod is still there, terminal, without the finalizer: its
+		// outcome is read from it, not declared Lost.
+		"finalizer stripped from finished pod unseen": {forceDelete: true, keepPod: true, wantCreates: 1},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			h := newHarness(t, nil, true)
+			h := newHarness(t, nil, !tc.keepPod)
 			wrap, crashed := stopAfter(isPodCreate, true)
 			stop := startManager(t, h.ns, managerOptions{wrapClient: wrap})
 			sj := testutil.MakeSafeJob("seed3", h.ns).BackoffLimit(0).Obj()
@@ -87,7 +93,7 @@ func TestSeedLostEvents(t *testing.T) {
 			key := client.ObjectKey{Namespace: h.ns, Name: "seed3-0-0"}
 			waitFor(t, 30*time.Second, "the pod to finish while no controller runs", func() (bool, error) {
 				err := k8s.Get(context.Background(), key, pod)
-				return err == nil && pod.Status.Phase == corev1.PodSucceeded && pod.DeletionTimestamp != nil, client.IgnoreNotFound(err)
+				return err == nil && pod.Status.Phase == corev1.PodSucceeded && (tc.keepPod || pod.DeletionTimestamp != nil), client.IgnoreNotFound(err)
 			})
 			if tc.forceDelete {
 				pod.Finalizers = nil
