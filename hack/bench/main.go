@@ -242,6 +242,34 @@ func runAll(o options, ws []workload) []result {
 // that succeeded.
 func (r result) noPod() int { return max(0, r.Reported-r.PodsSucceeded) }
 
+// cpuByProcess is the CPU milliseconds per completion of every process the
+// run measured: the controller (for the built-in modes the whole
+// kube-controller-manager, counted once), the cluster's other components
+// and the bench itself. On a busy machine their sum sets the throughput.
+func (r result) cpuByProcess() map[string]float64 {
+	per := func(sec float64) float64 { return 1000 * sec / float64(max(r.Completions, 1)) }
+	out := map[string]float64{}
+	if !strings.HasPrefix(r.Mode, modeLimit) {
+		out["controller"] = per(r.CPUSec)
+	}
+	for name, sec := range r.ClusterCPUSec {
+		if name == "kube-controller-manager" && strings.HasPrefix(r.Mode, modeBuiltin) {
+			continue // the controller
+		}
+		out[name] = per(sec)
+	}
+	return out
+}
+
+// allCPU is the sum of cpuByProcess.
+func (r result) allCPU() float64 {
+	var total float64
+	for _, ms := range r.cpuByProcess() {
+		total += ms
+	}
+	return total
+}
+
 // runDir creates the directory of one run (component logs, audit log) and
 // returns what removes it; with -keep-logs it is kept and its path printed.
 func runDir(o options, w workload, m mode, repeat int) (string, func(), error) {

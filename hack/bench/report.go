@@ -14,9 +14,11 @@ import (
 type summary struct {
 	runs                                         int
 	makespan, perSec, p50, p99, writes, cpu, rss float64
-	apiCPU, busy                                 float64
-	extra, noPod                                 int
-	byRes                                        map[string]int
+	apiCPU, allCPU, busy                         float64
+	// cpuBy is the median CPU ms per completion of each process.
+	cpuBy        map[string]float64
+	extra, noPod int
+	byRes        map[string]int
 }
 
 func median(xs []float64) float64 {
@@ -32,7 +34,8 @@ func median(xs []float64) float64 {
 
 func summarise(results []result, w, m string) (summary, bool) {
 	var s summary
-	var mk, ps, p50, p99, wr, cpu, rss, api, busy []float64
+	var mk, ps, p50, p99, wr, cpu, rss, api, all, busy []float64
+	cpuBy := map[string][]float64{}
 	for _, r := range results {
 		if r.Workload != w || r.Mode != m {
 			continue
@@ -41,6 +44,10 @@ func summarise(results []result, w, m string) (summary, bool) {
 		mk, ps, p50, p99 = append(mk, r.MakespanSec), append(ps, r.PerSecond), append(p50, r.FirstPodP50Sec), append(p99, r.FirstPodP99Sec)
 		wr, cpu, rss = append(wr, r.WritesPerCompl), append(cpu, r.CPUSec), append(rss, r.PeakRSSMiB)
 		api, busy = append(api, r.ClusterCPUSec["kube-apiserver"]/float64(r.Completions)*1000), append(busy, 100*r.MachineBusy)
+		all = append(all, r.allCPU())
+		for name, ms := range r.cpuByProcess() {
+			cpuBy[name] = append(cpuBy[name], ms)
+		}
 		// The worst repeat; extra pods may be negative (fewer pods than
 		// completions) and are shown as they are.
 		if s.runs == 1 || r.ExtraPods > s.extra {
@@ -53,7 +60,11 @@ func summarise(results []result, w, m string) (summary, bool) {
 	}
 	s.makespan, s.perSec, s.p50, s.p99 = median(mk), median(ps), median(p50), median(p99)
 	s.writes, s.cpu, s.rss = median(wr), median(cpu), median(rss)
-	s.apiCPU, s.busy = median(api), median(busy)
+	s.apiCPU, s.allCPU, s.busy = median(api), median(all), median(busy)
+	s.cpuBy = map[string]float64{}
+	for name, ms := range cpuBy {
+		s.cpuBy[name] = median(ms)
+	}
 	return s, s.runs > 0
 }
 
@@ -90,27 +101,32 @@ func report(o options, ws []workload, results []result, chart string, took time.
 	fmt.Fprintf(&b, "create to its first pod; writes per completion from the API server's `apiserver_request_total`\n")
 	fmt.Fprintf(&b, "(POST, PUT, PATCH, DELETE; every client: controllers, scheduler, KWOK, the submitting client);\n")
 	fmt.Fprintf(&b, "CPU and peak RSS of the controller process (`/proc`; for the built-in controller the whole\n")
-	fmt.Fprintf(&b, "kube-controller-manager); kube-apiserver CPU milliseconds per completion and how busy the whole\n")
-	fmt.Fprintf(&b, "machine was (both from `/proc`): on 2 cores every component competes for the same CPU; extra pods =\n")
+	fmt.Fprintf(&b, "kube-controller-manager); kube-apiserver CPU milliseconds per completion; all CPU milliseconds per\n")
+	fmt.Fprintf(&b, "completion, of every process the run measured (controller, kube-apiserver, etcd, kube-scheduler, KWOK,\n")
+	fmt.Fprintf(&b, "kube-controller-manager, which runs the garbage collector in every mode, and the bench's own client\n")
+	fmt.Fprintf(&b, "and watches): on 2 cores every component competes for the same CPU, so this sum sets the throughput;\n")
+	fmt.Fprintf(&b, "how busy the whole machine was (all from `/proc`); extra pods =\n")
 	fmt.Fprintf(&b, "pods created (the API server's count of successful pod creates) − completions, worst repeat, shown\n")
 	fmt.Fprintf(&b, "as it is (negative: fewer pods than completions); completions without a pod = the jobs' own\n")
 	fmt.Fprintf(&b, "`status.succeeded` at the end − distinct pods the bench's watch saw succeed, worst repeat.\n\n")
 	for _, w := range ws {
 		fmt.Fprintf(&b, "## %s: %s\n\n", w.Name, w.Desc)
 		fmt.Fprintf(&b, "| mode | runs | makespan s | completions/s | first pod p50 / p99 s | writes/completion | CPU s "+
-			"| peak RSS MiB | apiserver CPU ms/completion | machine busy | extra pods | completions without a pod |\n")
-		fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+			"| peak RSS MiB | apiserver CPU ms/completion | all CPU ms/completion | machine busy | extra pods "+
+			"| completions without a pod |\n")
+		fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, m := range modeOrder {
 			s, ok := summarise(results, w.Name, m)
 			if !ok {
 				continue
 			}
-			fmt.Fprintf(&b, "| %s | %d | %.1f | %.1f | %.2f / %.2f | %.2f | %.1f | %.0f | %.1f | %.0f%% | %d | %d |\n",
-				m, s.runs, s.makespan, s.perSec, s.p50, s.p99, s.writes, s.cpu, s.rss, s.apiCPU, s.busy, s.extra, s.noPod)
+			fmt.Fprintf(&b, "| %s | %d | %.1f | %.1f | %.2f / %.2f | %.2f | %.1f | %.0f | %.1f | %.1f | %.0f%% | %d | %d |\n",
+				m, s.runs, s.makespan, s.perSec, s.p50, s.p99, s.writes, s.cpu, s.rss, s.apiCPU, s.allCPU, s.busy, s.extra, s.noPod)
 		}
 		b.WriteString("\n")
 		b.WriteString(verdict(results, w.Name))
 		b.WriteString(writesTable(results, w.Name))
+		b.WriteString(cpuTable(results, w.Name))
 	}
 	fmt.Fprintf(&b, "![pods succeeded over time](%s)\n\n", chart)
 	fmt.Fprintf(&b, "Raw results of every run: `bench-results.json` (written next to this file by `make bench`).\n")
@@ -207,6 +223,45 @@ func writesTable(results []result, w string) string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", k, per(lim.byRes, k), per(bi.byRes, k), per(sj.byRes, k))
 	}
 	b.WriteString("\n</details>\n\n")
+	return b.String()
+}
+
+// cpuTable breaks down the CPU per completion of the equal-rate pair and
+// the limit by process (medians).
+func cpuTable(results []result, w string) string {
+	modes := []string{modeLimit, modeBuiltin, modeSafeJob}
+	var sums []summary
+	names := map[string]bool{}
+	for _, m := range modes {
+		s, _ := summarise(results, w, m)
+		sums = append(sums, s)
+		for name := range s.cpuBy {
+			names[name] = true
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	order := []string{"controller", "kube-apiserver", "etcd", "kube-scheduler", "kwok", "kube-controller-manager", "bench"}
+	var b strings.Builder
+	b.WriteString("<details><summary>CPU ms per completion by process (medians; kube-controller-manager beside the controller: " +
+		"its garbage collector and pod GC)</summary>\n\n")
+	b.WriteString("| process | limit | built-in | SafeJob |\n|---|---|---|---|\n")
+	for _, name := range order {
+		if !names[name] {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s |", name)
+		for _, s := range sums {
+			if ms, ok := s.cpuBy[name]; ok {
+				fmt.Fprintf(&b, " %.2f |", ms)
+			} else {
+				b.WriteString(" – |")
+			}
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "| **all** | %.2f | %.2f | %.2f |\n\n</details>\n\n", sums[0].allCPU, sums[1].allCPU, sums[2].allCPU)
 	return b.String()
 }
 

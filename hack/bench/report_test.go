@@ -1,0 +1,55 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestAllCPUCountsEachProcessOnce(t *testing.T) {
+	cluster := map[string]float64{"kube-apiserver": 10, "etcd": 2, "kube-scheduler": 1, "kwok": 3,
+		"kube-controller-manager": 4, "bench": 1}
+	cases := []struct {
+		mode string
+		want float64 // ms per completion, for 1,000 completions
+	}{
+		// kube-controller-manager is the controller: counted once, as CPUSec.
+		{modeBuiltin, 1000 * (4 + 10 + 2 + 1 + 3 + 1) / 1000.0},
+		{modeBuiltinDefault, 1000 * (4 + 10 + 2 + 1 + 3 + 1) / 1000.0},
+		// The operator and kube-controller-manager's garbage collector both count.
+		{modeSafeJob, 1000 * (5 + 10 + 2 + 1 + 3 + 4 + 1) / 1000.0},
+		{modeLimit, 1000 * (10 + 2 + 1 + 3 + 4 + 1) / 1000.0},
+	}
+	for _, tc := range cases {
+		r := result{Mode: tc.mode, Completions: 1000, ClusterCPUSec: cluster}
+		switch tc.mode {
+		case modeBuiltin, modeBuiltinDefault:
+			r.CPUSec = 4
+		case modeSafeJob:
+			r.CPUSec = 5
+		}
+		if got := r.allCPU(); got != tc.want {
+			t.Errorf("%s: all CPU %.2f ms/completion, want %.2f", tc.mode, got, tc.want)
+		}
+	}
+}
+
+func TestReportShowsCPUByProcess(t *testing.T) {
+	w := workload{Name: "W9", Desc: "test", Jobs: 1, Completions: 100}
+	mk := func(m string, ctl, api float64) result {
+		return result{Workload: "W9", Mode: m, Repeat: 1, Completions: 100, PerSecond: 10, CPUSec: ctl,
+			ClusterCPUSec: map[string]float64{"kube-apiserver": api, "kube-controller-manager": 0.5, "bench": 0.1}}
+	}
+	results := []result{mk(modeLimit, 0, 1), mk(modeBuiltin, 0.5, 1.5), mk(modeSafeJob, 0.3, 2)}
+	out := report(options{repeats: 1, scale: 1, raisedQPS: 200, podDuration: "1s"}, []workload{w}, results, "c.png", time.Minute)
+	for _, want := range []string{
+		"| all CPU ms/completion |",
+		"| controller | – | 5.00 | 3.00 |",
+		"| kube-controller-manager | 5.00 | – | 5.00 |",
+		"| **all** | 16.00 | 21.00 | 29.00 |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
