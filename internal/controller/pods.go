@@ -42,7 +42,8 @@ const (
 // the cache need not hand it to every reconcile, which in a SafeJob of many
 // completions would cost each reconcile all the pods it ever ran.
 func indexActivePodOwner(obj client.Object) []string {
-	if pod, ok := obj.(*corev1.Pod); ok && ledger.IsTerminal(pod) && !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
+	pod, ok := obj.(*corev1.Pod)
+	if ok && ledger.IsTerminal(pod) && !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
 		return nil
 	}
 	return indexPodOwner(obj)

@@ -155,8 +155,9 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 	decided := plan.Status
 	holdWait := r.spaceWrites(sj, plan)
 	if holdWait > 0 {
-		// Written too recently: the facts decided now join the next write,
-		// and nothing is acted on before it is written.
+		// Written too recently: the facts decided now join the next write.
+		// The pod work above acted on observed facts only; the Workload too
+		// hears only of what is written.
 		plan.Status, decided = sj.Status, sj.Status
 	} else if holdWait = r.deferReadyOnly(sj, plan); holdWait > 0 {
 		plan.Status = sj.Status // nothing but the ready count changed: batch it with the next change
@@ -181,7 +182,7 @@ func (r *SafeJobReconciler) spaceWrites(sj *batchv1alpha1.SafeJob, plan *ledger.
 	if r.PodBatchPeriod <= 0 || len(plan.Append) == 0 || ptr.Deref(sj.Spec.Parallelism, 1) <= 1 {
 		return 0
 	}
-	return r.tracker.sinceWrite(client.ObjectKeyFromObject(sj), sj.UID, r.Clock.Now(), r.PodBatchPeriod)
+	return r.tracker.spacingLeft(client.ObjectKeyFromObject(sj), sj.UID, r.Clock.Now(), r.PodBatchPeriod)
 }
 
 // statusWriteFailed returns the error of a failed status write, or nil when

@@ -191,9 +191,9 @@ func (t *tracker) deferReady(key types.NamespacedName, uid types.UID, now time.T
 	return left
 }
 
-// sinceWrite returns how much of period is left since this process's last
-// status write of the SafeJob; 0 when there was none or period has passed.
-func (t *tracker) sinceWrite(key types.NamespacedName, uid types.UID, now time.Time, period time.Duration) time.Duration {
+// spacingLeft returns how much of period is left since this process's last
+// status write of the SafeJob: 0 when there was none or period has passed.
+func (t *tracker) spacingLeft(key types.NamespacedName, uid types.UID, now time.Time, period time.Duration) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	m := t.memo(key, uid)

@@ -75,17 +75,17 @@ func TestTrackerSpacesWrites(t *testing.T) {
 	tr := newTracker()
 	key := types.NamespacedName{Namespace: "ns", Name: "a"}
 	now := time.Unix(100, 0)
-	if left := tr.sinceWrite(key, "u1", now, 500*time.Millisecond); left != 0 {
+	if left := tr.spacingLeft(key, "u1", now, 500*time.Millisecond); left != 0 {
 		t.Fatalf("before any write the hold is %s, want 0", left)
 	}
 	tr.wrote(key, "u1", "10", now, nil)
-	if left := tr.sinceWrite(key, "u1", now.Add(200*time.Millisecond), 500*time.Millisecond); left != 300*time.Millisecond {
+	if left := tr.spacingLeft(key, "u1", now.Add(200*time.Millisecond), 500*time.Millisecond); left != 300*time.Millisecond {
 		t.Errorf("200ms after a write the hold is %s, want 300ms", left)
 	}
-	if left := tr.sinceWrite(key, "u1", now.Add(time.Second), 500*time.Millisecond); left != 0 {
+	if left := tr.spacingLeft(key, "u1", now.Add(time.Second), 500*time.Millisecond); left != 0 {
 		t.Errorf("after the period the hold is %s, want 0", left)
 	}
-	if left := tr.sinceWrite(key, "u2", now.Add(100*time.Millisecond), 500*time.Millisecond); left != 0 {
+	if left := tr.spacingLeft(key, "u2", now.Add(100*time.Millisecond), 500*time.Millisecond); left != 0 {
 		t.Errorf("a recreated SafeJob inherited the hold: %s", left)
 	}
 }
