@@ -253,7 +253,7 @@ func (r result) cpuByProcess() map[string]float64 {
 		out["controller"] = per(r.CPUSec)
 	}
 	for name, sec := range r.ClusterCPUSec {
-		if name == "kube-controller-manager" && strings.HasPrefix(r.Mode, modeBuiltin) {
+		if name == kcmProcess && strings.HasPrefix(r.Mode, modeBuiltin) {
 			continue // the controller
 		}
 		out[name] = per(sec)
@@ -356,7 +356,10 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 // clusterComponents are the processes whose CPU time each run reports.
 // kube-controller-manager runs in every mode (garbage collector, pod GC);
 // in the built-in modes it is also the controller.
-var clusterComponents = []string{"kube-apiserver", "etcd", "kube-scheduler", "kwok", "kube-controller-manager"}
+var clusterComponents = []string{"kube-apiserver", "etcd", "kube-scheduler", "kwok", kcmProcess}
+
+// kcmProcess is kube-controller-manager's process name.
+const kcmProcess = "kube-controller-manager"
 
 // clusterCPU is the CPU time so far of each cluster component and of the
 // bench itself (its client and watches).
@@ -392,7 +395,7 @@ func machineTicks() [2]float64 {
 func startController(ctx context.Context, o options, c *cluster.Cluster, dir string, m mode) (*cluster.Process, func(), error) {
 	switch m.Controller {
 	case ctrlBuiltin:
-		return c.Process("kube-controller-manager"), func() {}, nil
+		return c.Process(kcmProcess), func() {}, nil
 	case ctrlSafeJob:
 		p, err := startOperator(ctx, o, c, dir, m)
 		if err != nil {

@@ -230,7 +230,7 @@ func writesTable(results []result, w string) string {
 // the limit by process (medians).
 func cpuTable(results []result, w string) string {
 	modes := []string{modeLimit, modeBuiltin, modeSafeJob}
-	var sums []summary
+	sums := make([]summary, 0, len(modes))
 	names := map[string]bool{}
 	for _, m := range modes {
 		s, _ := summarise(results, w, m)
@@ -242,7 +242,7 @@ func cpuTable(results []result, w string) string {
 	if len(names) == 0 {
 		return ""
 	}
-	order := []string{"controller", "kube-apiserver", "etcd", "kube-scheduler", "kwok", "kube-controller-manager", "bench"}
+	order := []string{"controller", "kube-apiserver", "etcd", "kube-scheduler", "kwok", kcmProcess, "bench"}
 	var b strings.Builder
 	b.WriteString("<details><summary>CPU ms per completion by process (medians; kube-controller-manager beside the controller: " +
 		"its garbage collector and pod GC)</summary>\n\n")
