@@ -157,8 +157,8 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 	if holdWait > 0 {
 		// Written too recently: the facts decided now join the next write.
 		// The pod work above acted on observed facts only; the Workload too
-		// hears only of what is written.
-		plan.Status, decided = sj.Status, sj.Status
+		// hears only of what is written (its quota and finalizer wait).
+		plan.Status, decided, plan.Stopped = sj.Status, sj.Status, false
 	} else if holdWait = r.deferReadyOnly(sj, plan); holdWait > 0 {
 		plan.Status = sj.Status // nothing but the ready count changed: batch it with the next change
 	}
