@@ -34,16 +34,20 @@ const (
 	actWorkers = 16
 )
 
+// settled reports a pod that has ended and no longer holds the ledger
+// finalizer: its outcome is committed, or someone else stripped the
+// finalizer, and the pod handler then keeps its last state.
+func settled(pod *corev1.Pod) bool {
+	return ledger.IsTerminal(pod) && !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer)
+}
+
 // indexActivePodOwner indexes a pod under its SafeJob while the pod can
-// still change the SafeJob's decision: it runs, or holds the ledger
-// finalizer. A terminal pod without the finalizer has its outcome committed,
-// or was stripped by someone else, in which case the pod handler kept its
-// terminal state (or, after a restart, a live read finds it); either way
-// the cache need not hand it to every reconcile, which in a SafeJob of many
-// completions would cost each reconcile all the pods it ever ran.
+// still change the SafeJob's decision: until it is settled. A settled pod
+// is kept by the pod handler (or, after a restart, found by a live read),
+// so the cache need not hand it to every reconcile, which in a SafeJob of
+// many completions would cost each reconcile all the pods it ever ran.
 func indexActivePodOwner(obj client.Object) []string {
-	pod, ok := obj.(*corev1.Pod)
-	if ok && ledger.IsTerminal(pod) && !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
+	if pod, ok := obj.(*corev1.Pod); ok && settled(pod) {
 		return nil
 	}
 	return indexPodOwner(obj)
@@ -302,7 +306,7 @@ func (h *podHandler) Create(_ context.Context, e event.CreateEvent, q workqueue.
 
 func (h *podHandler) Update(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	pod, ok := e.ObjectNew.(*corev1.Pod)
-	if ok && ledger.IsTerminal(pod) && !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
+	if ok && settled(pod) {
 		h.remember(pod)
 	}
 	h.enqueueOwner(e.ObjectNew, q)
