@@ -311,6 +311,8 @@ func (r *SafeJobReconciler) updateStatus(ctx context.Context, sj *batchv1alpha1.
 	}
 	r.tracker.wrote(client.ObjectKeyFromObject(sj), sj.UID, prevRV, r.Clock.Now(), appended)
 	r.Metrics.recordAppends(appended)
+	log.FromContext(ctx).V(1).Info("Wrote status", "appended", len(appended), "seq", status.Ledger.Seq,
+		"listed", len(status.Ledger.Entries), "active", status.Active, "ready", status.Ready, "succeeded", status.Succeeded)
 	return updated, nil
 }
 
