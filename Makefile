@@ -115,7 +115,7 @@ kubectl: ## Build the pinned kubectl.
 
 .PHONY: install
 install: manifests kubectl ## Install the CRD and its admission policies into the cluster of the current kubeconfig.
-	$(KUBECTL) apply --server-side -f config/crd/bases $(addprefix -f ,$(POLICIES))
+	$(KUBECTL) apply --server-side --force-conflicts -f config/crd/bases $(addprefix -f ,$(POLICIES))
 
 .PHONY: uninstall
 uninstall: manifests kubectl ## Uninstall the CRD and its admission policies.
