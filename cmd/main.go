@@ -33,7 +33,7 @@ func main() {
 	flag.IntVar(&s.concurrency, "concurrent-reconciles", 32, "The number of SafeJobs reconciled at once.")
 	flag.Float64Var(&s.qps, "kube-api-qps", 100, "Queries per second to the API server.")
 	flag.IntVar(&s.burst, "kube-api-burst", 200, "Burst of queries to the API server.")
-	flag.DurationVar(&s.podBatch, "pod-batch-period", 500*time.Millisecond,
+	flag.DurationVar(&s.podBatch, "pod-batch-period", controller.DefaultPodBatchPeriod,
 		"How long a SafeJob's reconcile waits after a pod event, and the least time between two ledger writes of a SafeJob "+
 			"that runs several pods at once, so that the events of many pods are decided in one status write (0: at once).")
 	flag.DurationVar(&s.readyBatch, "ready-batch-period", time.Second,

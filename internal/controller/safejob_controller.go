@@ -82,6 +82,10 @@ func (r *SafeJobReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	return next, err
 }
 
+// DefaultPodBatchPeriod is the operator's PodBatchPeriod: a second, as long
+// as the Job controller gathers a Job's pod events.
+const DefaultPodBatchPeriod = time.Second
+
 // FollowUpWait bounds how long a worker waits for the informer to deliver
 // its own status write before leaving the rest to the write's watch event.
 const FollowUpWait = 500 * time.Millisecond

@@ -169,7 +169,7 @@ func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 		r.Clock = clock.RealClock{}
 		// The operator's default; it holds writes by the clock, which a
 		// fake clock would stop.
-		r.PodBatchPeriod = 500 * time.Millisecond
+		r.PodBatchPeriod = controller.DefaultPodBatchPeriod
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatalf("setting up controller: %v", err)
