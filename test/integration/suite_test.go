@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -183,11 +184,24 @@ func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 	}()
 	stop = func() {
 		cancel()
-		<-done
+		select {
+		case <-done:
+		case <-time.After(stopReport):
+			// A stop this slow ends in the manager's grace period error; show
+			// what it is waiting on.
+			var b strings.Builder
+			_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+			t.Logf("manager still stopping after %s; goroutines:\n%s", stopReport, b.String())
+			<-done
+		}
 	}
 	t.Cleanup(stop)
 	return stop
 }
+
+// stopReport is how long a manager may take to stop before its goroutines
+// are logged: well inside its 30s grace period, well beyond a normal stop.
+const stopReport = 20 * time.Second
 
 func eventRecorder(mgr ctrl.Manager) events.EventRecorder {
 	return mgr.GetEventRecorder("safejob-controller")
