@@ -36,7 +36,7 @@ func main() {
 	flag.DurationVar(&s.podBatch, "pod-batch-period", controller.DefaultPodBatchPeriod,
 		"How long a SafeJob's reconcile waits after a pod event, and the least time between two ledger writes of a SafeJob "+
 			"that runs several pods at once, so that the events of many pods are decided in one status write (0: at once).")
-	flag.DurationVar(&s.readyBatch, "ready-batch-period", time.Second,
+	flag.DurationVar(&s.readyBatch, "ready-batch-period", controller.DefaultReadyBatchPeriod,
 		"How long a change of status.ready alone may wait to be written, so that it travels with the next ledger fact (0: at once). "+
 			"Longer saves writes for short pods but shows their ready count later.")
 	flag.StringVar(&s.pprofAddr, "pprof-bind-address", "0", "The address the pprof endpoint binds to (0 disables it).")

@@ -361,8 +361,8 @@ func (h *podHandler) batchFor(key types.NamespacedName) time.Duration {
 
 // CacheOptions limits the pod cache to pods that carry the SafeJob label and
 // leaves managedFields out of every cached object: nothing here reads them,
-// they are a quarter of a SafeJob's bytes, and a status write sent without
-// them leaves the server's copy as it is (only an empty list resets it).
+// they are a fifth of a finished 20-pod SafeJob's bytes (1.4 of 6.7 KB), and
+// a status write sent without them leaves the server's copy as it is.
 func CacheOptions() cache.Options {
 	sel := labels.NewSelector()
 	req, err := labels.NewRequirement(batchv1alpha1.SafeJobNameLabel, selection.Exists, nil)

@@ -87,6 +87,10 @@ func (r *SafeJobReconciler) Reconcile(ctx context.Context, req reconcile.Request
 // idle an eighth of the time, its 200 pods waiting on the batch (make bench).
 const DefaultPodBatchPeriod = 500 * time.Millisecond
 
+// DefaultReadyBatchPeriod is the operator's ReadyBatchPeriod: a second, as
+// long as the Job controller gathers the pod events behind its ready count.
+const DefaultReadyBatchPeriod = time.Second
+
 // FollowUpWait bounds how long a worker waits for the informer to deliver
 // its own status write before leaving the rest to the write's watch event.
 const FollowUpWait = 500 * time.Millisecond

@@ -164,7 +164,7 @@ func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 	r := &controller.SafeJobReconciler{
 		Client: cl, APIReader: mgr.GetAPIReader(), Recorder: eventRecorder(mgr),
 		Clock: opts.clock, Metrics: m, MaxConcurrentReconciles: 4, Kueue: !opts.noKueue,
-		ReadyBatchPeriod: time.Second,
+		ReadyBatchPeriod: controller.DefaultReadyBatchPeriod,
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
