@@ -407,7 +407,8 @@ type Ledger struct {
 	// checkpoint holds the folded meaning of entries no longer listed.
 	// +optional
 	Checkpoint *LedgerCheckpoint `json:"checkpoint,omitempty"`
-	// entries are the facts after the checkpoint, in seq order.
+	// entries are the facts after the checkpoint, in seq order: every open
+	// launch and the newest outcome; older closed launches are folded.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=100000

@@ -369,3 +369,93 @@ func TestMinPositive(t *testing.T) {
 		})
 	}
 }
+
+// TestLedgerKeepsNewestOutcomes drives a SafeJob to completion and checks
+// that every status write lists the open launches and at most the newest
+// KeepOutcomes outcomes, that a pod whose outcome was folded in the write
+// that recorded it is still released, and that the fold loses no count.
+func TestLedgerKeepsNewestOutcomes(t *testing.T) {
+	for _, mode := range []batchv1alpha1.CompletionMode{batchv1alpha1.NonIndexedCompletion, batchv1alpha1.IndexedCompletion} {
+		t.Run(string(mode), func(t *testing.T) {
+			s := spec(3, 20)
+			s.CompletionMode, s.BackoffLimit = mode, ptr.To[int32](100)
+			status := &batchv1alpha1.SafeJobStatus{}
+			pending := map[string]bool{}
+			var pods []*corev1.Pod
+			failed := map[int32]bool{}
+			for step := 0; !findTrue(status.Conditions, batchv1alpha1.ConditionComplete) || hasHeldPod(pods); step++ {
+				if step > 200 {
+					t.Fatalf("not complete after %d steps: %+v", step, status)
+				}
+				plan, err := Decide(&Input{Name: "sj", Spec: &s, Status: status, Pods: pods, Now: t0, Pending: pending,
+					Gone: map[string]bool{}, LastSeen: map[string]*corev1.Pod{}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range plan.Append {
+					if e.Type == batchv1alpha1.EntryLaunched {
+						pending[e.Pod] = true
+					}
+				}
+				for _, c := range plan.Create {
+					delete(pending, c.Name)
+					pods = append(pods, pod(c.Index, c.Attempt))
+				}
+				for _, p := range pods {
+					if slices.Contains(plan.Release, p.Name) {
+						p.Finalizers = nil
+					}
+				}
+				prev := status
+				status = &plan.Status
+				st, err := Replay(&status.Ledger)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := st.Covers(mustReplay(t, &prev.Ledger)); err != nil {
+					t.Fatalf("step %d: %v", step, err)
+				}
+				if n, limit := len(status.Ledger.Entries), len(st.Open)+2*KeepOutcomes; n > limit &&
+					!findTrue(status.Conditions, batchv1alpha1.ConditionSuccessCriteriaMet) {
+					t.Fatalf("step %d: %d entries listed, want at most %d", step, n, limit)
+				}
+				if n := ListedOutcomes(&status.Ledger); n > KeepOutcomes+int(*s.Parallelism) {
+					t.Fatalf("step %d: %d outcomes listed", step, n)
+				}
+				// The kubelet finishes every running pod: the first attempt
+				// of every third index fails once, the rest succeed.
+				for k, p := range pods {
+					if p.Status.Phase != corev1.PodRunning {
+						continue
+					}
+					i, _ := strconv.Atoi(p.Labels[batchv1alpha1.CompletionIndexLabel])
+					if i%3 == 0 && !failed[int32(i)] {
+						failed[int32(i)] = true
+						pods[k] = withPhase(p, corev1.PodFailed, 1)
+						continue
+					}
+					pods[k] = withPhase(p, corev1.PodSucceeded, 0)
+				}
+			}
+			if status.Succeeded != 20 || status.Ledger.Checkpoint == nil {
+				t.Fatalf("succeeded %d, checkpoint %+v", status.Succeeded, status.Ledger.Checkpoint)
+			}
+			if mode == batchv1alpha1.IndexedCompletion && status.CompletedIndexes != "0-19" || status.Failed != int32(len(failed)) {
+				t.Errorf("completedIndexes %q, failed %d, want 0-19 and %d", status.CompletedIndexes, status.Failed, len(failed))
+			}
+		})
+	}
+}
+
+func hasHeldPod(pods []*corev1.Pod) bool {
+	return slices.ContainsFunc(pods, func(p *corev1.Pod) bool { return len(p.Finalizers) > 0 })
+}
+
+func mustReplay(t *testing.T, l *batchv1alpha1.Ledger) *State {
+	t.Helper()
+	st, err := Replay(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}

@@ -299,8 +299,11 @@ func (w *world) check() {
 			w.t.Fatalf("I4: %v", err)
 		}
 	}
-	// I6: bounded ledger.
-	if n := len(cur.Ledger.Entries); n > FoldAbove+2*int(par)+KeepAfterFold {
+	// I6: bounded ledger: the open launches (at most the largest
+	// parallelism), the newest KeepOutcomes outcomes with their launches,
+	// and, once the SafeJob stops folding on its way to Complete or Failed,
+	// the outcomes of the launches that were open then.
+	if n := len(cur.Ledger.Entries); n > 2*int(w.parallelism)+2*KeepOutcomes {
 		w.t.Fatalf("I6: %d entries listed", n)
 	}
 }

@@ -254,20 +254,20 @@ func checkQuotaGivenBack(t *testing.T, h *harness, sj *batchv1alpha1.SafeJob) {
 	}
 }
 
-// checkEvicted checks the ledger recorded the preempted pods as Evicted and
-// counted no failure.
+// checkEvicted checks the ledger recorded the preempted pods as Evicted,
+// listed (with the preemption as reason) or folded, and counted no failure.
 func checkEvicted(t *testing.T, sj *batchv1alpha1.SafeJob, want int) {
 	t.Helper()
 	got := &batchv1alpha1.SafeJob{}
 	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(sj), got); err != nil {
 		t.Fatal(err)
 	}
-	evicted := 0
 	for _, e := range got.Status.Ledger.Entries {
-		if e.Type == batchv1alpha1.EntryEvicted && e.Reason == kueue.WorkloadEvictedByPreemption {
-			evicted++
+		if e.Type == batchv1alpha1.EntryEvicted && e.Reason != kueue.WorkloadEvictedByPreemption {
+			t.Errorf("%s recorded Evicted with reason %q, want %q", e.Pod, e.Reason, kueue.WorkloadEvictedByPreemption)
 		}
 	}
+	evicted := countEntries(got, batchv1alpha1.EntryEvicted)
 	if evicted != want || got.Status.Failed != 0 || got.Status.Active != 0 {
 		t.Fatalf("after eviction: %d Evicted entries, failed %d, active %d; want %d, 0, 0", evicted, got.Status.Failed, got.Status.Active, want)
 	}

@@ -193,6 +193,8 @@ func TestSplitBrain(t *testing.T) {
 	}
 }
 
+// countEntries counts the outcomes of type typ, listed or folded (Lost and
+// Evicted: the checkpoint keeps their count).
 func countEntries(sj *batchv1alpha1.SafeJob, typ batchv1alpha1.EntryType) int {
 	n := 0
 	for _, e := range sj.Status.Ledger.Entries {
@@ -200,9 +202,13 @@ func countEntries(sj *batchv1alpha1.SafeJob, typ batchv1alpha1.EntryType) int {
 			n++
 		}
 	}
-	cp := sj.Status.Ledger.Checkpoint
-	if cp != nil && typ == batchv1alpha1.EntryLost {
-		n += int(cp.Lost)
+	if cp := sj.Status.Ledger.Checkpoint; cp != nil {
+		switch typ {
+		case batchv1alpha1.EntryLost:
+			n += int(cp.Lost)
+		case batchv1alpha1.EntryEvicted:
+			n += int(cp.Evicted)
+		}
 	}
 	return n
 }
