@@ -364,7 +364,7 @@ const kcmProcess = "kube-controller-manager"
 // clusterCPU is the CPU time so far of each cluster component and of the
 // bench itself (its client and watches).
 func clusterCPU(c *cluster.Cluster) map[string]float64 {
-	out := map[string]float64{"bench": pidCPUSeconds(os.Getpid())}
+	out := map[string]float64{"bench": cluster.CPUSeconds(os.Getpid())}
 	for _, name := range clusterComponents {
 		out[name] = cpuSeconds(c.Process(name))
 	}
@@ -816,21 +816,7 @@ func cpuSeconds(p *cluster.Process) float64 {
 	if p == nil {
 		return 0
 	}
-	return pidCPUSeconds(p.Pid())
-}
-
-// pidCPUSeconds is the CPU time (user and system) of a process so far.
-func pidCPUSeconds(pid int) float64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name (which may hold spaces) start at ") ".
-	fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
-	var utime, stime float64
-	_, _ = fmt.Sscan(fields[11], &utime)
-	_, _ = fmt.Sscan(fields[12], &stime)
-	return (utime + stime) / 100 // USER_HZ
+	return cluster.CPUSeconds(p.Pid())
 }
 
 // peakRSS is a process's peak resident set (VmHWM) in MiB.

@@ -502,6 +502,27 @@ func childProcess(name string) (int, []string, error) {
 	return 0, nil, fmt.Errorf("no running %s started by this process", name)
 }
 
+// ChildPID is the PID of this process's child running the named binary.
+func ChildPID(name string) (int, error) {
+	pid, _, err := childProcess(name)
+	return pid, err
+}
+
+// CPUSeconds is the CPU time (user and system) of a process so far, from
+// /proc; 0 once it is gone.
+func CPUSeconds(pid int) float64 {
+	raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which may hold spaces) start at ") ".
+	fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
+	var utime, stime float64
+	_, _ = fmt.Sscan(fields[11], &utime)
+	_, _ = fmt.Sscan(fields[12], &stime)
+	return (utime + stime) / 100 // USER_HZ
+}
+
 func processExists(pid int) bool {
 	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
 	if err != nil {
