@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -138,7 +139,7 @@ func measure(ctx context.Context, c client.Client, pids pids, label string, obj 
 // safeJob is an Indexed SafeJob like the benchmark's W3 jobs, whose ledger
 // lists n entries: launches and successes of consecutive indexes.
 func safeJob(n int, now metav1.Time) *batchv1alpha1.SafeJob {
-	name := fmt.Sprintf("sj-%d", n)
+	name := fmt.Sprintf("sj-%d-%d", n, rand.IntN(1<<20))
 	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: batchv1alpha1.SafeJobSpec{Template: template(), Completions: ptr.To[int32](int32(n/2 + 5)),
 			Parallelism: ptr.To[int32](5), CompletionMode: batchv1alpha1.IndexedCompletion}}
