@@ -23,7 +23,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -37,14 +39,15 @@ func main() {
 	writes := flag.Int("writes", 400, "status writes measured per object")
 	sizes := flag.String("entries", "0,2,10,20,40,80,200", "ledger lengths to measure, comma-separated")
 	crdDir := flag.String("crd-dir", "config/crd/bases", "directory of the SafeJob CRD")
+	profile := flag.String("profile", "", "write a CPU profile of kube-apiserver, taken while the last length is measured, to this file")
 	flag.Parse()
-	if err := run(*writes, *sizes, *crdDir); err != nil {
+	if err := run(*writes, *sizes, *crdDir, *profile); err != nil {
 		fmt.Fprintf(os.Stderr, "writecost: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(writes int, sizes, crdDir string) error {
+func run(writes int, sizes, crdDir, profile string) error {
 	env := &envtest.Environment{CRDDirectoryPaths: []string{crdDir}, ErrorIfCRDPathMissing: true}
 	cfg, err := env.Start()
 	if err != nil {
@@ -84,7 +87,15 @@ func run(writes int, sizes, crdDir string) error {
 	if err := measure(ctx, c, ps, "Job", job, writes, func(i int) { job.Status.Ready = ptr.To(int32(i % 2)) }); err != nil {
 		return err
 	}
-	for _, f := range strings.Split(sizes, ",") {
+	lengths := strings.Split(sizes, ",")
+	for k, f := range lengths {
+		if profile != "" && k == len(lengths)-1 {
+			done, err := startProfile(ctx, cfg, profile)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = <-done }()
+		}
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 0 {
 			return fmt.Errorf("bad ledger length %q", f)
@@ -101,6 +112,30 @@ func run(writes int, sizes, crdDir string) error {
 		}
 	}
 	return nil
+}
+
+// startProfile takes a 10-second CPU profile of kube-apiserver into path,
+// in the background; the channel reports when it is written.
+func startProfile(ctx context.Context, cfg *rest.Config, path string) (<-chan error, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.GroupVersion = &schema.GroupVersion{}
+	cfg.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
+	rc, err := rest.RESTClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("profile client: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		raw, err := rc.Get().AbsPath("/debug/pprof/profile").Param("seconds", "10").DoRaw(ctx)
+		if err == nil {
+			err = os.WriteFile(path, raw, 0o644)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "writecost: profile: %v\n", err)
+		}
+		done <- err
+	}()
+	return done, nil
 }
 
 type pids struct{ apiserver, etcd int }
