@@ -5,7 +5,7 @@
 // count flipping) many times over, reading the CPU time of kube-apiserver and
 // etcd from /proc before and after.
 //
-//	KUBEBUILDER_ASSETS=$(hack/k8s-binaries.sh etcd kube-apiserver | tail -1) go run ./hack/writecost
+//	make bench-writes    # or, with KUBEBUILDER_ASSETS set: go run ./hack/writecost -h
 package main
 
 import (

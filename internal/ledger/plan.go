@@ -19,10 +19,10 @@ const (
 	// keeps listed, each with its launch. A write that would list more folds
 	// the older ones into the checkpoint; open launches always stay listed.
 	// The API server decodes, validates and encodes every listed entry on
-	// every status write: about 0.15 ms of its CPU per entry per write,
-	// against about 3 ms for a whole Job status write (`go run
-	// ./hack/writecost`). Every watcher decodes it again. So the ledger lists
-	// what is in flight and the latest outcome, not the whole history.
+	// every status write: 0.1-0.15 ms of its CPU per entry per write, against
+	// 2-3 ms for a whole Job status write (`make bench-writes`).
+	// Every watcher decodes it again. So the ledger lists what is in flight
+	// and the latest outcome, not the whole history.
 	KeepOutcomes = 1
 	// FoldAbove is the number of listed entries of a scheduled SafeJob's run
 	// ledger above which closed runs are folded into the checkpoint.
