@@ -248,33 +248,8 @@ func TestDecide(t *testing.T) {
 func TestStatusWriteSequence(t *testing.T) {
 	s := spec(1, 2)
 	s.CompletionMode = batchv1alpha1.IndexedCompletion
-	status := &batchv1alpha1.SafeJobStatus{}
-	pending := map[string]bool{}
-	var pods []*corev1.Pod
-	step := func(now time.Time) *Plan {
-		t.Helper()
-		plan, err := Decide(&Input{Name: "sj", Spec: &s, Status: status, Pods: pods, Now: now, Pending: pending,
-			Gone: map[string]bool{}, LastSeen: map[string]*corev1.Pod{}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range plan.Append {
-			if e.Type == batchv1alpha1.EntryLaunched {
-				pending[e.Pod] = true
-			}
-		}
-		for _, c := range plan.Create {
-			delete(pending, c.Name)
-			pods = append(pods, pod(c.Index, c.Attempt))
-		}
-		for _, p := range pods {
-			if slices.Contains(plan.Release, p.Name) {
-				p.Finalizers = nil
-			}
-		}
-		status = &plan.Status
-		return plan
-	}
+	dr := newDriver(s)
+	step := func(now time.Time) *Plan { return dr.step(t, now) }
 	type write struct {
 		Seq       int64
 		Types     []batchv1alpha1.EntryType
@@ -294,15 +269,15 @@ func TestStatusWriteSequence(t *testing.T) {
 		return w
 	}
 	var got []write
-	got = append(got, summarise(step(t0)))               // launch index 0
-	got = append(got, summarise(step(t0)))               // create it
-	pods[0] = withPhase(pods[0], corev1.PodSucceeded, 0) // kubelet
-	got = append(got, summarise(step(t0)))               // record success, launch index 1
-	got = append(got, summarise(step(t0)))               // release pod 0, create pod 1
-	pods[1] = withPhase(pods[1], corev1.PodSucceeded, 0) // kubelet
-	got = append(got, summarise(step(t0)))               // record success and complete in one write
-	got = append(got, summarise(step(t0)))               // then release pod 1
-	got = append(got, summarise(step(t0)))               // nothing left to do
+	got = append(got, summarise(step(t0)))                     // launch index 0
+	got = append(got, summarise(step(t0)))                     // create it
+	dr.pods[0] = withPhase(dr.pods[0], corev1.PodSucceeded, 0) // kubelet
+	got = append(got, summarise(step(t0)))                     // record success, launch index 1
+	got = append(got, summarise(step(t0)))                     // release pod 0, create pod 1
+	dr.pods[1] = withPhase(dr.pods[1], corev1.PodSucceeded, 0) // kubelet
+	got = append(got, summarise(step(t0)))                     // record success and complete in one write
+	got = append(got, summarise(step(t0)))                     // then release pod 1
+	got = append(got, summarise(step(t0)))                     // nothing left to do
 	want := []write{
 		{Seq: 1, Types: []batchv1alpha1.EntryType{"Launched"}, Active: 1},
 		{Seq: 1, Active: 1, Create: 1},
@@ -379,35 +354,15 @@ func TestLedgerKeepsNewestOutcomes(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			s := spec(3, 20)
 			s.CompletionMode, s.BackoffLimit = mode, ptr.To[int32](100)
-			status := &batchv1alpha1.SafeJobStatus{}
-			pending := map[string]bool{}
-			var pods []*corev1.Pod
+			dr := newDriver(s)
 			failed := map[int32]bool{}
-			for step := 0; !findTrue(status.Conditions, batchv1alpha1.ConditionComplete) || hasHeldPod(pods); step++ {
+			for step := 0; !findTrue(dr.status.Conditions, batchv1alpha1.ConditionComplete) || hasHeldPod(dr.pods); step++ {
 				if step > 200 {
-					t.Fatalf("not complete after %d steps: %+v", step, status)
+					t.Fatalf("not complete after %d steps: %+v", step, dr.status)
 				}
-				plan, err := Decide(&Input{Name: "sj", Spec: &s, Status: status, Pods: pods, Now: t0, Pending: pending,
-					Gone: map[string]bool{}, LastSeen: map[string]*corev1.Pod{}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, e := range plan.Append {
-					if e.Type == batchv1alpha1.EntryLaunched {
-						pending[e.Pod] = true
-					}
-				}
-				for _, c := range plan.Create {
-					delete(pending, c.Name)
-					pods = append(pods, pod(c.Index, c.Attempt))
-				}
-				for _, p := range pods {
-					if slices.Contains(plan.Release, p.Name) {
-						p.Finalizers = nil
-					}
-				}
-				prev := status
-				status = &plan.Status
+				prev := dr.status
+				dr.step(t, t0)
+				status := dr.status
 				st, err := Replay(&status.Ledger)
 				if err != nil {
 					t.Fatal(err)
@@ -424,19 +379,20 @@ func TestLedgerKeepsNewestOutcomes(t *testing.T) {
 				}
 				// The kubelet finishes every running pod: the first attempt
 				// of every third index fails once, the rest succeed.
-				for k, p := range pods {
+				for k, p := range dr.pods {
 					if p.Status.Phase != corev1.PodRunning {
 						continue
 					}
 					i, _ := strconv.Atoi(p.Labels[batchv1alpha1.CompletionIndexLabel])
 					if i%3 == 0 && !failed[int32(i)] {
 						failed[int32(i)] = true
-						pods[k] = withPhase(p, corev1.PodFailed, 1)
+						dr.pods[k] = withPhase(p, corev1.PodFailed, 1)
 						continue
 					}
-					pods[k] = withPhase(p, corev1.PodSucceeded, 0)
+					dr.pods[k] = withPhase(p, corev1.PodSucceeded, 0)
 				}
 			}
+			status := dr.status
 			if status.Succeeded != 20 || status.Ledger.Checkpoint == nil {
 				t.Fatalf("succeeded %d, checkpoint %+v", status.Succeeded, status.Ledger.Checkpoint)
 			}
@@ -445,6 +401,45 @@ func TestLedgerKeepsNewestOutcomes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// driver runs Decide the way the controller does: a launch is pending until
+// its pod is created, created pods are seen, released pods lose the ledger
+// finalizer, and each plan's status is the next one observed.
+type driver struct {
+	spec    batchv1alpha1.SafeJobSpec
+	status  *batchv1alpha1.SafeJobStatus
+	pending map[string]bool
+	pods    []*corev1.Pod
+}
+
+func newDriver(s batchv1alpha1.SafeJobSpec) *driver {
+	return &driver{spec: s, status: &batchv1alpha1.SafeJobStatus{}, pending: map[string]bool{}}
+}
+
+func (d *driver) step(t *testing.T, now time.Time) *Plan {
+	t.Helper()
+	plan, err := Decide(&Input{Name: "sj", Spec: &d.spec, Status: d.status, Pods: d.pods, Now: now, Pending: d.pending,
+		Gone: map[string]bool{}, LastSeen: map[string]*corev1.Pod{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range plan.Append {
+		if e.Type == batchv1alpha1.EntryLaunched {
+			d.pending[e.Pod] = true
+		}
+	}
+	for _, c := range plan.Create {
+		delete(d.pending, c.Name)
+		d.pods = append(d.pods, pod(c.Index, c.Attempt))
+	}
+	for _, p := range d.pods {
+		if slices.Contains(plan.Release, p.Name) {
+			p.Finalizers = nil
+		}
+	}
+	d.status = &plan.Status
+	return plan
 }
 
 func hasHeldPod(pods []*corev1.Pod) bool {
