@@ -48,6 +48,10 @@ func main() {
 }
 
 func run(writes int, sizes, crdDir, profile string) error {
+	lengths, err := parseLengths(sizes)
+	if err != nil {
+		return err
+	}
 	env := &envtest.Environment{CRDDirectoryPaths: []string{crdDir}, ErrorIfCRDPathMissing: true}
 	cfg, err := env.Start()
 	if err != nil {
@@ -55,23 +59,13 @@ func run(writes int, sizes, crdDir, profile string) error {
 	}
 	defer func() { _ = env.Stop() }()
 	cfg.QPS, cfg.Burst = -1, 0
-	var ps pids
-	if ps.apiserver, err = cluster.ChildPID("kube-apiserver"); err != nil {
-		return err
-	}
-	if ps.etcd, err = cluster.ChildPID("etcd"); err != nil {
-		return err
-	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := batchv1alpha1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	ps, err := findPIDs()
 	if err != nil {
-		return fmt.Errorf("client: %w", err)
+		return err
+	}
+	c, err := newClient(cfg)
+	if err != nil {
+		return err
 	}
 	ctx := context.Background()
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
@@ -87,18 +81,13 @@ func run(writes int, sizes, crdDir, profile string) error {
 	if err := measure(ctx, c, ps, "Job", job, writes, func(i int) { job.Status.Ready = ptr.To(int32(i % 2)) }); err != nil {
 		return err
 	}
-	lengths := strings.Split(sizes, ",")
-	for k, f := range lengths {
+	for k, n := range lengths {
 		if profile != "" && k == len(lengths)-1 {
 			done, err := startProfile(ctx, cfg, profile)
 			if err != nil {
 				return err
 			}
-			defer func() { _ = <-done }()
-		}
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 0 {
-			return fmt.Errorf("bad ledger length %q", f)
+			defer func() { <-done }()
 		}
 		sj := safeJob(n, now)
 		status := sj.Status
@@ -114,9 +103,50 @@ func run(writes int, sizes, crdDir, profile string) error {
 	return nil
 }
 
+func parseLengths(sizes string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("bad ledger length %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// findPIDs finds the kube-apiserver and etcd that envtest started.
+func findPIDs() (pids, error) {
+	var ps pids
+	var err error
+	if ps.apiserver, err = cluster.ChildPID("kube-apiserver"); err != nil {
+		return ps, fmt.Errorf("finding kube-apiserver: %w", err)
+	}
+	if ps.etcd, err = cluster.ChildPID("etcd"); err != nil {
+		return ps, fmt.Errorf("finding etcd: %w", err)
+	}
+	return ps, nil
+}
+
+func newClient(cfg *rest.Config) (client.Client, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("scheme: %w", err)
+	}
+	if err := batchv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("scheme: %w", err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return c, nil
+}
+
 // startProfile takes a 10-second CPU profile of kube-apiserver into path,
-// in the background; the channel reports when it is written.
-func startProfile(ctx context.Context, cfg *rest.Config, path string) (<-chan error, error) {
+// in the background; the channel is closed once it is written (or has
+// failed, which is reported on standard error).
+func startProfile(ctx context.Context, cfg *rest.Config, path string) (<-chan struct{}, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.GroupVersion = &schema.GroupVersion{}
 	cfg.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
@@ -124,8 +154,9 @@ func startProfile(ctx context.Context, cfg *rest.Config, path string) (<-chan er
 	if err != nil {
 		return nil, fmt.Errorf("profile client: %w", err)
 	}
-	done := make(chan error, 1)
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		raw, err := rc.Get().AbsPath("/debug/pprof/profile").Param("seconds", "10").DoRaw(ctx)
 		if err == nil {
 			err = os.WriteFile(path, raw, 0o644)
@@ -133,7 +164,6 @@ func startProfile(ctx context.Context, cfg *rest.Config, path string) (<-chan er
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "writecost: profile: %v\n", err)
 		}
-		done <- err
 	}()
 	return done, nil
 }
@@ -164,7 +194,7 @@ func measure(ctx context.Context, c client.Client, pids pids, label string, obj 
 	api1, etcd1 := cluster.CPUSeconds(pids.apiserver), cluster.CPUSeconds(pids.etcd)
 	raw, err := json.Marshal(obj)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: encoding: %w", label, err)
 	}
 	fmt.Printf("%-24s %10d %12.2f %12.2f\n", label, len(raw),
 		1000*(api1-api0)/float64(writes), 1000*(etcd1-etcd0)/float64(writes))
@@ -178,7 +208,7 @@ func safeJob(n int, now metav1.Time) *batchv1alpha1.SafeJob {
 	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: batchv1alpha1.SafeJobSpec{Template: template(), Completions: ptr.To[int32](int32(n/2 + 5)),
 			Parallelism: ptr.To[int32](5), CompletionMode: batchv1alpha1.IndexedCompletion}}
-	var entries []batchv1alpha1.LedgerEntry
+	entries := make([]batchv1alpha1.LedgerEntry, 0, n)
 	for k := range n {
 		index, typ := int32(k/2), batchv1alpha1.EntryLaunched
 		if k%2 == 1 {
@@ -187,11 +217,12 @@ func safeJob(n int, now metav1.Time) *batchv1alpha1.SafeJob {
 		entries = append(entries, batchv1alpha1.LedgerEntry{Type: typ, Pod: ledger.PodName(name, index, 0), Index: index, Time: now})
 	}
 	sj.Status = batchv1alpha1.SafeJobStatus{
-		Ledger:     ledger.Append(&batchv1alpha1.Ledger{}, entries),
-		StartTime:  &now,
-		Active:     5,
-		Succeeded:  int32(n / 2),
-		Conditions: []metav1.Condition{{Type: batchv1alpha1.ConditionLedgerValid, Status: metav1.ConditionTrue, Reason: batchv1alpha1.ReasonLedgerOK, Message: "Ledger is valid", LastTransitionTime: now}},
+		Ledger:    ledger.Append(&batchv1alpha1.Ledger{}, entries),
+		StartTime: &now,
+		Active:    5,
+		Succeeded: int32(n / 2),
+		Conditions: []metav1.Condition{{Type: batchv1alpha1.ConditionLedgerValid, Status: metav1.ConditionTrue,
+			Reason: batchv1alpha1.ReasonLedgerOK, Message: "Ledger is valid", LastTransitionTime: now}},
 	}
 	return sj
 }

@@ -362,35 +362,8 @@ func TestLedgerKeepsNewestOutcomes(t *testing.T) {
 				}
 				prev := dr.status
 				dr.step(t, t0)
-				status := dr.status
-				st, err := Replay(&status.Ledger)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := st.Covers(mustReplay(t, &prev.Ledger)); err != nil {
-					t.Fatalf("step %d: %v", step, err)
-				}
-				if n, limit := len(status.Ledger.Entries), len(st.Open)+2*KeepOutcomes; n > limit &&
-					!findTrue(status.Conditions, batchv1alpha1.ConditionSuccessCriteriaMet) {
-					t.Fatalf("step %d: %d entries listed, want at most %d", step, n, limit)
-				}
-				if n := ListedOutcomes(&status.Ledger); n > KeepOutcomes+int(*s.Parallelism) {
-					t.Fatalf("step %d: %d outcomes listed", step, n)
-				}
-				// The kubelet finishes every running pod: the first attempt
-				// of every third index fails once, the rest succeed.
-				for k, p := range dr.pods {
-					if p.Status.Phase != corev1.PodRunning {
-						continue
-					}
-					i, _ := strconv.Atoi(p.Labels[batchv1alpha1.CompletionIndexLabel])
-					if i%3 == 0 && !failed[int32(i)] {
-						failed[int32(i)] = true
-						dr.pods[k] = withPhase(p, corev1.PodFailed, 1)
-						continue
-					}
-					dr.pods[k] = withPhase(p, corev1.PodSucceeded, 0)
-				}
+				checkListed(t, step, prev, dr.status, int(*s.Parallelism))
+				finishRunning(dr.pods, failed)
 			}
 			status := dr.status
 			if status.Succeeded != 20 || status.Ledger.Checkpoint == nil {
@@ -400,6 +373,41 @@ func TestLedgerKeepsNewestOutcomes(t *testing.T) {
 				t.Errorf("completedIndexes %q, failed %d, want 0-19 and %d", status.CompletedIndexes, status.Failed, len(failed))
 			}
 		})
+	}
+}
+
+// checkListed fails the test unless status keeps every fact of prev and
+// lists at most its open launches and the newest KeepOutcomes outcomes with
+// their launches (more only on the way to Complete, when nothing folds).
+func checkListed(t *testing.T, step int, prev, status *batchv1alpha1.SafeJobStatus, parallelism int) {
+	t.Helper()
+	st := mustReplay(t, &status.Ledger)
+	if err := st.Covers(mustReplay(t, &prev.Ledger)); err != nil {
+		t.Fatalf("step %d: %v", step, err)
+	}
+	if n, limit := len(status.Ledger.Entries), len(st.Open)+2*KeepOutcomes; n > limit &&
+		!findTrue(status.Conditions, batchv1alpha1.ConditionSuccessCriteriaMet) {
+		t.Fatalf("step %d: %d entries listed, want at most %d", step, n, limit)
+	}
+	if n := ListedOutcomes(&status.Ledger); n > KeepOutcomes+parallelism {
+		t.Fatalf("step %d: %d outcomes listed", step, n)
+	}
+}
+
+// finishRunning plays the kubelet: every running pod ends, the first
+// attempt of every third index failing once, the rest succeeding.
+func finishRunning(pods []*corev1.Pod, failed map[int32]bool) {
+	for k, p := range pods {
+		if p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		i, _ := strconv.Atoi(p.Labels[batchv1alpha1.CompletionIndexLabel])
+		if i%3 == 0 && !failed[int32(i)] {
+			failed[int32(i)] = true
+			pods[k] = withPhase(p, corev1.PodFailed, 1)
+			continue
+		}
+		pods[k] = withPhase(p, corev1.PodSucceeded, 0)
 	}
 }
 
