@@ -187,7 +187,7 @@ func (c *Cluster) startControlPlane() error {
 		Set("disable-admission-plugins", "ServiceAccount,TaintNodesByCondition").
 		Set("audit-policy-file", policy).
 		Set("audit-log-path", c.AuditLog).
-		Set("audit-log-maxsize", "0").
+		Set("audit-log-maxsize", testutil.AuditLogMaxSizeMB).
 		Set("bind-address", "127.0.0.1")
 	cfg, err := c.env.Start()
 	if err != nil {

@@ -92,7 +92,7 @@ func run(m *testing.M) int {
 	env.ControlPlane.GetAPIServer().Configure().
 		Set("audit-policy-file", policy).
 		Set("audit-log-path", logPath).
-		Set("audit-log-maxsize", "0")
+		Set("audit-log-maxsize", testutil.AuditLogMaxSizeMB)
 	if cfg, err = env.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "starting envtest: %v\n", err)
 		return 1

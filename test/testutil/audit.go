@@ -64,6 +64,12 @@ type auditEvent struct {
 	} `json:"requestObject"`
 }
 
+// AuditLogMaxSizeMB is the --audit-log-maxsize the tests give kube-apiserver:
+// 1 TiB, so that the log they read is never rotated. 0 does not turn rotation
+// off: the log writer then rotates at 100 MB, which a 5,000-pod test repeated
+// a few times reaches, and the creates before it leave the file read.
+const AuditLogMaxSizeMB = "1048576"
+
 // PodCreates reads the API server's audit log and counts, per pod name, the
 // successful pod creates in namespace ns: evidence no controller can fake.
 func PodCreates(logPath, ns string) (map[string]int, error) {
