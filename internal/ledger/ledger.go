@@ -223,18 +223,6 @@ func Append(l *batchv1alpha1.Ledger, entries []batchv1alpha1.LedgerEntry) batchv
 	return out
 }
 
-// ListedOutcomes is the number of outcome entries (every entry but Launched)
-// listed in l.
-func ListedOutcomes(l *batchv1alpha1.Ledger) int {
-	n := 0
-	for i := range l.Entries {
-		if l.Entries[i].Type != batchv1alpha1.EntryLaunched {
-			n++
-		}
-	}
-	return n
-}
-
 // Fold moves every closed launch (its Launched entry and its outcome) into
 // the checkpoint, keeping the newest keep outcomes listed. Open launches stay
 // listed. The State of the result equals the State of l.

@@ -494,7 +494,7 @@ func (d *decision) closed(pod *corev1.Pod) bool {
 func (d *decision) writeStatus() error {
 	s, st := &d.status, d.st
 	l := Append(&d.in.Status.Ledger, d.plan.Append)
-	if d.target == "" && ListedOutcomes(&l) > KeepOutcomes {
+	if d.target == "" && len(st.Closed) > KeepOutcomes {
 		var err error
 		if l, err = Fold(&l, KeepOutcomes); err != nil {
 			return err

@@ -389,7 +389,7 @@ func checkListed(t *testing.T, step int, prev, status *batchv1alpha1.SafeJobStat
 		!findTrue(status.Conditions, batchv1alpha1.ConditionSuccessCriteriaMet) {
 		t.Fatalf("step %d: %d entries listed, want at most %d", step, n, limit)
 	}
-	if n := ListedOutcomes(&status.Ledger); n > KeepOutcomes+parallelism {
+	if n := len(st.Closed); n > KeepOutcomes+parallelism {
 		t.Fatalf("step %d: %d outcomes listed", step, n)
 	}
 }
