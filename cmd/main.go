@@ -39,6 +39,8 @@ func main() {
 	flag.DurationVar(&s.readyBatch, "ready-batch-period", controller.DefaultReadyBatchPeriod,
 		"How long a change of status.ready alone may wait to be written, so that it travels with the next ledger fact (0: at once). "+
 			"Longer saves writes for short pods but shows their ready count later.")
+	flag.DurationVar(&s.readyBusy, "ready-busy-period", controller.DefaultReadyBusyPeriod,
+		"How long a change of status.ready alone may wait while SafeJobs queue for a worker (0 or less than --ready-batch-period: as --ready-batch-period).")
 	flag.StringVar(&s.pprofAddr, "pprof-bind-address", "0", "The address the pprof endpoint binds to (0 disables it).")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
@@ -59,7 +61,7 @@ type settings struct {
 	concurrency                       int
 	qps                               float64
 	burst                             int
-	podBatch, readyBatch              time.Duration
+	podBatch, readyBatch, readyBusy   time.Duration
 }
 
 func run(s settings) error {
@@ -112,6 +114,7 @@ func run(s settings) error {
 		MaxConcurrentReconciles: s.concurrency,
 		PodBatchPeriod:          s.podBatch,
 		ReadyBatchPeriod:        s.readyBatch,
+		ReadyBusyPeriod:         s.readyBusy,
 		Kueue:                   withKueue,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {

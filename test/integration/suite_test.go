@@ -165,6 +165,7 @@ func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 		Client: cl, APIReader: mgr.GetAPIReader(), Recorder: eventRecorder(mgr),
 		Clock: opts.clock, Metrics: m, MaxConcurrentReconciles: 4, Kueue: !opts.noKueue,
 		ReadyBatchPeriod: controller.DefaultReadyBatchPeriod,
+		ReadyBusyPeriod:  controller.DefaultReadyBusyPeriod,
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}

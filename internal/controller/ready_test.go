@@ -1,0 +1,50 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
+)
+
+// TestReadyOnlyWritesWaitLongerWhileBacklogged checks that a change of the
+// ready count alone waits ReadyBatchPeriod while no SafeJob waits for a
+// worker, ReadyBusyPeriod while some do, and never holds a ledger fact.
+func TestReadyOnlyWritesWaitLongerWhileBacklogged(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	waiting := 0
+	r := &SafeJobReconciler{Clock: clk, ReadyBatchPeriod: time.Second, ReadyBusyPeriod: 5 * time.Second,
+		tracker: newTracker(), waiting: func() int { return waiting }}
+	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "u1"}}
+	readyOnly := &ledger.Plan{Status: batchv1alpha1.SafeJobStatus{Ready: 2}}
+	step := func(after time.Duration, backlog int, want time.Duration) {
+		t.Helper()
+		clk.SetTime(clk.Now().Add(after))
+		waiting = backlog
+		if got := r.deferReadyOnly(sj, readyOnly); got != want {
+			t.Errorf("with %d waiting, a ready-only change is held %s more, want %s", backlog, got, want)
+		}
+	}
+	step(0, 3, 5*time.Second)             // first seen while backlogged
+	step(2*time.Second, 3, 3*time.Second) // still backlogged: 5s from first seen
+	step(0, 0, 0)                         // the backlog cleared, 2s after it was first seen: due
+	step(0, 0, time.Second)               // a new change on an idle controller: the batch period
+	step(time.Second, 0, 0)
+
+	// A ledger fact is never held, backlog or not.
+	waiting = 3
+	withFact := &ledger.Plan{Status: batchv1alpha1.SafeJobStatus{Ready: 2},
+		Append: []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntrySucceeded, Pod: "a-0-0"}}}
+	if got := r.deferReadyOnly(sj, withFact); got != 0 {
+		t.Errorf("a write with a ledger fact is held %s while backlogged, want 0", got)
+	}
+	// Without a known queue (nil waiting) only the batch period applies.
+	r.waiting = nil
+	if got := r.deferReadyOnly(sj, readyOnly); got != time.Second {
+		t.Errorf("with no queue length known the hold is %s, want 1s", got)
+	}
+}
