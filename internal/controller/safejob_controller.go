@@ -107,7 +107,7 @@ const DefaultReadyBatchPeriod = time.Second
 // covers the few seconds a busy cluster's pods stay ready before they end:
 // with it, 1,000 one-pod SafeJobs made 2.0-2.1 status writes per completion
 // instead of 2.6-2.7, and 100 jobs of 20 pods 0.32 instead of 0.46-0.50
-// (make bench, W1 and W3 at half size).
+// (hack/bench -workloads W1, and W3 with -scale 0.5; two runs each).
 const DefaultReadyBusyPeriod = 5 * time.Second
 
 // FollowUpWait bounds how long a worker waits for the informer to deliver
