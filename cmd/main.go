@@ -40,7 +40,8 @@ func main() {
 		"How long a change of status.ready alone may wait to be written, so that it travels with the next ledger fact (0: at once). "+
 			"Longer saves writes for short pods but shows their ready count later.")
 	flag.DurationVar(&s.readyBusy, "ready-busy-period", controller.DefaultReadyBusyPeriod,
-		"How long a change of status.ready alone may wait while SafeJobs queue for a worker (0 or less than --ready-batch-period: as --ready-batch-period).")
+		"How long a change of status.ready alone may wait while SafeJobs queue for a worker "+
+			"(0 or less than --ready-batch-period: as --ready-batch-period).")
 	flag.StringVar(&s.pprofAddr, "pprof-bind-address", "0", "The address the pprof endpoint binds to (0 disables it).")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)

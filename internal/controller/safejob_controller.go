@@ -376,10 +376,13 @@ func (r *SafeJobReconciler) markLedgerInvalid(ctx context.Context, sj *batchv1al
 	return nil
 }
 
+// queue is the controller's work queue type.
+type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
+
 // newQueue builds controller-runtime's default queue (the priority queue)
 // and keeps its length for backlogged.
-func (r *SafeJobReconciler) newQueue(mgr manager.Manager) func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
-	return func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+func (r *SafeJobReconciler) newQueue(mgr manager.Manager) func(string, workqueue.TypedRateLimiter[reconcile.Request]) queue {
+	return func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) queue {
 		q := priorityqueue.New(name, func(o *priorityqueue.Opts[reconcile.Request]) {
 			o.Log = mgr.GetLogger().WithValues("controller", name)
 			o.RateLimiter = rl
