@@ -103,6 +103,7 @@ func run(writes int, sizes, crdDir, profile string) error {
 	return nil
 }
 
+// parseLengths reads the comma-separated ledger lengths of -entries.
 func parseLengths(sizes string) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(sizes, ",") {
@@ -128,6 +129,7 @@ func findPIDs() (pids, error) {
 	return ps, nil
 }
 
+// newClient returns a client that knows the built-in types and SafeJobs.
 func newClient(cfg *rest.Config) (client.Client, error) {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
