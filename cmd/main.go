@@ -31,6 +31,8 @@ func main() {
 		"Enable leader election for controller manager. Enabling this will ensure there is only one active controller manager.")
 	flag.BoolVar(&s.secureMetrics, "metrics-secure", false, "If set, the metrics endpoint is served securely via HTTPS.")
 	flag.IntVar(&s.concurrency, "concurrent-reconciles", 32, "The number of SafeJobs reconciled at once.")
+	flag.IntVar(&s.podWrites, "concurrent-pod-writes", controller.DefaultConcurrentPodWrites,
+		"The pod creates, finalizer releases and deletes in flight at once, across all SafeJobs (0: unbounded).")
 	flag.Float64Var(&s.qps, "kube-api-qps", 100, "Queries per second to the API server.")
 	flag.IntVar(&s.burst, "kube-api-burst", 200, "Burst of queries to the API server.")
 	flag.DurationVar(&s.podBatch, "pod-batch-period", controller.DefaultPodBatchPeriod,
@@ -60,6 +62,7 @@ type settings struct {
 	metricsAddr, probeAddr, pprofAddr string
 	leaderElect, secureMetrics        bool
 	concurrency                       int
+	podWrites                         int
 	qps                               float64
 	burst                             int
 	podBatch, readyBatch, readyBusy   time.Duration
@@ -113,6 +116,7 @@ func run(s settings) error {
 		Clock:                   clock.RealClock{},
 		Metrics:                 m,
 		MaxConcurrentReconciles: s.concurrency,
+		ConcurrentPodWrites:     s.podWrites,
 		PodBatchPeriod:          s.podBatch,
 		ReadyBatchPeriod:        s.readyBatch,
 		ReadyBusyPeriod:         s.readyBusy,

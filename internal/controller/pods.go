@@ -32,6 +32,14 @@ const (
 	ownerUIDIndex = "metadata.ownerReferences.safejobUID"
 	// actWorkers bounds the pod writes of one reconcile in flight at once.
 	actWorkers = 16
+	// DefaultConcurrentPodWrites bounds the pod writes in flight across all
+	// reconciles. Every pod write is an event that kube-apiserver hands to
+	// every pod watcher (scheduler, kubelets, controllers) through a buffer
+	// that can be as small as 10 events; a burst that overflows a slow
+	// watcher's buffer makes the API server close that watch, and the watcher
+	// then lists or re-watches all pods. Bounding the writes in flight keeps
+	// the operator's bursts within what the watchers drain.
+	DefaultConcurrentPodWrites = 16
 )
 
 // settled reports a pod that has ended and no longer holds the ledger
@@ -128,12 +136,15 @@ func (r *SafeJobReconciler) act(ctx context.Context, sj *batchv1alpha1.SafeJob, 
 	var errs []error
 	var mu sync.Mutex
 	fail := func(err error) {
+		if err == nil {
+			return
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		errs = append(errs, err)
 	}
 	var created []string
-	parallel(len(plan.Create), func(i int) {
+	fail(r.parallel(ctx, len(plan.Create), func(i int) {
 		ok, err := r.createPod(ctx, sj, plan.Create[i], info)
 		if err != nil {
 			fail(err)
@@ -143,21 +154,21 @@ func (r *SafeJobReconciler) act(ctx context.Context, sj *batchv1alpha1.SafeJob, 
 			created = append(created, plan.Create[i].Name)
 			mu.Unlock()
 		}
-	})
+	}))
 	r.recordCreates(sj, created)
 	release := r.tracker.unreleased(key, sj.UID, plan.Release, r.Clock.Now())
-	parallel(len(release), func(i int) {
+	fail(r.parallel(ctx, len(release), func(i int) {
 		if err := r.releaseFinalizer(ctx, sj.Namespace, release[i]); err != nil {
 			fail(err)
 			return
 		}
 		r.tracker.released(key, sj.UID, release[i], r.Clock.Now())
-	})
-	parallel(len(plan.Delete), func(i int) {
+	}))
+	fail(r.parallel(ctx, len(plan.Delete), func(i int) {
 		if err := r.deletePod(ctx, sj.Namespace, plan.Delete[i]); err != nil {
 			fail(err)
 		}
-	})
+	}))
 	return errors.Join(errs...)
 }
 
@@ -268,17 +279,23 @@ func (r *SafeJobReconciler) releaseOrphans(ctx context.Context, req reconcile.Re
 	return errors.Join(errs...)
 }
 
-// parallel runs f(0..n-1) on up to actWorkers goroutines.
-func parallel(n int, f func(int)) {
+// parallel runs f(0..n-1) on up to actWorkers goroutines, each call
+// holding one of the process-wide pod-write slots. Items not started when
+// ctx ends are skipped, and the context's error returned: the next
+// reconcile plans them again.
+func (r *SafeJobReconciler) parallel(ctx context.Context, n int, f func(int)) error {
 	if n == 0 {
-		return
+		return nil
 	}
 	work := make(chan int)
 	var wg sync.WaitGroup
 	for range min(n, actWorkers) {
 		wg.Go(func() {
 			for i := range work {
-				f(i)
+				if r.podWrites.acquire(ctx) {
+					f(i)
+					r.podWrites.release()
+				}
 			}
 		})
 	}
@@ -287,6 +304,40 @@ func parallel(n int, f func(int)) {
 	}
 	close(work)
 	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("writing pods: %w", err)
+	}
+	return nil
+}
+
+// slots bounds how many callers hold a slot at once; a nil slots is
+// unbounded.
+type slots chan struct{}
+
+func newSlots(n int) slots {
+	if n <= 0 {
+		return nil
+	}
+	return make(slots, n)
+}
+
+// acquire takes a slot, waiting for one; it reports false if ctx ends first.
+func (s slots) acquire(ctx context.Context) bool {
+	if s == nil {
+		return ctx.Err() == nil
+	}
+	select {
+	case s <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (s slots) release() {
+	if s != nil {
+		<-s
+	}
 }
 
 // podHandler enqueues a pod's SafeJob and keeps the terminal state of pods

@@ -61,11 +61,17 @@ type SafeJobReconciler struct {
 	// backlogged queue gathers them the same way). Ledger facts are never
 	// held. At or below ReadyBatchPeriod it changes nothing.
 	ReadyBusyPeriod time.Duration
+	// ConcurrentPodWrites bounds the pod creates, finalizer releases and
+	// deletes in flight at once across all reconciles (see
+	// DefaultConcurrentPodWrites). 0 or less leaves them unbounded.
+	ConcurrentPodWrites int
 	// Kueue turns on queueing through Kueue Workloads (SafeJobs labelled
 	// kueue.x-k8s.io/queue-name); set it when the Workload API is served.
 	Kueue bool
 
 	tracker *tracker
+	// podWrites holds the slots of ConcurrentPodWrites.
+	podWrites slots
 	// waiting returns how many SafeJobs wait in the work queue for a
 	// worker; set when the queue is built, before any reconcile.
 	waiting func() int
@@ -395,6 +401,7 @@ func (r *SafeJobReconciler) newQueue(mgr manager.Manager) func(string, workqueue
 // SetupWithManager registers the controller and its pod index.
 func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 	r.tracker = newTracker()
+	r.podWrites = newSlots(r.ConcurrentPodWrites)
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, ownerUIDIndex, indexActivePodOwner); err != nil {
 		return fmt.Errorf("indexing pods by owner: %w", err)
 	}
