@@ -39,7 +39,7 @@ const (
 	// watcher's buffer makes the API server close that watch, and the watcher
 	// then lists or re-watches all pods. Bounding the writes in flight keeps
 	// the operator's bursts within what the watchers drain.
-	DefaultConcurrentPodWrites = 16
+	DefaultConcurrentPodWrites = 8
 )
 
 // settled reports a pod that has ended and no longer holds the ledger
