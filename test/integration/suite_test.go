@@ -164,8 +164,9 @@ func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 	r := &controller.SafeJobReconciler{
 		Client: cl, APIReader: mgr.GetAPIReader(), Recorder: eventRecorder(mgr),
 		Clock: opts.clock, Metrics: m, MaxConcurrentReconciles: 4, Kueue: !opts.noKueue,
-		ReadyBatchPeriod: controller.DefaultReadyBatchPeriod,
-		ReadyBusyPeriod:  controller.DefaultReadyBusyPeriod,
+		ReadyBatchPeriod:    controller.DefaultReadyBatchPeriod,
+		ReadyBusyPeriod:     controller.DefaultReadyBusyPeriod,
+		ConcurrentPodWrites: controller.DefaultConcurrentPodWrites,
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
