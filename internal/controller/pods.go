@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -289,13 +290,16 @@ func (r *SafeJobReconciler) parallel(ctx context.Context, n int, f func(int)) er
 	}
 	work := make(chan int)
 	var wg sync.WaitGroup
+	var skipped atomic.Int32
 	for range min(n, actWorkers) {
 		wg.Go(func() {
 			for i := range work {
-				if r.podWrites.acquire(ctx) {
-					f(i)
-					r.podWrites.release()
+				if !r.podWrites.acquire(ctx) {
+					skipped.Add(1)
+					continue
 				}
+				f(i)
+				r.podWrites.release()
 			}
 		})
 	}
@@ -304,8 +308,8 @@ func (r *SafeJobReconciler) parallel(ctx context.Context, n int, f func(int)) er
 	}
 	close(work)
 	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("writing pods: %w", err)
+	if k := skipped.Load(); k > 0 {
+		return fmt.Errorf("%d of %d pod writes not started: %w", k, n, context.Cause(ctx))
 	}
 	return nil
 }
