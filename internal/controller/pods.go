@@ -282,7 +282,7 @@ func (r *SafeJobReconciler) releaseOrphans(ctx context.Context, req reconcile.Re
 
 // parallel runs f(0..n-1) on up to actWorkers goroutines, each call
 // holding one of the process-wide pod-write slots. Items not started when
-// ctx ends are skipped, and the context's error returned: the next
+// ctx ends are skipped and counted in the returned error: the next
 // reconcile plans them again.
 func (r *SafeJobReconciler) parallel(ctx context.Context, n int, f func(int)) error {
 	if n == 0 {
