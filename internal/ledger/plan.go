@@ -77,6 +77,11 @@ type QueueGate struct {
 	Admitted bool
 	// Reason and Message say why the gate is closed, or who admitted.
 	Reason, Message string
+	// MaxActive is the number of pods the admission covers: no more launches
+	// than this are open at once, whatever parallelism says now (0: no limit
+	// beyond parallelism). A parallelism raised after admission never runs
+	// pods the queue did not admit.
+	MaxActive int32
 }
 
 // EvictReasonNotAdmitted is the reason of Evicted entries for pods stopped
@@ -267,6 +272,16 @@ func (d *decision) recordOutcomes() {
 	}
 }
 
+// parallelism is the most launches open at once: spec.parallelism, within
+// what the queue admitted.
+func (d *decision) parallelism() int32 {
+	p := ptr.Deref(d.in.Spec.Parallelism, 1)
+	if q := d.in.Queue; q != nil && q.MaxActive > 0 {
+		p = min(p, q.MaxActive)
+	}
+	return p
+}
+
 // gateClosed reports whether the SafeJob is queued and not admitted.
 func (d *decision) gateClosed() bool { return d.in.Queue != nil && !d.in.Queue.Admitted }
 
@@ -291,7 +306,7 @@ func (d *decision) pickVictims() map[string]bool {
 	open := sortedOpen(d.st)
 	n := len(open)
 	if !d.stopping {
-		n -= int(ptr.Deref(d.in.Spec.Parallelism, 1))
+		n -= int(d.parallelism())
 	}
 	victims := map[string]bool{}
 	for k := len(open) - 1; k >= 0 && len(victims) < n; k-- {
@@ -444,7 +459,7 @@ func (d *decision) launch() {
 	if d.stopping {
 		return
 	}
-	slots := ptr.Deref(d.in.Spec.Parallelism, 1) - int32(len(d.st.Open))
+	slots := d.parallelism() - int32(len(d.st.Open))
 	busy := map[int32]bool{}
 	for _, ref := range d.st.Open {
 		busy[ref.Index] = true
