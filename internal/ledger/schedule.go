@@ -9,13 +9,15 @@ import (
 
 // Schedule is a parsed spec.schedule in its time zone.
 //
-// The rules for clock trouble, which plain cron gets wrong:
-//   - Fall-back (a wall-clock hour happens twice): a scheduled wall-clock time
-//     runs once, at its first occurrence. Times whose wall-clock reading is not
-//     later than the previous run's are skipped.
-//   - Spring-forward (a wall-clock hour does not exist): scheduled times that
-//     fall in the gap run once, at the first instant after it, merged with a
-//     time the schedule has there anyway. Nothing is skipped silently.
+// A cron schedule names wall-clock minutes; each named minute runs at the
+// first instant at which the zone's clock reads that minute or later. That
+// one rule covers the clock trouble plain cron gets wrong:
+//   - Fall-back (a wall-clock hour happens twice): a named time runs once, at
+//     its first occurrence; the repeat is a reading the clock already had.
+//   - Spring-forward (a wall-clock hour does not exist): named times in the
+//     gap run once, at the first instant after it (the end of the gap),
+//     merged with a time the schedule names there anyway. Nothing is skipped
+//     silently.
 //
 // @every schedules count real elapsed time and are not affected by either.
 type Schedule struct {
@@ -38,84 +40,74 @@ func ParseSchedule(schedule, timeZone string) (*Schedule, error) {
 	if err != nil {
 		return nil, fmt.Errorf("invalid schedule %q: %w", schedule, err)
 	}
+	if spec, ok := s.(*cron.SpecSchedule); ok && spec.Location != time.Local {
+		return nil, fmt.Errorf("invalid schedule %q: a time zone in the schedule is not supported; set timeZone", schedule)
+	}
 	return &Schedule{sched: s, loc: loc}, nil
 }
 
-// Next returns the first scheduled time strictly after t.
+// maxFallBack bounds how far back a clock reading later than the current
+// one is looked for: no zone has set its clock back by more.
+const maxFallBack = 48 * time.Hour
+
+// Next returns the first scheduled time strictly after t; the zero time
+// when the schedule names no time in the five years after t.
 func (s *Schedule) Next(t time.Time) time.Time {
-	t = t.In(s.loc)
-	from := t
 	spec, isSpec := s.sched.(*cron.SpecSchedule)
-	for {
-		n := s.sched.Next(t)
-		if n.IsZero() || !isSpec {
-			return n // no time at all (e.g. Feb 31), or @every
-		}
-		if gap := s.gapRun(spec, t, n); !gap.IsZero() {
-			return gap
-		}
-		if !wallAfter(n, from) {
-			t = n // fall-back repeat of a wall-clock time already passed: skip it
-			continue
-		}
-		return n
+	if !isSpec {
+		return s.sched.Next(t) // @every
 	}
-}
-
-// gapRun returns the end of a spring-forward gap lying between after and
-// next (both exclusive of the gap) when the schedule names a wall-clock time
-// inside it; the zero time otherwise.
-func (s *Schedule) gapRun(spec *cron.SpecSchedule, after, next time.Time) time.Time {
-	_, offA := after.Zone()
-	_, offN := next.Zone()
-	if offN <= offA {
+	t = t.In(s.loc)
+	// The named minutes the clock has not read by t are those from the
+	// first minute after its reading at t, and at or after the reading just
+	// before any recent fall-back (the clock read everything below it).
+	_, off := t.Zone()
+	unread := floorDiv(t.Unix()+int64(off), 60)*60 + 60
+	for p := t; ; {
+		start, _ := p.ZoneBounds()
+		if start.IsZero() || t.Sub(start) > maxFallBack {
+			break
+		}
+		p = start.Add(-time.Nanosecond)
+		_, before := p.Zone()
+		unread = max(unread, ceilDiv(start.Unix()+int64(before), 60)*60)
+	}
+	// The first named minute among them runs first: the instant at which
+	// the clock first reads it or later is never earlier for a later minute.
+	named := spec.Next(time.Unix(unread-1, 0).UTC())
+	if named.IsZero() {
 		return time.Time{}
 	}
-	// Find the transition: the first instant whose offset is offN.
-	lo, hi := after, next
-	for hi.Sub(lo) > time.Minute {
-		mid := lo.Add(hi.Sub(lo) / 2).Truncate(time.Minute)
-		if _, off := mid.Zone(); off == offN {
-			hi = mid
-		} else {
-			lo = mid
-		}
-	}
-	transition := hi.Truncate(time.Minute)
-	if !transition.After(after) {
-		return time.Time{}
-	}
-	// The wall-clock minutes that do not exist: from the transition read
-	// under the old offset, for the size of the jump.
-	wall := transition.In(time.FixedZone("", offA))
-	for m := 0; m < (offN-offA)/60; m++ {
-		if w := wall.Add(time.Duration(m) * time.Minute); specMatches(spec, w) {
-			return transition
-		}
-	}
-	return time.Time{}
+	return s.firstReading(t, named.Unix())
 }
 
-// specMatches reports whether a wall-clock minute is named by the schedule.
-func specMatches(s *cron.SpecSchedule, w time.Time) bool {
-	bit := func(field uint64, v int) bool { return field&(1<<uint(v)) != 0 }
-	const starBit = 1 << 63
-	if !bit(s.Minute, w.Minute()) || !bit(s.Hour, w.Hour()) || !bit(s.Month, int(w.Month())) {
-		return false
+// firstReading returns the first instant from t on at which the clock reads
+// wall (Unix seconds of the reading coded in UTC) or later: the instant of
+// that reading, or the end of the spring-forward gap that holds it.
+func (s *Schedule) firstReading(t time.Time, wall int64) time.Time {
+	for p := t; ; {
+		_, off := p.Zone()
+		_, end := p.ZoneBounds()
+		at := wall - int64(off)
+		switch {
+		case at <= p.Unix():
+			return p // the reading fell in the gap before this period
+		case end.IsZero() || at < end.Unix():
+			return time.Unix(at, 0).In(s.loc)
+		}
+		p = end
 	}
-	domMatch, dowMatch := bit(s.Dom, w.Day()), bit(s.Dow, int(w.Weekday()))
-	if s.Dom&starBit != 0 || s.Dow&starBit != 0 {
-		return domMatch && dowMatch
-	}
-	return domMatch || dowMatch
 }
 
-// wallAfter reports whether a's wall-clock reading is later than b's.
-func wallAfter(a, b time.Time) bool {
-	wa := time.Date(a.Year(), a.Month(), a.Day(), a.Hour(), a.Minute(), a.Second(), 0, time.UTC)
-	wb := time.Date(b.Year(), b.Month(), b.Day(), b.Hour(), b.Minute(), b.Second(), 0, time.UTC)
-	return wa.After(wb)
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
 }
+
+func ceilDiv(a, b int64) int64 { return -floorDiv(-a, b) }
 
 // MostRecent returns the latest scheduled time in (earliest, now], how many
 // scheduled times in that window came before it (missed), and the next
