@@ -16,6 +16,10 @@ const (
 	CompletionIndexLabel = "batch.safejob.dev/completion-index"
 	// AttemptLabel carries the attempt number of a pod for its index.
 	AttemptLabel = "batch.safejob.dev/attempt"
+	// ControllerUIDLabel carries the UID of the SafeJob that created a pod. It
+	// outlives the pod's ownerReferences (an orphaning delete strips them), so
+	// the ledger finalizer of a pod whose SafeJob is gone is found by UID.
+	ControllerUIDLabel = "batch.safejob.dev/controller-uid"
 	// JobCompletionIndexAnnotation is the batch/v1 annotation that Indexed pods carry.
 	JobCompletionIndexAnnotation = "batch.kubernetes.io/job-completion-index"
 	// JobCompletionIndexEnv is the environment variable that Indexed pods see.
@@ -248,7 +252,7 @@ const (
 )
 
 // EntryType is the kind of fact a ledger entry records.
-// +kubebuilder:validation:Enum=Launched;Succeeded;Failed;Lost;Evicted;Scheduled
+// +kubebuilder:validation:Enum=Launched;Stopping;Succeeded;Failed;Lost;Evicted;Scheduled
 type EntryType string
 
 const (
@@ -263,6 +267,12 @@ const (
 	// EntryEvicted records that a launched pod was stopped by suspension or
 	// preemption; it never counts as a failure.
 	EntryEvicted EntryType = "Evicted"
+	// EntryStopping records that the controller is stopping a launched pod
+	// (reason: why). The launch stays open until the pod has ended, so its
+	// index runs no other pod meanwhile; the outcome then recorded follows
+	// the committed reason, not the pod's exit code: Evicted, or Failed when
+	// the reason is JobFailing.
+	EntryStopping EntryType = "Stopping"
 	// EntryScheduled records a run of a scheduled SafeJob: it authorises the
 	// creation of exactly one child SafeJob. A parent's ledger holds only
 	// Scheduled entries and the outcomes (Succeeded, Failed, Lost) of its runs.

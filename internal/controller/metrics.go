@@ -18,6 +18,9 @@ type Metrics struct {
 	Conflicts prometheus.Counter
 	// PodsCreated counts pods created.
 	PodsCreated prometheus.Counter
+	// CreatesExpired counts launches whose create window passed before their
+	// create could start; each is recorded Lost and runs again.
+	CreatesExpired prometheus.Counter
 	// LedgerAppends counts ledger entries committed, by entry type.
 	LedgerAppends *prometheus.CounterVec
 	// CommitObserve is the time from a status write to its appearance in the cache.
@@ -39,6 +42,10 @@ func NewMetrics() *Metrics {
 			Name: "safejob_pods_created_total",
 			Help: "Pods created for SafeJobs.",
 		}),
+		CreatesExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "safejob_pod_creates_expired_total",
+			Help: "Launches whose create window passed before their pod create could start.",
+		}),
 		LedgerAppends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "safejob_ledger_appends_total",
 			Help: "Ledger entries committed, by entry type.",
@@ -53,7 +60,7 @@ func NewMetrics() *Metrics {
 
 // Register adds the metrics to a registry.
 func (m *Metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.Reconciles, m.Conflicts, m.PodsCreated, m.LedgerAppends, m.CommitObserve} {
+	for _, c := range []prometheus.Collector{m.Reconciles, m.Conflicts, m.PodsCreated, m.CreatesExpired, m.LedgerAppends, m.CommitObserve} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("registering metric: %w", err)
 		}

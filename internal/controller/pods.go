@@ -112,6 +112,7 @@ func newPod(sj *batchv1alpha1.SafeJob, ref ledger.PodRef) *corev1.Pod {
 	pod.Labels[batchv1alpha1.SafeJobNameLabel] = ledger.ShortName(sj.Name, 63)
 	pod.Labels[batchv1alpha1.CompletionIndexLabel] = index
 	pod.Labels[batchv1alpha1.AttemptLabel] = strconv.Itoa(int(ref.Attempt))
+	pod.Labels[batchv1alpha1.ControllerUIDLabel] = string(sj.UID)
 	if sj.Spec.CompletionMode == batchv1alpha1.IndexedCompletion {
 		if pod.Annotations == nil {
 			pod.Annotations = map[string]string{}
@@ -191,20 +192,36 @@ func (r *SafeJobReconciler) recordCreates(sj *batchv1alpha1.SafeJob, created []s
 }
 
 // createPod creates the pod of an observed launch and reports whether it
-// did. AlreadyExists is success: names are deterministic, so a repeat can
-// never duplicate.
+// did. It is the one place a pod create is issued, and it keeps the fence
+// (ledger.Fence): no create starts once the launch's window has passed, and
+// each one carries a deadline of the window plus the create timeout, so that
+// none can land after the launch may be declared Lost. AlreadyExists ends
+// the launch's creating here: names are deterministic, so a repeat can never
+// duplicate, and a name held by a stranger is found by the live read that
+// precedes Lost.
 func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.SafeJob, ref ledger.PodRef, info *podSetInfo) (bool, error) {
 	key := client.ObjectKeyFromObject(sj)
+	fence := r.fence()
+	if !fence.MayCreate(ref, r.Clock.Now()) {
+		// Waited too long for a write slot: the launch goes Lost after its
+		// grace and runs again.
+		r.tracker.created(key, sj.UID, ref.Name)
+		r.Metrics.CreatesExpired.Inc()
+		log.FromContext(ctx).Info("Pod create window passed; the launch will be recorded Lost and run again", "pod", ref.Name)
+		return false, nil
+	}
+	ctx, cancel := context.WithDeadline(ctx, ref.Time.Add(fence.CreateWindow+fence.CreateTimeout))
+	defer cancel()
 	pod := newPod(sj, ref)
 	info.apply(pod)
 	err := r.Client.Create(ctx, pod)
 	switch {
 	case err == nil:
-		r.tracker.created(key, sj.UID, ref.Name, r.Clock.Now())
+		r.tracker.created(key, sj.UID, ref.Name)
 		r.Metrics.PodsCreated.Inc()
 		return true, nil
 	case apierrors.IsAlreadyExists(err):
-		r.tracker.created(key, sj.UID, ref.Name, r.Clock.Now())
+		r.tracker.created(key, sj.UID, ref.Name)
 		return false, nil
 	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
 		// Refused for sure: the launch stays pending and is retried with backoff.
@@ -212,9 +229,17 @@ func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.Saf
 		return false, fmt.Errorf("creating pod %s: %w", ref.Name, err)
 	default:
 		// The pod may or may not exist: a live read settles it later.
-		r.tracker.created(key, sj.UID, ref.Name, r.Clock.Now())
+		r.tracker.created(key, sj.UID, ref.Name)
 		return false, fmt.Errorf("creating pod %s: %w", ref.Name, err)
 	}
+}
+
+// fence is the reconciler's fence, or the default.
+func (r *SafeJobReconciler) fence() ledger.Fence {
+	if r.Fence.CreateWindow <= 0 || r.Fence.CreateTimeout <= 0 {
+		return ledger.DefaultFence
+	}
+	return r.Fence
 }
 
 // releaseFinalizer removes the ledger finalizer of a pod.

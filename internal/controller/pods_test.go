@@ -35,7 +35,7 @@ func TestNewPod(t *testing.T) {
 	}
 	pod := newPod(sj, ledger.PodRef{Name: "train-3-1", Index: 3, Attempt: 1})
 	wantLabels := map[string]string{"app": "x", batchv1alpha1.SafeJobNameLabel: "train",
-		batchv1alpha1.CompletionIndexLabel: "3", batchv1alpha1.AttemptLabel: "1"}
+		batchv1alpha1.CompletionIndexLabel: "3", batchv1alpha1.AttemptLabel: "1", batchv1alpha1.ControllerUIDLabel: "uid-1"}
 	if diff := cmp.Diff(wantLabels, pod.Labels); diff != "" {
 		t.Errorf("labels (-want,+got):\n%s", diff)
 	}

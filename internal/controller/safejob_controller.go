@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -68,6 +69,9 @@ type SafeJobReconciler struct {
 	// Kueue turns on queueing through Kueue Workloads (SafeJobs labelled
 	// kueue.x-k8s.io/queue-name); set it when the Workload API is served.
 	Kueue bool
+	// Fence bounds when a launch's pod may be created and when its absence is
+	// trusted (ledger.Fence); the zero Fence is ledger.DefaultFence.
+	Fence ledger.Fence
 
 	tracker *tracker
 	// podWrites holds the slots of ConcurrentPodWrites.
@@ -302,8 +306,9 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 		Pods:     pods,
 		LastSeen: r.tracker.lastSeen(key, sj.UID),
 		Pending:  r.tracker.pending(key, sj.UID),
-		Created:  r.tracker.createdSince(key, sj.UID, r.Clock.Now(), 2*ledger.LostGrace),
 		Gone:     map[string]bool{},
+		Taken:    map[string]bool{},
+		Fence:    r.Fence,
 		Now:      r.Clock.Now(),
 	}
 	unaccounted, wait, err := ledger.Unaccounted(in)
@@ -318,6 +323,11 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 			in.Gone[ref.Name] = true
 		case err != nil:
 			return nil, 0, fmt.Errorf("confirming pod %s: %w", ref.Name, err)
+		case !metav1.IsControlledBy(pod, sj):
+			// The name is held by a pod this SafeJob does not control (an
+			// earlier SafeJob's of the same name, or anyone's): it never
+			// counts here, and the launch runs again under a new name.
+			in.Taken[ref.Name] = true
 		case ledger.IsTerminal(pod):
 			// Not listed: terminal and stripped of the finalizer by someone
 			// else while no handler of this process saw it. Its state decides.

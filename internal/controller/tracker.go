@@ -37,8 +37,6 @@ type jobMemo struct {
 	runsSeen map[string]bool
 	// readySince is when a ready-count change alone was first held back.
 	readySince time.Time
-	// createdAt holds when this process created pods of open launches.
-	createdAt map[string]time.Time
 	// releasedAt holds when this process released pods' finalizers, so that a
 	// reconcile on a cache that does not show it yet does not patch again.
 	releasedAt map[string]time.Time
@@ -51,7 +49,7 @@ func (t *tracker) memo(key types.NamespacedName, uid types.UID) *jobMemo {
 	m := t.jobs[key]
 	if m == nil || (uid != "" && m.uid != uid) {
 		m = &jobMemo{uid: uid, pending: map[string]bool{}, lastSeen: map[string]*corev1.Pod{}, runsSeen: map[string]bool{},
-			createdAt: map[string]time.Time{}, releasedAt: map[string]time.Time{}}
+			releasedAt: map[string]time.Time{}}
 		t.jobs[key] = m
 	}
 	return m
@@ -96,23 +94,12 @@ func (t *tracker) wrote(key types.NamespacedName, uid types.UID, over string, no
 	}
 }
 
-// created records that a pending launch no longer needs creating here.
-func (t *tracker) created(key types.NamespacedName, uid types.UID, pod string, now time.Time) {
+// created records that a pending launch no longer needs creating here: its
+// create was issued (whatever its result) or its window has passed.
+func (t *tracker) created(key types.NamespacedName, uid types.UID, pod string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	m := t.memo(key, uid)
-	delete(m.pending, pod)
-	m.createdAt[pod] = now
-}
-
-// createdSince returns when this process created pods, forgetting those
-// created more than keep ago (their absence is then checked live anyway).
-func (t *tracker) createdSince(key types.NamespacedName, uid types.UID, now time.Time, keep time.Duration) map[string]time.Time {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	m := t.memo(key, uid)
-	forgetOlder(m.createdAt, now, keep)
-	return copyMap(m.createdAt)
+	delete(t.memo(key, uid).pending, pod)
 }
 
 func (t *tracker) pending(key types.NamespacedName, uid types.UID) map[string]bool {
@@ -127,10 +114,15 @@ func (t *tracker) lastSeen(key types.NamespacedName, uid types.UID) map[string]*
 	return copyMap(t.memo(key, uid).lastSeen)
 }
 
-// sawTerminal keeps the terminal state of a pod the cache is losing.
+// sawTerminal keeps the terminal state of a pod the cache is losing. A pod
+// of an earlier SafeJob of the same name (another UID) is not kept, and
+// never resets the memory of the current one.
 func (t *tracker) sawTerminal(key types.NamespacedName, uid types.UID, pod *corev1.Pod) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if m := t.jobs[key]; m != nil && m.uid != uid {
+		return
+	}
 	t.memo(key, uid).lastSeen[pod.Name] = pod
 }
 

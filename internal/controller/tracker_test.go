@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -32,16 +33,20 @@ func TestTrackerObservesOwnWrites(t *testing.T) {
 	if !tr.observed(sj, now.Add(time.Second), m) {
 		t.Error("the cache moved past our write, yet not observed")
 	}
-	tr.created(key, "u1", "a-0-0", now)
+	tr.created(key, "u1", "a-0-0")
 	tr.wrote(key, "u1", "11", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryEvicted, Pod: "a-1-0"}})
 	if got := tr.pending(key, "u1"); len(got) != 0 {
 		t.Errorf("pending after create and eviction: %v", got)
 	}
-	if got := tr.createdSince(key, "u1", now.Add(time.Second), 10*time.Second); !got["a-0-0"].Equal(now) {
-		t.Errorf("create time of a-0-0 not kept: %v", got)
+	// A terminal pod of an earlier SafeJob of the same name is neither kept
+	// nor allowed to reset the current SafeJob's memory.
+	tr.wrote(key, "u1", "12", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryLaunched, Pod: "a-3-0"}})
+	tr.sawTerminal(key, "u0", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a-0-0"}})
+	if got := tr.lastSeen(key, "u1"); len(got) != 0 {
+		t.Errorf("a stranger's pod was kept as the SafeJob's: %v", got)
 	}
-	if got := tr.createdSince(key, "u1", now.Add(11*time.Second), 10*time.Second); len(got) != 0 {
-		t.Errorf("create times older than kept: %v", got)
+	if got := tr.pending(key, "u1"); !got["a-3-0"] {
+		t.Errorf("a stranger's pod event reset the SafeJob's pending launches: %v", got)
 	}
 	// A new SafeJob under the same name starts with a clean memo.
 	tr.wrote(key, "u1", "12", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryLaunched, Pod: "a-2-0"}})

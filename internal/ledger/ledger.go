@@ -44,6 +44,9 @@ type State struct {
 	Open map[string]PodRef
 	// Closed holds the pods of the listed entries whose outcome is recorded.
 	Closed map[string]PodRef
+	// Stopping holds, by pod name, the open launches the controller is
+	// stopping and why (the reason of their Stopping entry).
+	Stopping map[string]string
 
 	openIndex map[int32]bool
 }
@@ -60,6 +63,7 @@ func Replay(l *batchv1alpha1.Ledger) (*State, error) {
 		Failures:      map[int32]int32{},
 		Open:          map[string]PodRef{},
 		Closed:        map[string]PodRef{},
+		Stopping:      map[string]string{},
 		openIndex:     map[int32]bool{},
 	}
 	var last int64
@@ -141,6 +145,15 @@ func (st *State) apply(e *batchv1alpha1.LedgerEntry) error {
 			e.Type, e.Pod, e.Index, e.Attempt, ref.Index, ref.Attempt)
 	}
 	switch e.Type {
+	case batchv1alpha1.EntryStopping:
+		if _, dup := st.Stopping[e.Pod]; dup {
+			return fmt.Errorf("pod %s stopped twice", e.Pod)
+		}
+		if e.Reason == "" {
+			return fmt.Errorf("Stopping for pod %s without a reason", e.Pod)
+		}
+		st.Stopping[e.Pod] = e.Reason
+		return nil // the launch stays open until the pod has ended
 	case batchv1alpha1.EntrySucceeded:
 		st.Succeeded.Add(e.Index)
 	case batchv1alpha1.EntryFailed:
@@ -155,6 +168,7 @@ func (st *State) apply(e *batchv1alpha1.LedgerEntry) error {
 		return fmt.Errorf("unknown entry type %q", e.Type)
 	}
 	delete(st.Open, e.Pod)
+	delete(st.Stopping, e.Pod)
 	delete(st.openIndex, ref.Index)
 	st.Closed[e.Pod] = ref
 	return nil
@@ -234,7 +248,7 @@ func Fold(l *batchv1alpha1.Ledger, keep int) (batchv1alpha1.Ledger, error) {
 	// Outcomes from the end that stay listed, with their Launched entries.
 	kept := map[string]bool{}
 	for k := len(l.Entries) - 1; k >= 0 && len(kept) < keep; k-- {
-		if e := l.Entries[k]; e.Type != batchv1alpha1.EntryLaunched {
+		if e := l.Entries[k]; e.Type != batchv1alpha1.EntryLaunched && e.Type != batchv1alpha1.EntryStopping {
 			kept[e.Pod] = true
 		}
 	}

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -29,18 +30,60 @@ const (
 	FoldAbove = 100
 	// KeepAfterFold is the number of newest runs left listed by a fold.
 	KeepAfterFold = 20
-	// LostGrace is how long a launch must be committed before its absence is
-	// checked. It only spares a second controller from declaring Lost a pod
-	// whose creator is about to create it; safety never depends on it.
-	LostGrace = 5 * time.Second
 )
 
-// Reasons of Evicted entries written by the controller itself.
+// Reasons of the Stopping and Evicted entries the controller writes itself.
 const (
 	EvictReasonSuspended  = "Suspended"
 	EvictReasonStopped    = "JobFinishing"
 	EvictReasonScaledDown = "ParallelismReduced"
+	// EvictReasonFailing stops the pods of a SafeJob that is failing; as in
+	// batch/v1, such a pod counts as failed unless it succeeded.
+	EvictReasonFailing = "JobFailing"
 )
+
+// LostReasonNameTaken is the reason of a Lost entry whose pod name is held
+// by an object the SafeJob does not control: its launch never ran here.
+const LostReasonNameTaken = "NameTaken"
+
+// Fence bounds when the pod of a launch can come into existence, so that a
+// launch declared Lost can never get its pod afterwards (see docs/design.md):
+// a create is issued only within CreateWindow of the launch's ledger time,
+// every create request ends, at the client and at the API server, within
+// CreateTimeout, and absence is only trusted LostGrace after the launch.
+type Fence struct {
+	// CreateWindow is how long after its Launched entry's time a launch's
+	// pod may still be created. A launch not created by then is never
+	// created; it is recorded Lost after LostGrace and runs again.
+	CreateWindow time.Duration
+	// CreateTimeout bounds every pod create request, client and server side.
+	CreateTimeout time.Duration
+}
+
+// ClockMargin is added to a fence's window and timeout to make its
+// LostGrace: it covers the second precision of ledger times, the clock
+// difference between two controllers, and a storage write already under way
+// when a request's deadline passed.
+const ClockMargin = 5 * time.Second
+
+// DefaultFence is the operator's fence.
+var DefaultFence = Fence{CreateWindow: 15 * time.Second, CreateTimeout: 10 * time.Second}
+
+// LostGrace is how long after its Launched entry's time a launch whose pod a
+// live read cannot find is recorded Lost: no create of it can land later.
+func (f Fence) LostGrace() time.Duration { return f.CreateWindow + f.CreateTimeout + ClockMargin }
+
+// MayCreate reports whether the pod of a launch may still be created at now.
+func (f Fence) MayCreate(ref PodRef, now time.Time) bool {
+	return now.Before(ref.Time.Add(f.CreateWindow))
+}
+
+func (f Fence) orDefault() Fence {
+	if f.CreateWindow <= 0 || f.CreateTimeout <= 0 {
+		return DefaultFence
+	}
+	return f
+}
 
 // Input is everything the controller gathered for one SafeJob.
 type Input struct {
@@ -56,12 +99,14 @@ type Input struct {
 	LastSeen map[string]*corev1.Pod
 	// Gone holds open launches whose pod a live read found absent.
 	Gone map[string]bool
+	// Taken holds open launches whose pod name a live read found held by an
+	// object this SafeJob does not control.
+	Taken map[string]bool
 	// Pending holds open launches this process committed and has not created yet.
 	Pending map[string]bool
-	// Created holds, for launches this process created, when it did: the
-	// pod may not be in the cache yet, so its absence is checked only
-	// LostGrace after the create.
-	Created map[string]time.Time
+	// Fence bounds when pods may be created and when absence is trusted;
+	// the zero Fence is DefaultFence.
+	Fence Fence
 	// Now is the current time.
 	Now time.Time
 	// Queue is what the queueing system says of a queued SafeJob; nil when
@@ -114,26 +159,28 @@ type Plan struct {
 }
 
 // Unaccounted lists the open launches that are neither observed, nor known
-// gone, nor pending here, and were committed at least LostGrace ago: the
-// controller confirms their absence with a live read before calling Decide.
-// The duration is when the next launch becomes due for that check.
+// gone, nor pending here, and were committed at least the fence's LostGrace
+// ago: the controller reads each live before calling Decide, and only then
+// may its absence (or a stranger holding its name) close it. The duration is
+// when the next launch becomes due for that check.
 func Unaccounted(in *Input) ([]PodRef, time.Duration, error) {
 	st, err := Replay(&in.Status.Ledger)
 	if err != nil {
 		return nil, 0, err
 	}
 	seen := observed(in)
+	fence := in.Fence.orDefault()
+	grace := fence.LostGrace()
 	var out []PodRef
 	var wait time.Duration
 	for _, ref := range sortedOpen(st) {
-		if seen[ref.Name] != nil || in.Gone[ref.Name] || in.Pending[ref.Name] {
+		if seen[ref.Name] != nil || in.Gone[ref.Name] || in.Taken[ref.Name] {
 			continue
 		}
-		since := ref.Time
-		if c, ok := in.Created[ref.Name]; ok && c.After(since) {
-			since = c
+		if in.Pending[ref.Name] && fence.MayCreate(ref, in.Now) {
+			continue // this process is about to create it
 		}
-		if due := since.Add(LostGrace).Sub(in.Now); due > 0 {
+		if due := ref.Time.Add(grace).Sub(in.Now); due > 0 {
 			wait = MinPositive(wait, due)
 			continue
 		}
@@ -149,7 +196,8 @@ func Decide(in *Input) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &decision{in: in, st: st, seen: observed(in), plan: &Plan{}}
+	d := &decision{in: in, st: st, seen: observed(in), plan: &Plan{}, fence: in.Fence.orDefault()}
+	d.stopOrdered = maps.Clone(st.Stopping)
 	d.status = *in.Status.DeepCopy()
 	d.target = d.stickyTarget()
 	d.stopping = d.target != "" || ptr.Deref(in.Spec.Suspend, false) || d.gateClosed()
@@ -182,9 +230,14 @@ type decision struct {
 	// target is "" or the condition (SuccessCriteriaMet, FailureTarget) the SafeJob moves to.
 	target   string
 	stopping bool
-	// victims are the open launches being stopped: all of them when the
-	// SafeJob stops, the newest beyond parallelism after a scale-down.
+	// victims are the open launches to stop that are not stopping yet: all
+	// of them when the SafeJob stops, the newest beyond parallelism after a
+	// scale-down.
 	victims map[string]bool
+	// stopOrdered holds the Stopping entries of the observed ledger: only
+	// their pods are deleted, once the commit that stops them is observed.
+	stopOrdered map[string]string
+	fence       Fence
 }
 
 func (d *decision) cond(t string) *metav1.Condition {
@@ -253,23 +306,43 @@ func (d *decision) recordOutcomes() {
 		if !IsTerminal(pod) {
 			continue
 		}
-		e := batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntrySucceeded, Pod: name, Index: ref.Index, Attempt: ref.Attempt}
-		if pod.Status.Phase == corev1.PodFailed {
-			e.Type, e.Reason = d.failure(pod, ref, failures)
-		}
-		d.add(e)
+		d.add(d.outcome(pod, ref, failures))
 	}
 	for _, ref := range sortedOpen(d.st) {
 		if d.seen[ref.Name] != nil {
 			continue
 		}
+		lost := batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryLost, Pod: ref.Name, Index: ref.Index, Attempt: ref.Attempt}
 		switch {
+		case d.in.Taken[ref.Name]:
+			lost.Reason = LostReasonNameTaken
+			d.add(lost)
 		case d.in.Gone[ref.Name]:
-			d.add(batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryLost, Pod: ref.Name, Index: ref.Index, Attempt: ref.Attempt})
-		case d.in.Pending[ref.Name]:
+			d.add(lost)
+		case d.in.Pending[ref.Name] && d.st.Stopping[ref.Name] == "" && d.fence.MayCreate(ref, d.in.Now):
+			// Past the window the pod is never created: the launch is
+			// recorded Lost once LostGrace has passed, and runs again.
 			d.plan.Create = append(d.plan.Create, ref)
 		}
 	}
+}
+
+// outcome is the entry that closes the open launch ref of a terminal pod.
+// A pod the controller stopped ends as its Stopping entry says, whatever
+// its exit code: Evicted, never counted; or, when the SafeJob was failing,
+// Failed unless it succeeded, as batch/v1 counts the pods it deletes then.
+func (d *decision) outcome(pod *corev1.Pod, ref PodRef, failures map[int32]int32) batchv1alpha1.LedgerEntry {
+	e := batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntrySucceeded, Pod: ref.Name, Index: ref.Index, Attempt: ref.Attempt}
+	succeeded := pod.Status.Phase == corev1.PodSucceeded
+	switch reason, stopping := d.st.Stopping[ref.Name]; {
+	case stopping && reason != EvictReasonFailing:
+		e.Type, e.Reason = batchv1alpha1.EntryEvicted, reason
+	case stopping && !succeeded:
+		e.Type, e.Reason = batchv1alpha1.EntryFailed, batchv1alpha1.FailReasonCounted
+	case !succeeded:
+		e.Type, e.Reason = d.failure(pod, ref, failures)
+	}
+	return e
 }
 
 // parallelism is the most launches open at once: spec.parallelism, within
@@ -287,6 +360,8 @@ func (d *decision) gateClosed() bool { return d.in.Queue != nil && !d.in.Queue.A
 
 func (d *decision) stopReason() string {
 	switch {
+	case d.target == batchv1alpha1.ConditionFailureTarget:
+		return EvictReasonFailing
 	case d.target != "":
 		return EvictReasonStopped
 	case d.gateClosed() && !ptr.Deref(d.in.Spec.Suspend, false):
@@ -301,9 +376,11 @@ func (d *decision) stopReason() string {
 	}
 }
 
-// pickVictims chooses the open launches to stop.
+// pickVictims chooses the open launches to stop among those not stopping
+// yet: all of them while the SafeJob stops, else the newest beyond
+// parallelism.
 func (d *decision) pickVictims() map[string]bool {
-	open := sortedOpen(d.st)
+	open := slices.DeleteFunc(sortedOpen(d.st), func(ref PodRef) bool { return d.st.Stopping[ref.Name] != "" })
 	n := len(open)
 	if !d.stopping {
 		n -= int(d.parallelism())
@@ -315,13 +392,10 @@ func (d *decision) pickVictims() map[string]bool {
 	return victims
 }
 
-// failure classifies a failed pod: stopped by the controller (Evicted), or
-// Failed with the podFailurePolicy action, FailIndex once the index has used
-// up backoffLimitPerIndex.
+// failure classifies a failed pod the controller did not stop: Failed with
+// the podFailurePolicy action, FailIndex once the index has used up
+// backoffLimitPerIndex.
 func (d *decision) failure(pod *corev1.Pod, ref PodRef, failures map[int32]int32) (batchv1alpha1.EntryType, string) {
-	if d.victims[ref.Name] && pod.DeletionTimestamp != nil {
-		return batchv1alpha1.EntryEvicted, d.stopReason()
-	}
 	reason := failureReason(d.in.Spec.PodFailurePolicy, pod)
 	if reason != batchv1alpha1.FailReasonCounted {
 		return batchv1alpha1.EntryFailed, reason
@@ -433,22 +507,35 @@ func (d *decision) decideAdmission() {
 	d.setCond(batchv1alpha1.ConditionAdmitted, metav1.ConditionFalse, reason, q.Message)
 }
 
-// stopPods deletes the running pods of the victims: those of a stopping
-// SafeJob, or those beyond a reduced parallelism.
+// stopPods stops the victims (the launches of a stopping SafeJob, or those
+// beyond a reduced parallelism) in two steps: it commits a Stopping entry
+// for each, and deletes a pod only once the observed ledger holds its
+// Stopping entry. The launch stays open until the pod has ended, and its
+// outcome follows the committed reason, so a quick resume or scale-up can
+// never turn a stopped pod's exit code into a counted failure. A pending
+// launch stopped before it was created is closed at once: this process
+// alone creates it, and has not.
 func (d *decision) stopPods() {
 	d.victims = d.pickVictims()
 	for _, ref := range sortedOpen(d.st) {
-		pod := d.seen[ref.Name]
-		if d.victims[ref.Name] && pod != nil && d.in.LastSeen[ref.Name] != pod && !IsTerminal(pod) && pod.DeletionTimestamp == nil {
-			d.plan.Delete = append(d.plan.Delete, ref.Name)
+		reason, stopping := d.st.Stopping[ref.Name]
+		if !stopping && !d.victims[ref.Name] {
+			continue
 		}
-	}
-	// A pending launch stopped before it was created is closed before it starts.
-	for _, ref := range sortedOpen(d.st) {
-		if d.victims[ref.Name] && d.seen[ref.Name] == nil && d.in.Pending[ref.Name] {
+		if !stopping {
+			reason = d.stopReason()
+		}
+		pod := d.seen[ref.Name]
+		switch {
+		case pod == nil && d.in.Pending[ref.Name]:
 			d.add(batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryEvicted, Pod: ref.Name, Index: ref.Index,
-				Attempt: ref.Attempt, Reason: d.stopReason()})
+				Attempt: ref.Attempt, Reason: reason})
 			d.plan.Create = slices.DeleteFunc(d.plan.Create, func(c PodRef) bool { return c.Name == ref.Name })
+		case !stopping:
+			d.add(batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryStopping, Pod: ref.Name, Index: ref.Index,
+				Attempt: ref.Attempt, Reason: reason})
+		case d.stopOrdered[ref.Name] != "" && pod != nil && d.in.LastSeen[ref.Name] != pod && !IsTerminal(pod) && pod.DeletionTimestamp == nil:
+			d.plan.Delete = append(d.plan.Delete, ref.Name)
 		}
 	}
 }

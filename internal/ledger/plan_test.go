@@ -141,12 +141,20 @@ func TestDecide(t *testing.T) {
 				outcome(2, batchv1alpha1.EntryFailed, 0, 0, batchv1alpha1.FailReasonIgnored), launched(3, 0, 1)},
 			wantActive: 1,
 		},
-		"suspend deletes running pods and evicts uncreated launches": {
+		"suspend commits Stopping for running pods and evicts uncreated launches": {
+			spec:    func() batchv1alpha1.SafeJobSpec { s := spec(2, 4); s.Suspend = ptr.To(true); return s }(),
+			ledger:  ledgerOf(launched(1, 0, 0), launched(2, 1, 0)),
+			pods:    []*corev1.Pod{pod(0, 0)},
+			pending: []string{"sj-1-0"},
+			wantAppend: []batchv1alpha1.LedgerEntry{outcome(3, batchv1alpha1.EntryStopping, 0, 0, EvictReasonSuspended),
+				outcome(4, batchv1alpha1.EntryEvicted, 1, 0, EvictReasonSuspended)},
+			wantConds:  []string{batchv1alpha1.ConditionSuspended},
+			wantActive: 1,
+		},
+		"suspend deletes a pod once its Stopping entry is observed": {
 			spec:       func() batchv1alpha1.SafeJobSpec { s := spec(2, 4); s.Suspend = ptr.To(true); return s }(),
-			ledger:     ledgerOf(launched(1, 0, 0), launched(2, 1, 0)),
+			ledger:     ledgerOf(launched(1, 0, 0), outcome(2, batchv1alpha1.EntryStopping, 0, 0, EvictReasonSuspended)),
 			pods:       []*corev1.Pod{pod(0, 0)},
-			pending:    []string{"sj-1-0"},
-			wantAppend: []batchv1alpha1.LedgerEntry{outcome(3, batchv1alpha1.EntryEvicted, 1, 0, EvictReasonSuspended)},
 			wantDelete: []string{"sj-0-0"},
 			wantConds:  []string{batchv1alpha1.ConditionSuspended},
 			wantActive: 1,
@@ -155,19 +163,54 @@ func TestDecide(t *testing.T) {
 			spec:       spec(1, 4),
 			ledger:     ledgerOf(launched(1, 0, 0), launched(2, 1, 0)),
 			pods:       []*corev1.Pod{pod(0, 0), pod(1, 0)},
+			wantAppend: []batchv1alpha1.LedgerEntry{outcome(3, batchv1alpha1.EntryStopping, 1, 0, EvictReasonScaledDown)},
+			wantActive: 2,
+		},
+		"scale-down deletes the stopped pod once observed, and stops no other": {
+			spec:       spec(1, 4),
+			ledger:     ledgerOf(launched(1, 0, 0), launched(2, 1, 0), outcome(3, batchv1alpha1.EntryStopping, 1, 0, EvictReasonScaledDown)),
+			pods:       []*corev1.Pod{pod(0, 0), pod(1, 0)},
 			wantDelete: []string{"sj-1-0"},
 			wantActive: 2,
 		},
 		"scale-down victim that ends Failed is Evicted, not a failure": {
 			spec:   spec(1, 4),
-			ledger: ledgerOf(launched(1, 0, 0), launched(2, 1, 0)),
+			ledger: ledgerOf(launched(1, 0, 0), launched(2, 1, 0), outcome(3, batchv1alpha1.EntryStopping, 1, 0, EvictReasonScaledDown)),
 			pods: []*corev1.Pod{pod(0, 0), func() *corev1.Pod {
 				p := withPhase(pod(1, 0), corev1.PodFailed, 143)
 				p.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
 				return p
 			}()},
-			wantAppend: []batchv1alpha1.LedgerEntry{outcome(3, batchv1alpha1.EntryEvicted, 1, 0, EvictReasonScaledDown)},
+			wantAppend: []batchv1alpha1.LedgerEntry{outcome(4, batchv1alpha1.EntryEvicted, 1, 0, EvictReasonScaledDown)},
 			wantActive: 1,
+		},
+		"scaled back up before the stopped pod ended: its exit code is still not a failure": {
+			spec:   spec(2, 4),
+			ledger: ledgerOf(launched(1, 0, 0), launched(2, 1, 0), outcome(3, batchv1alpha1.EntryStopping, 1, 0, EvictReasonScaledDown)),
+			pods: []*corev1.Pod{pod(0, 0), func() *corev1.Pod {
+				p := withPhase(pod(1, 0), corev1.PodFailed, 1)
+				p.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
+				return p
+			}()},
+			wantAppend: []batchv1alpha1.LedgerEntry{outcome(4, batchv1alpha1.EntryEvicted, 1, 0, EvictReasonScaledDown), launched(5, 1, 1)},
+			wantActive: 2,
+		},
+		"resumed before the stopped pod ended: a success is not counted either": {
+			spec:       spec(1, 4),
+			ledger:     ledgerOf(launched(1, 0, 0), outcome(2, batchv1alpha1.EntryStopping, 0, 0, EvictReasonSuspended)),
+			pods:       []*corev1.Pod{withPhase(pod(0, 0), corev1.PodSucceeded, 0)},
+			wantAppend: []batchv1alpha1.LedgerEntry{outcome(3, batchv1alpha1.EntryEvicted, 0, 0, EvictReasonSuspended), launched(4, 0, 1)},
+			wantActive: 1,
+		},
+		"a pod that is stopped while the SafeJob fails counts as failed": {
+			spec: spec(2, 4),
+			ledger: ledgerOf(launched(1, 0, 0), launched(2, 1, 0), outcome(3, batchv1alpha1.EntryStopping, 0, 0, EvictReasonFailing),
+				outcome(4, batchv1alpha1.EntryStopping, 1, 0, EvictReasonFailing)),
+			conditions: []metav1.Condition{{Type: batchv1alpha1.ConditionFailureTarget, Status: metav1.ConditionTrue}},
+			pods:       []*corev1.Pod{withPhase(pod(0, 0), corev1.PodFailed, 143), withPhase(pod(1, 0), corev1.PodSucceeded, 0)},
+			wantAppend: []batchv1alpha1.LedgerEntry{outcome(5, batchv1alpha1.EntryFailed, 0, 0, batchv1alpha1.FailReasonCounted),
+				outcome(6, batchv1alpha1.EntrySucceeded, 1, 0, "")},
+			wantConds: []string{batchv1alpha1.ConditionFailureTarget, batchv1alpha1.ConditionFailed},
 		},
 		"pod of a closed launch that still runs is stopped": {
 			spec:        spec(1, 2),
@@ -194,7 +237,7 @@ func TestDecide(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			in := &Input{Name: "sj", Spec: &tc.spec, Pods: tc.pods, Now: t0.Add(time.Minute),
+			in := &Input{Name: "sj", Spec: &tc.spec, Pods: tc.pods, Now: t0.Add(time.Second),
 				Status:   &batchv1alpha1.SafeJobStatus{Ledger: tc.ledger, Conditions: tc.conditions},
 				LastSeen: map[string]*corev1.Pod{}, Gone: map[string]bool{}, Pending: map[string]bool{}}
 			for _, p := range tc.lastSeen {
@@ -318,8 +361,21 @@ func TestDeadlineAndTTL(t *testing.T) {
 	if plan, err = Decide(in); err != nil {
 		t.Fatal(err)
 	}
-	if !findTrue(plan.Status.Conditions, batchv1alpha1.ConditionFailureTarget) || len(plan.Delete) != 1 {
-		t.Fatalf("past the deadline: want FailureTarget and the pod deleted, got %+v, delete %v", plan.Status.Conditions, plan.Delete)
+	if !findTrue(plan.Status.Conditions, batchv1alpha1.ConditionFailureTarget) || len(plan.Append) != 1 ||
+		plan.Append[0].Type != batchv1alpha1.EntryStopping || plan.Append[0].Reason != EvictReasonFailing {
+		t.Fatalf("past the deadline: want FailureTarget and the pod stopping (JobFailing), got %+v, appended %v",
+			plan.Status.Conditions, plan.Append)
+	}
+	// Once the Stopping entry is observed, the pod is deleted; when it ends
+	// Failed it counts as failed, as batch/v1 counts the pods it stops then.
+	in.Status = &plan.Status
+	if plan, err = Decide(in); err != nil || len(plan.Delete) != 1 {
+		t.Fatalf("Stopping observed: delete %v, err %v; want the pod deleted", plan.Delete, err)
+	}
+	in.Status = &plan.Status
+	in.Pods = []*corev1.Pod{withPhase(pod(0, 0), corev1.PodFailed, 143)}
+	if plan, err = Decide(in); err != nil || plan.Status.Failed != 1 || !findTrue(plan.Status.Conditions, batchv1alpha1.ConditionFailed) {
+		t.Fatalf("stopped pod ended: failed %d, conditions %+v, err %v; want failed 1 and Failed", plan.Status.Failed, plan.Status.Conditions, err)
 	}
 	finished := &batchv1alpha1.SafeJobStatus{Conditions: []metav1.Condition{{Type: batchv1alpha1.ConditionFailed,
 		Status: metav1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0)}}}

@@ -27,15 +27,34 @@ type world struct {
 	created  map[string]int
 	// everSucceeded holds pods the kubelet finished successfully.
 	everSucceeded map[string]bool
-	// exempt holds pods whose outcome may go unrecorded: force-deleted, or
-	// created by a lagging controller after its launch was closed.
+	// exempt holds pods whose outcome may go unrecorded: force-deleted.
 	exempt map[string]bool
-	ctrls  []*modelController
-	states map[int]*State // replayed versions, by index
+	// outcomes holds the outcome committed for each pod.
+	outcomes map[string]batchv1alpha1.EntryType
+	// foreign holds pods a stranger created under names the SafeJob may use.
+	foreign map[string]bool
+	// inflight holds pod creates sent and not landed yet: each lands at
+	// some time before its deadline, or never.
+	inflight []inflightCreate
+	ctrls    []*modelController
+	states   map[int]*State // replayed versions, by index
 	// parallelism as first set; rescale varies it, calm restores it.
 	parallelism int32
 	// writtenAt holds the parallelism in force when each version was written.
 	writtenAt []int32
+}
+
+// fence is the model controllers' fence: short, so that creates expire and
+// launches go Lost within a run.
+var fence = Fence{CreateWindow: 10 * time.Second, CreateTimeout: 4 * time.Second}
+
+// inflightCreate is a pod create on its way: waiting for a write slot
+// until sendAt, then sent (if its window has not passed) with a deadline.
+type inflightCreate struct {
+	ref      PodRef
+	sendAt   time.Time
+	sent     bool
+	deadline time.Time
 }
 
 type modelController struct {
@@ -51,6 +70,7 @@ func newWorld(t *testing.T, seed uint64, spec batchv1alpha1.SafeJobSpec, control
 		t: t, rng: rand.New(rand.NewPCG(seed, seed^0x5afe)), now: time.Unix(1_700_000_000, 0),
 		spec: spec, versions: []batchv1alpha1.SafeJobStatus{{}}, writtenAt: []int32{0},
 		pods: map[string]*corev1.Pod{}, created: map[string]int{}, everSucceeded: map[string]bool{}, exempt: map[string]bool{}, states: map[int]*State{},
+		outcomes: map[string]batchv1alpha1.EntryType{}, foreign: map[string]bool{},
 	}
 	w.parallelism = ptr.Deref(spec.Parallelism, 1)
 	for range controllers {
@@ -84,7 +104,9 @@ func (w *world) syncPods(c *modelController) {
 	}
 	c.pods = map[string]*corev1.Pod{}
 	for name, p := range w.pods {
-		c.pods[name] = p.DeepCopy()
+		if !w.foreign[name] {
+			c.pods[name] = p.DeepCopy()
+		}
 	}
 }
 
@@ -97,7 +119,7 @@ func (w *world) reconcile(c *modelController, crash bool) {
 	c.writtenOver = -1
 	status := w.versions[c.version].DeepCopy()
 	in := &Input{Name: "sj", Spec: &w.spec, Status: status, LastSeen: c.lastSeen,
-		Pending: c.pending, Gone: map[string]bool{}, Now: w.now}
+		Pending: c.pending, Gone: map[string]bool{}, Taken: map[string]bool{}, Fence: fence, Now: w.now}
 	for _, p := range c.pods {
 		in.Pods = append(in.Pods, p)
 	}
@@ -106,8 +128,11 @@ func (w *world) reconcile(c *modelController, crash bool) {
 		w.t.Fatalf("Unaccounted: %v", err)
 	}
 	for _, ref := range unaccounted {
-		if _, exists := w.pods[ref.Name]; !exists {
+		switch _, exists := w.pods[ref.Name]; {
+		case !exists:
 			in.Gone[ref.Name] = true
+		case w.foreign[ref.Name]:
+			in.Taken[ref.Name] = true
 		}
 	}
 	plan, err := Decide(in)
@@ -134,23 +159,54 @@ func (w *world) reconcile(c *modelController, crash bool) {
 	for _, name := range plan.Forget {
 		delete(c.lastSeen, name)
 	}
+	for _, e := range plan.Append {
+		if e.Type == batchv1alpha1.EntryLaunched || e.Type == batchv1alpha1.EntryStopping {
+			continue
+		}
+		if w.foreign[e.Pod] && (e.Type == batchv1alpha1.EntrySucceeded || e.Type == batchv1alpha1.EntryFailed) {
+			w.t.Fatalf("exact: a stranger's pod %s was recorded %s (%s)", e.Pod, e.Type, e.Reason)
+		}
+		w.outcomes[e.Pod] = e.Type
+	}
 }
 
 func (w *world) act(c *modelController, plan *Plan) {
 	for _, ref := range plan.Create {
 		delete(c.pending, ref.Name)
-		if _, exists := w.pods[ref.Name]; exists {
-			continue // AlreadyExists
+		if !fence.MayCreate(ref, w.now) {
+			w.t.Fatalf("fence: create of %s planned %s after its launch", ref.Name, w.now.Sub(ref.Time))
 		}
-		w.created[ref.Name]++
-		// I1: one pod per launch, and only for committed launches.
-		cur := w.currentState()
-		if w.created[ref.Name] > 1 || ref.Attempt >= cur.Attempts[ref.Index] && !cur.done(ref.Index) {
-			w.t.Fatalf("I1: pod %s created %d times, committed attempts %d", ref.Name, w.created[ref.Name], cur.Attempts[ref.Index])
+		// A create may wait for a write slot, and once sent it may land at
+		// once, later, or never.
+		f := inflightCreate{ref: ref, sendAt: w.now}
+		if w.rng.IntN(3) == 0 {
+			f.sendAt = w.now.Add(time.Duration(w.rng.IntN(40)) * time.Second)
 		}
-		if cur.IsClosed(ref) {
-			w.exempt[ref.Name] = true
+		w.inflight = append(w.inflight, f)
+	}
+	for _, name := range slices.Concat(plan.Release, plan.Delete) {
+		if w.foreign[name] {
+			w.t.Fatalf("exact: the controller touched a stranger's pod %s", name)
 		}
+	}
+	w.releaseAndDelete(plan)
+}
+
+// land lands one pod create at the API server.
+func (w *world) land(f inflightCreate) {
+	ref := f.ref
+	if _, exists := w.pods[ref.Name]; exists {
+		return // AlreadyExists
+	}
+	delete(w.foreign, ref.Name) // a stranger's pod of that name came and went
+	w.created[ref.Name]++
+	// I1: one pod per launch, and only for an open launch: a create never
+	// lands after its launch was closed (Lost, or Evicted before creation).
+	cur := w.currentState()
+	if _, open := cur.Open[ref.Name]; w.created[ref.Name] > 1 || !open {
+		w.t.Fatalf("I1: pod %s created %d times, launch open %v", ref.Name, w.created[ref.Name], open)
+	}
+	{
 		w.pods[ref.Name] = &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: ref.Name, Finalizers: []string{batchv1alpha1.LedgerFinalizer},
 				Labels: map[string]string{
@@ -160,6 +216,54 @@ func (w *world) act(c *modelController, plan *Plan) {
 			Status: corev1.PodStatus{Phase: corev1.PodPending},
 		}
 	}
+}
+
+// deliver moves the creates on their way: one whose slot came is sent as
+// the controller sends it (not at all once its window has passed, else with
+// the deadline of window plus timeout); one sent lands at some time before
+// its deadline, or is dropped then (the client gave up and the server
+// stopped with it).
+func (w *world) deliver() {
+	var keep []inflightCreate
+	for _, f := range w.inflight {
+		if !f.sent {
+			if w.now.Before(f.sendAt) {
+				keep = append(keep, f)
+				continue
+			}
+			if !fence.MayCreate(f.ref, w.now) {
+				continue
+			}
+			f.sent, f.deadline = true, f.ref.Time.Add(fence.CreateWindow+fence.CreateTimeout)
+		}
+		switch {
+		case !w.now.Before(f.deadline):
+		case w.rng.IntN(2) == 0:
+			w.land(f)
+		default:
+			keep = append(keep, f)
+		}
+	}
+	w.inflight = keep
+}
+
+// stranger creates a pod of its own under the name of a future attempt.
+func (w *world) stranger() {
+	st := w.currentState()
+	i := int32(w.rng.IntN(int(ptr.Deref(w.spec.Completions, 1))))
+	name := PodName("sj", i, st.Attempts[i]+int32(w.rng.IntN(2)))
+	if _, exists := w.pods[name]; exists || st.done(i) {
+		return
+	}
+	w.foreign[name] = true
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	if w.rng.IntN(2) == 0 {
+		p.Status.Phase = corev1.PodSucceeded
+	}
+	w.pods[name] = p
+}
+
+func (w *world) releaseAndDelete(plan *Plan) {
 	for _, name := range plan.Release {
 		p := w.pods[name]
 		if p == nil {
@@ -299,11 +403,26 @@ func (w *world) check() {
 			w.t.Fatalf("I4: %v", err)
 		}
 	}
+	// One pod per index at a time: no index ever has two pods that have
+	// not ended (a pod being deleted has not ended), whatever was late.
+	busy := map[int32]string{}
+	for _, name := range sortedKeys(w.pods) {
+		p := w.pods[name]
+		if w.foreign[name] || IsTerminal(p) {
+			continue
+		}
+		ref, _ := RefFromPod(p)
+		if other, dup := busy[ref.Index]; dup {
+			w.t.Fatalf("one pod per index: %s and %s of index %d both running", other, name, ref.Index)
+		}
+		busy[ref.Index] = name
+	}
 	// I6: bounded ledger: the open launches (at most the largest
-	// parallelism), the newest KeepOutcomes outcomes with their launches,
-	// and, once the SafeJob stops folding on its way to Complete or Failed,
-	// the outcomes of the launches that were open then.
-	if n := len(cur.Ledger.Entries); n > 2*int(w.parallelism)+2*KeepOutcomes {
+	// parallelism) each with its Stopping entry, the newest KeepOutcomes
+	// outcomes with their launches, and, once the SafeJob stops folding on
+	// its way to Complete or Failed, the outcomes of the launches that were
+	// open then.
+	if n := len(cur.Ledger.Entries); n > 3*int(w.parallelism)+2*KeepOutcomes {
 		w.t.Fatalf("I6: %d entries listed", n)
 	}
 }
@@ -346,9 +465,12 @@ func (w *world) step(faults bool) {
 		w.syncPods(c)
 	case r < 99 && faults:
 		w.forceDelete()
+	case faults && w.rng.IntN(3) == 0:
+		w.stranger()
 	case faults:
 		w.rescale()
 	}
+	w.deliver()
 	w.check()
 }
 
@@ -394,7 +516,13 @@ func (w *world) calm(t *testing.T, steps int) {
 		w.step(false)
 	}
 	cur := w.current()
-	t.Fatalf("I7: not finished after faults stopped: %s active %d conditions %+v", cur.Completions, cur.Active, cur.Conditions)
+	var pods []string
+	for _, name := range sortedKeys(w.pods) {
+		p := w.pods[name]
+		pods = append(pods, fmt.Sprintf("%s:%s:del=%v:fin=%v:foreign=%v", name, p.Status.Phase, p.DeletionTimestamp != nil, p.Finalizers, w.foreign[name]))
+	}
+	t.Fatalf("I7: not finished after faults stopped: %s active %d conditions %+v\nledger %+v\npods %v\nparallelism %d",
+		cur.Completions, cur.Active, cur.Conditions, cur.Ledger.Entries, pods, ptr.Deref(w.spec.Parallelism, 1))
 }
 
 func (w *world) noFinalizers() bool {
@@ -418,7 +546,9 @@ func (w *world) checkEnd(t *testing.T) {
 	}
 	for name := range w.everSucceeded {
 		ref := refFromName(name)
-		if !w.exempt[name] && !st.Succeeded.Has(ref.Index) {
+		// A pod the controller stopped is Evicted whatever its exit code,
+		// as batch/v1 ignores the pods it stops.
+		if !w.exempt[name] && !w.foreign[name] && w.outcomes[name] != batchv1alpha1.EntryEvicted && !st.Succeeded.Has(ref.Index) {
 			t.Fatalf("I3: pod %s succeeded but index %d is not counted", name, ref.Index)
 		}
 	}

@@ -1,10 +1,11 @@
 package ledger
 
 import (
+	"testing"
 	"time"
 
-	"testing"
-
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,11 +50,15 @@ func TestQueueGate(t *testing.T) {
 	w.decide(admitted) // records the success, launches index 2
 	evicted := &QueueGate{Reason: "Preempted", Message: "Preempted to accommodate a higher priority Workload"}
 	plan = w.decide(evicted)
-	// The pending launch of index 2 was never created: closed before it starts.
-	if len(plan.Append) != 1 || plan.Append[0].Pod != "sj-2-0" || plan.Append[0].Type != batchv1alpha1.EntryEvicted ||
-		len(plan.Delete) != 1 || plan.Delete[0] != "sj-1-0" || plan.Stopped {
-		t.Fatalf("on eviction: appended %v, deleted %v, stopped %v; want sj-2-0 closed and pod sj-1-0 deleted",
+	// The pending launch of index 2 was never created: closed before it
+	// starts. The running pod is stopped: first committed, then deleted.
+	if len(plan.Append) != 2 || plan.Append[0].Pod != "sj-1-0" || plan.Append[0].Type != batchv1alpha1.EntryStopping ||
+		plan.Append[1].Pod != "sj-2-0" || plan.Append[1].Type != batchv1alpha1.EntryEvicted || len(plan.Delete) != 0 || plan.Stopped {
+		t.Fatalf("on eviction: appended %v, deleted %v, stopped %v; want sj-1-0 stopping and sj-2-0 closed",
 			plan.Append, plan.Delete, plan.Stopped)
+	}
+	if plan = w.decide(evicted); len(plan.Append) != 0 || len(plan.Delete) != 1 || plan.Delete[0] != "sj-1-0" {
+		t.Fatalf("Stopping observed: appended %v, deleted %v; want pod sj-1-0 deleted", plan.Append, plan.Delete)
 	}
 	// The deleted pod ends Failed: recorded Evicted with the queue's reason.
 	p := withPhase(pod(1, 0), corev1.PodFailed, 143)
@@ -100,19 +105,56 @@ func expectEvictedOnly(t *testing.T, plan *Plan, status *batchv1alpha1.SafeJobSt
 	}
 }
 
-// TestUnaccountedWaitsAfterCreate: a launch committed long ago but created
-// here a moment ago is not read live until LostGrace after the create.
-func TestUnaccountedWaitsAfterCreate(t *testing.T) {
+// TestFence: a launch's pod is created only within the create window of
+// its ledger time; its absence (or a stranger holding its name) is trusted
+// only LostGrace after it, which outlasts any create that may still land.
+func TestFence(t *testing.T) {
 	s := spec(1, 1)
+	f := Fence{CreateWindow: 10 * time.Second, CreateTimeout: 4 * time.Second}
+	if f.LostGrace() <= f.CreateWindow+f.CreateTimeout {
+		t.Fatalf("LostGrace %s does not outlast window %s plus timeout %s", f.LostGrace(), f.CreateWindow, f.CreateTimeout)
+	}
 	status := &batchv1alpha1.SafeJobStatus{Ledger: ledgerOf(launched(1, 0, 0))}
-	now := t0.Add(time.Minute)
-	in := &Input{Name: "sj", Spec: &s, Status: status, Now: now, Created: map[string]time.Time{"sj-0-0": now.Add(-time.Second)}}
-	refs, wait, err := Unaccounted(in)
-	if err != nil || len(refs) != 0 || wait != LostGrace-time.Second {
-		t.Fatalf("created 1s ago: unaccounted %v, wait %s, err %v; want none for %s", refs, wait, err, LostGrace-time.Second)
+	in := func(after time.Duration) *Input {
+		return &Input{Name: "sj", Spec: &s, Status: status.DeepCopy(), Now: t0.Add(after), Fence: f,
+			Pending: map[string]bool{"sj-0-0": true}}
 	}
-	in.Created = nil
-	if refs, _, _ = Unaccounted(in); len(refs) != 1 {
-		t.Fatalf("committed a minute ago and not created here: unaccounted %v, want it read live", refs)
+	if plan := decide(t, in(f.CreateWindow-time.Millisecond)); len(plan.Create) != 1 {
+		t.Errorf("within the window: creates %v, want sj-0-0", plan.Create)
 	}
+	if plan := decide(t, in(f.CreateWindow)); len(plan.Create) != 0 || len(plan.Append) != 0 {
+		t.Errorf("window passed: creates %v, appends %v; want neither", plan.Create, plan.Append)
+	}
+	// Not pending here (another process committed it, or this one restarted).
+	late := in(f.LostGrace() - time.Second)
+	late.Pending = nil
+	refs, wait, err := Unaccounted(late)
+	if err != nil || len(refs) != 0 || wait != time.Second {
+		t.Fatalf("a second before LostGrace: unaccounted %v, wait %s, err %v; want none for 1s", refs, wait, err)
+	}
+	late.Now = t0.Add(f.LostGrace())
+	if refs, _, _ = Unaccounted(late); len(refs) != 1 {
+		t.Fatalf("at LostGrace: unaccounted %v, want sj-0-0 read live", refs)
+	}
+	// The live read found a stranger's pod under the name: Lost (NameTaken),
+	// never counted, and the index runs again under a new name.
+	late.Taken = map[string]bool{"sj-0-0": true}
+	late.Pods = nil
+	plan := decide(t, late)
+	want := []batchv1alpha1.LedgerEntry{outcome(2, batchv1alpha1.EntryLost, 0, 0, LostReasonNameTaken), launched(3, 0, 1)}
+	if diff := cmp.Diff(want, plan.Append, cmpopts.IgnoreFields(batchv1alpha1.LedgerEntry{}, "Time")); diff != "" {
+		t.Errorf("name taken: appends (-want +got):\n%s", diff)
+	}
+	if plan.Status.Succeeded != 0 || plan.Status.Failed != 0 {
+		t.Errorf("name taken counted: succeeded %d failed %d", plan.Status.Succeeded, plan.Status.Failed)
+	}
+}
+
+func decide(t *testing.T, in *Input) *Plan {
+	t.Helper()
+	plan, err := Decide(in)
+	if err != nil {
+		t.Fatalf("Decide: %v", err)
+	}
+	return plan
 }
