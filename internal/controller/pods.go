@@ -284,25 +284,62 @@ func (r *SafeJobReconciler) deletePod(ctx context.Context, namespace, name strin
 	return nil
 }
 
-// releaseOrphans frees the pods of a SafeJob that is gone or going: with
-// no ledger left to record their outcome, the finalizer only blocks deletion.
-func (r *SafeJobReconciler) releaseOrphans(ctx context.Context, req reconcile.Request) error {
+// releaseOrphans frees the pods that hold the ledger finalizer for a SafeJob
+// of this name that is gone or going: with no ledger left to record their
+// outcome, the finalizer only blocks their deletion. A pod is matched by the
+// UID of the SafeJob that created it (its controller reference, or the
+// controller-uid label that outlives an orphaning delete), never by name:
+// the pods of keep, the SafeJob of this name that lives now (if any), are
+// left alone. Pods without the ledger finalizer are never touched.
+func (r *SafeJobReconciler) releaseOrphans(ctx context.Context, ns, name string, keep types.UID) error {
 	var list corev1.PodList
-	if err := r.Client.List(ctx, &list, client.InNamespace(req.Namespace),
-		client.MatchingLabels{batchv1alpha1.SafeJobNameLabel: ledger.ShortName(req.Name, 63)}); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(ns),
+		client.MatchingLabels{batchv1alpha1.SafeJobNameLabel: ledger.ShortName(name, 63)}); err != nil {
 		return fmt.Errorf("listing pods of deleted SafeJob: %w", err)
 	}
 	var errs []error
 	for i := range list.Items {
 		pod := &list.Items[i]
-		ref := metav1.GetControllerOf(pod)
-		if ref == nil || !isSafeJobRef(ref) || ref.Name != req.Name || !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
+		if !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) || (keep != "" && creatorUID(pod) == keep) {
 			continue
 		}
-		log.FromContext(ctx).V(1).Info("Releasing pod of deleted SafeJob", "pod", klogRef(pod))
+		if ref := metav1.GetControllerOf(pod); ref != nil && isSafeJobRef(ref) && ref.Name != name {
+			continue // another SafeJob's pod whose name label is shortened to the same
+		}
+		log.FromContext(ctx).V(1).Info("Releasing pod of deleted SafeJob", "pod", klogRef(pod), "creator", creatorUID(pod))
 		errs = append(errs, r.releaseFinalizer(ctx, pod.Namespace, pod.Name))
 	}
 	return errors.Join(errs...)
+}
+
+// creatorUID is the UID of the SafeJob that created a pod: its controller
+// reference, or else the controller-uid label ("" when it has neither).
+func creatorUID(pod *corev1.Pod) types.UID {
+	if ref := metav1.GetControllerOf(pod); ref != nil && isSafeJobRef(ref) {
+		return ref.UID
+	}
+	return types.UID(pod.Labels[batchv1alpha1.ControllerUIDLabel])
+}
+
+// releaseStrays releases the ledger finalizer of pods of this name that no
+// SafeJob controls any more (an orphaning delete stripped their owner) once
+// the pod handler has seen one: the SafeJob of this name is read live, so a
+// cache that lags behind a recreated SafeJob never frees a live one's pods.
+func (r *SafeJobReconciler) releaseStrays(ctx context.Context, key types.NamespacedName) error {
+	if !r.tracker.takeStrays(key) {
+		return nil
+	}
+	sj := &batchv1alpha1.SafeJob{}
+	err := r.APIReader.Get(ctx, key, sj)
+	if client.IgnoreNotFound(err) != nil {
+		r.tracker.sawStray(key)
+		return fmt.Errorf("reading SafeJob %s live: %w", key.Name, err)
+	}
+	if err := r.releaseOrphans(ctx, key.Namespace, key.Name, sj.UID); err != nil {
+		r.tracker.sawStray(key)
+		return err
+	}
+	return nil
 }
 
 // parallel runs f(0..n-1) on up to actWorkers goroutines, each call
@@ -389,7 +426,21 @@ func (h *podHandler) Update(_ context.Context, e event.UpdateEvent, q workqueue.
 	if ok && settled(pod) {
 		h.remember(pod)
 	}
+	if ok && stray(pod) {
+		// Orphaned with the ledger finalizer: the reconcile of its name
+		// releases it once no live SafeJob is found to have created it.
+		key := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Labels[batchv1alpha1.SafeJobNameLabel]}
+		h.tracker.sawStray(key)
+		q.Add(reconcile.Request{NamespacedName: key})
+	}
 	h.enqueueOwner(e.ObjectNew, q)
+}
+
+// stray reports a pod that holds the ledger finalizer but that no SafeJob
+// controls.
+func stray(pod *corev1.Pod) bool {
+	ref := metav1.GetControllerOf(pod)
+	return (ref == nil || !isSafeJobRef(ref)) && slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer)
 }
 
 func (h *podHandler) Delete(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {

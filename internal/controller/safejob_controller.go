@@ -159,7 +159,8 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 	if err := r.Client.Get(ctx, req.NamespacedName, sj); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.tracker.forget(req.NamespacedName)
-			return reconcile.Result{}, errors.Join(r.releaseOrphans(ctx, req), r.releaseWorkloads(ctx, req, ""))
+			r.tracker.takeStrays(req.NamespacedName)
+			return reconcile.Result{}, errors.Join(r.releaseGone(ctx, req), r.releaseWorkloads(ctx, req, ""))
 		}
 		return reconcile.Result{}, fmt.Errorf("getting SafeJob: %w", err)
 	}
@@ -172,6 +173,9 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 	}
 	if sj.DeletionTimestamp != nil {
 		return reconcile.Result{}, r.releaseAll(ctx, req, sj)
+	}
+	if err := r.releaseStrays(ctx, req.NamespacedName); err != nil {
+		return reconcile.Result{}, err
 	}
 	if sj.Spec.Schedule != nil {
 		return r.reconcileParent(ctx, sj)
@@ -261,6 +265,17 @@ func (r *SafeJobReconciler) backlogged() bool {
 	return r.waiting != nil && r.waiting() > 0
 }
 
+// releaseGone releases the pods of a SafeJob the cache no longer shows. A
+// SafeJob of the same name the cache has not seen yet may exist: it is read
+// live, and its pods are left alone.
+func (r *SafeJobReconciler) releaseGone(ctx context.Context, req reconcile.Request) error {
+	live := &batchv1alpha1.SafeJob{}
+	if err := r.APIReader.Get(ctx, req.NamespacedName, live); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("reading SafeJob %s live: %w", req.Name, err)
+	}
+	return r.releaseOrphans(ctx, req.Namespace, req.Name, live.UID)
+}
+
 // releaseAll lets go of what a deleted SafeJob holds: its run finalizer
 // once its parent cannot record it, its pods' and its Workloads' finalizers.
 func (r *SafeJobReconciler) releaseAll(ctx context.Context, req reconcile.Request, sj *batchv1alpha1.SafeJob) error {
@@ -268,7 +283,7 @@ func (r *SafeJobReconciler) releaseAll(ctx context.Context, req reconcile.Reques
 	if slices.Contains(sj.Finalizers, batchv1alpha1.RunFinalizer) {
 		errs = append(errs, r.releaseRun(ctx, sj))
 	}
-	errs = append(errs, r.releaseOrphans(ctx, req), r.releaseWorkloads(ctx, req, sj.UID))
+	errs = append(errs, r.releaseOrphans(ctx, req.Namespace, req.Name, ""), r.releaseWorkloads(ctx, req, sj.UID))
 	return errors.Join(errs...)
 }
 

@@ -20,6 +20,9 @@ import (
 type tracker struct {
 	mu   sync.Mutex
 	jobs map[types.NamespacedName]*jobMemo
+	// strays holds the names whose pods were seen holding the ledger
+	// finalizer with no SafeJob controlling them.
+	strays map[types.NamespacedName]bool
 }
 
 type jobMemo struct {
@@ -42,7 +45,26 @@ type jobMemo struct {
 	releasedAt map[string]time.Time
 }
 
-func newTracker() *tracker { return &tracker{jobs: map[types.NamespacedName]*jobMemo{}} }
+func newTracker() *tracker {
+	return &tracker{jobs: map[types.NamespacedName]*jobMemo{}, strays: map[types.NamespacedName]bool{}}
+}
+
+// sawStray notes that a pod of this name holds the ledger finalizer with no
+// SafeJob controlling it.
+func (t *tracker) sawStray(key types.NamespacedName) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.strays[key] = true
+}
+
+// takeStrays reports and clears a stray pod noted for this name.
+func (t *tracker) takeStrays(key types.NamespacedName) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	had := t.strays[key]
+	delete(t.strays, key)
+	return had
+}
 
 // memo returns the memo of a SafeJob, starting afresh when the UID changed.
 func (t *tracker) memo(key types.NamespacedName, uid types.UID) *jobMemo {

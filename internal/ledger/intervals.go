@@ -7,6 +7,10 @@ import (
 	"strings"
 )
 
+// MaxCompletions is the largest spec.completions the API accepts: no index
+// of a valid ledger reaches it, so an index set is never larger.
+const MaxCompletions = 100000
+
 // IndexSet is a set of completion indexes.
 type IndexSet map[int32]struct{}
 
@@ -72,8 +76,8 @@ func ParseIndexSet(s string) (IndexSet, error) {
 		if a <= last {
 			return nil, fmt.Errorf("intervals not ascending at %q in %q", part, s)
 		}
-		if b-a > 1<<20 {
-			return nil, fmt.Errorf("interval %q too large", part)
+		if b >= MaxCompletions {
+			return nil, fmt.Errorf("index %d in %q is beyond the largest completions (%d)", b, s, MaxCompletions)
 		}
 		for i := a; i <= b; i++ {
 			set.Add(int32(i))

@@ -122,6 +122,24 @@ func (st *State) loadCheckpoint(cp *batchv1alpha1.LedgerCheckpoint) error {
 	return nil
 }
 
+// within reports an index at or beyond completions: a ledger edited into
+// one describes another SafeJob and must not be acted on.
+func (st *State) within(completions int32) error {
+	for _, set := range []IndexSet{st.Succeeded, st.FailedIndexes} {
+		for i := range set {
+			if i >= completions {
+				return fmt.Errorf("index %d is beyond completions %d", i, completions)
+			}
+		}
+	}
+	for i := range st.Attempts {
+		if i >= completions {
+			return fmt.Errorf("index %d is beyond completions %d", i, completions)
+		}
+	}
+	return nil
+}
+
 // done reports whether an index is finished: succeeded or failed for good.
 func (st *State) done(i int32) bool { return st.Succeeded.Has(i) || st.FailedIndexes.Has(i) }
 

@@ -118,3 +118,21 @@ func TestFoldKeepsMeaning(t *testing.T) {
 		t.Errorf("seq %d after fold, want %d", folded.Seq, l.Seq)
 	}
 }
+
+// TestHandEditedHugeIntervals: a checkpoint edited by hand into intervals
+// beyond any completions is refused without building the set, and one
+// beyond the SafeJob's own completions makes Decide refuse the ledger.
+func TestHandEditedHugeIntervals(t *testing.T) {
+	for _, s := range []string{"0-2000000000", "0-99999,100000", "5,7-2147483647"} {
+		l := batchv1alpha1.Ledger{Seq: 1, Checkpoint: &batchv1alpha1.LedgerCheckpoint{Seq: 1, SucceededIndexes: s}}
+		if _, err := Replay(&l); err == nil {
+			t.Errorf("checkpoint succeededIndexes %q replayed", s)
+		}
+	}
+	s := spec(1, 10)
+	status := &batchv1alpha1.SafeJobStatus{Ledger: batchv1alpha1.Ledger{Seq: 1,
+		Checkpoint: &batchv1alpha1.LedgerCheckpoint{Seq: 1, SucceededIndexes: "0-99999"}}}
+	if _, err := Decide(&Input{Name: "sj", Spec: &s, Status: status, Now: t0}); err == nil {
+		t.Error("a ledger with indexes beyond completions was acted on")
+	}
+}

@@ -196,6 +196,9 @@ func Decide(in *Input) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := st.within(ptr.Deref(in.Spec.Completions, 1)); err != nil {
+		return nil, err
+	}
 	d := &decision{in: in, st: st, seen: observed(in), plan: &Plan{}, fence: in.Fence.orDefault()}
 	d.stopOrdered = maps.Clone(st.Stopping)
 	d.status = *in.Status.DeepCopy()

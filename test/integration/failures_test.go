@@ -103,7 +103,7 @@ func TestFailures(t *testing.T) {
 }
 
 // TestActiveDeadline fails a SafeJob whose pods outlive activeDeadlineSeconds
-// and stops its pods.
+// and stops its pods, counting them failed as batch/v1 does.
 func TestActiveDeadline(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, hold, false)
@@ -117,8 +117,9 @@ func TestActiveDeadline(t *testing.T) {
 	if c == nil || c.Reason != batchv1alpha1.ReasonDeadlineExceeded {
 		t.Fatalf("want Failed with DeadlineExceeded, got %+v", got.Status.Conditions)
 	}
-	if got.Status.Active != 0 || got.Status.Failed != 0 {
-		t.Errorf("active %d failed %d, want 0 and 0 (stopped pods are Evicted, not failures)", got.Status.Active, got.Status.Failed)
+	if got.Status.Active != 0 || got.Status.Failed != 2 {
+		t.Errorf("active %d failed %d, want 0 and 2 (pods stopped because the SafeJob fails count as failed, as in batch/v1)",
+			got.Status.Active, got.Status.Failed)
 	}
 	h.finalCheck(t, got)
 }

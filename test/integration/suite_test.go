@@ -35,6 +35,7 @@ import (
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/controller"
+	"github.com/safejob/safejob/internal/ledger"
 	"github.com/safejob/safejob/test/testutil"
 )
 
@@ -132,6 +133,8 @@ type managerOptions struct {
 	clock clock.PassiveClock
 	// noKueue runs the controller as if the Workload API were not served.
 	noKueue bool
+	// fence replaces the operator's default fence (ledger.DefaultFence).
+	fence ledger.Fence
 }
 
 // startManager runs a SafeJob controller, limited to namespace ns, until the
@@ -167,6 +170,7 @@ func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 		ReadyBatchPeriod:    controller.DefaultReadyBatchPeriod,
 		ReadyBusyPeriod:     controller.DefaultReadyBusyPeriod,
 		ConcurrentPodWrites: controller.DefaultConcurrentPodWrites,
+		Fence:               opts.fence,
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}

@@ -29,6 +29,9 @@ type Fate struct {
 	ExitCode int32
 	// Conditions are added to a failed pod (e.g. DisruptionTarget).
 	Conditions []corev1.PodConditionType
+	// OnDelete is what a pod being deleted does: nil ends it Failed with
+	// exit code 143 at once; Hold keeps it terminating (a long grace period).
+	OnDelete *Fate
 }
 
 // Kubelet plays the node for the pods of one namespace: Pending pods start
@@ -167,8 +170,12 @@ func (k *Kubelet) step(ctx context.Context, key types.NamespacedName) error {
 			return client.IgnoreNotFound(k.Client.Delete(ctx, pod))
 		}
 		return nil
-	case pod.DeletionTimestamp != nil:
+	case pod.DeletionTimestamp != nil && fate.OnDelete == nil:
 		return k.finish(ctx, pod, Fate{Fail: true, ExitCode: 143})
+	case pod.DeletionTimestamp != nil && fate.OnDelete.Hold:
+		return nil
+	case pod.DeletionTimestamp != nil:
+		return k.finish(ctx, pod, *fate.OnDelete)
 	case pod.Status.Phase != corev1.PodRunning:
 		pod.Status.Phase = corev1.PodRunning
 		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
