@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"crypto/sha1" //nolint:gosec // the Workload name hash of Kueue, not a security use
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -43,13 +41,6 @@ const (
 	workloadOwnerIndex = "metadata.ownerReferences.safejobUID"
 )
 
-// Reasons of the Admitted condition beyond Kueue's own.
-const (
-	reasonKueueMissing    = "KueueNotInstalled"
-	reasonWorkloadMissing = "WorkloadMissing"
-	reasonWorkloadDeleted = "WorkloadDeleted"
-)
-
 // +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=workloads,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=workloads/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=workloads/finalizers,verbs=update
@@ -61,17 +52,12 @@ func queueName(sj *batchv1alpha1.SafeJob) string { return sj.Labels[QueueNameLab
 
 // WorkloadName is the name Kueue gives the Workload of a job:
 // "safejob-<name>-<hash>", hash over kind, group, name and UID.
-func WorkloadName(sj *batchv1alpha1.SafeJob) string {
-	prefix := "safejob-" + sj.Name
-	if len(prefix) > 253-6 {
-		prefix = prefix[:253-6]
-	}
-	// Kueue hashes "Kind\nGroup\nname\nuid".
-	h := sha1.New() //nolint:gosec // Kueue's naming scheme
-	h.Write([]byte(strings.Join([]string{"SafeJob", batchv1alpha1.GroupVersion.Group, sj.Name, string(sj.UID)}, "\n")))
-	sum := h.Sum(nil)
-	return strings.ToLower(prefix) + "-" + hex.EncodeToString(sum)[:5]
-}
+func WorkloadName(sj *batchv1alpha1.SafeJob) string { return WorkloadNames(sj)[0] }
+
+// WorkloadNames are the names the SafeJob's Workload may have, in order of
+// preference: the next is used only while a Workload the SafeJob does not
+// control holds the one before.
+func WorkloadNames(sj *batchv1alpha1.SafeJob) []string { return ledger.WorkloadNames(sj.Name, sj.UID) }
 
 // queued is what the Kueue side gathered for one queued SafeJob.
 type queued struct {
@@ -79,6 +65,9 @@ type queued struct {
 	gate *ledger.QueueGate
 	// podInfo is applied to every pod created while admitted.
 	podInfo *podSetInfo
+	// namesTaken lists the names held by Workloads the SafeJob does not
+	// control when none was left for its own.
+	namesTaken []string
 }
 
 // podSetInfo is what an admission adds to the pods of the main pod set.
@@ -88,121 +77,143 @@ type podSetInfo struct {
 }
 
 // syncWorkload makes sure a queued SafeJob has its Workload and says whether
-// pods may run: only while the Workload is Admitted and not Evicted.
+// pods may run: only while the Workload is Admitted and not Evicted, and no
+// more of them than it admitted. The decisions are ledger.DecideWorkload's;
+// this reads and writes.
 func (r *SafeJobReconciler) syncWorkload(ctx context.Context, sj *batchv1alpha1.SafeJob) (*queued, error) {
-	q := &queued{}
-	if !r.Kueue {
-		q.gate = &ledger.QueueGate{Reason: reasonKueueMissing,
-			Message: fmt.Sprintf("label %s is set but the Workload API (kueue.x-k8s.io/v1beta2) is not served; install Kueue", QueueNameLabel)}
-		return q, nil
-	}
-	wl, err := r.ownWorkload(ctx, sj)
-	if err != nil {
-		return nil, err
-	}
-	q.wl = wl
-	switch {
-	case wl == nil && sj.Status.Active > 0:
-		q.gate = &ledger.QueueGate{Reason: reasonWorkloadMissing, Message: "the Workload is gone; stopping pods before queueing again"}
-		return q, nil
-	case wl == nil:
-		if finishedJob(sj) {
-			return q, nil // nothing left to queue
-		}
-		if q.wl, err = r.createWorkload(ctx, sj); err != nil {
+	in := r.workloadInput(sj)
+	if r.Kueue {
+		wl, err := r.ownWorkload(ctx, sj)
+		if err != nil {
 			return nil, err
 		}
-		q.gate = &ledger.QueueGate{Reason: batchv1alpha1.ReasonQueued,
-			Message: fmt.Sprintf("Workload %s created in LocalQueue %s", q.wl.Name, queueName(sj))}
-		return q, nil
-	case wl.DeletionTimestamp != nil:
-		q.gate = &ledger.QueueGate{Reason: reasonWorkloadDeleted, Message: "the Workload is being deleted"}
-		return q, nil
+		in.Workload = wl
 	}
-	if err := r.syncWorkloadSpec(ctx, sj, wl); err != nil {
-		return nil, err
+	wp := ledger.DecideWorkload(in)
+	if wp.Create {
+		wl, taken, err := r.createWorkload(ctx, sj, wp.Count)
+		if err != nil {
+			return nil, err
+		}
+		in.Workload, in.Created, in.NamesTaken = wl, wl != nil, taken
+		wp = ledger.DecideWorkload(in)
 	}
-	q.gate = gateOf(wl)
-	if q.gate.Admitted {
-		if q.podInfo, err = r.podSetInfo(ctx, wl); err != nil {
+	q := &queued{wl: in.Workload, gate: wp.Gate, namesTaken: in.NamesTaken}
+	if wp.Event != nil {
+		r.event(sj, q.wl, wp.Event)
+	}
+	if wp.Spec != nil {
+		if err := r.updateWorkloadSpec(ctx, q.wl, wp.Spec); err != nil {
+			return nil, err
+		}
+	}
+	if q.gate != nil && q.gate.Admitted {
+		var err error
+		if q.podInfo, err = r.podSetInfo(ctx, q.wl); err != nil {
 			return nil, err
 		}
 	}
 	return q, nil
 }
 
-// gateOf reads a Workload's admission.
-func gateOf(wl *kueue.Workload) *ledger.QueueGate {
-	if c := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadEvicted); c != nil && c.Status == metav1.ConditionTrue {
-		return &ledger.QueueGate{Reason: c.Reason, Message: c.Message}
-	}
-	if c := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadFinished); c != nil && c.Status == metav1.ConditionTrue {
-		return &ledger.QueueGate{Reason: c.Reason, Message: "the Workload is finished: " + c.Message}
-	}
-	if c := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadAdmitted); c != nil && c.Status == metav1.ConditionTrue &&
-		wl.Status.Admission != nil {
-		return &ledger.QueueGate{Admitted: true,
-			Message: fmt.Sprintf("Workload %s admitted by ClusterQueue %s", wl.Name, wl.Status.Admission.ClusterQueue)}
-	}
-	if c := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadQuotaReserved); c != nil {
-		if c.Status == metav1.ConditionTrue {
-			return &ledger.QueueGate{Reason: "WaitingForAdmissionChecks", Message: c.Message + "; waiting for admission checks"}
-		}
-		return &ledger.QueueGate{Reason: batchv1alpha1.ReasonQueued, Message: c.Message}
-	}
-	return &ledger.QueueGate{Reason: batchv1alpha1.ReasonQueued,
-		Message: fmt.Sprintf("Workload %s waits in LocalQueue %s", wl.Name, wl.Spec.QueueName)}
+// workloadInput starts the Workload decision's input from the SafeJob.
+func (r *SafeJobReconciler) workloadInput(sj *batchv1alpha1.SafeJob) *ledger.WorkloadInput {
+	return &ledger.WorkloadInput{Served: r.Kueue, Queue: queueName(sj), Spec: &sj.Spec, Status: &sj.Status, Now: r.Clock.Now()}
 }
 
-// ownWorkload returns the SafeJob's Workload, deleting any other Workload it owns.
-func (r *SafeJobReconciler) ownWorkload(ctx context.Context, sj *batchv1alpha1.SafeJob) (*kueue.Workload, error) {
-	var list kueue.WorkloadList
-	if err := r.Client.List(ctx, &list, client.InNamespace(sj.Namespace),
-		client.MatchingFields{workloadOwnerIndex: string(sj.UID)}); err != nil {
-		return nil, fmt.Errorf("listing Workloads: %w", err)
+// event records an event the Workload decision asked for.
+func (r *SafeJobReconciler) event(sj *batchv1alpha1.SafeJob, wl *kueue.Workload, e *ledger.WorkloadEvent) {
+	typ := corev1.EventTypeNormal
+	if e.Warning {
+		typ = corev1.EventTypeWarning
 	}
-	name := WorkloadName(sj)
-	var own *kueue.Workload
+	r.Recorder.Eventf(sj, wl, typ, e.Reason, "Queue", "%s", e.Message)
+}
+
+// ownWorkload returns the SafeJob's Workload, deleting any other Workload
+// it controls. Workloads are found by the UID of their controller, never by
+// name: one the SafeJob does not control is never used, released or deleted.
+func (r *SafeJobReconciler) ownWorkload(ctx context.Context, sj *batchv1alpha1.SafeJob) (*kueue.Workload, error) {
+	list, err := r.controlledWorkloads(ctx, sj.Namespace, sj.UID)
+	if err != nil {
+		return nil, err
+	}
+	own, drop := ledger.OwnWorkload(sj.UID, WorkloadNames(sj), list)
 	var errs []error
-	for i := range list.Items {
-		wl := &list.Items[i]
-		if wl.Name == name {
-			own = wl
-			continue
-		}
+	for _, wl := range drop {
 		errs = append(errs, r.dropWorkload(ctx, wl))
 	}
 	return own, errors.Join(errs...)
 }
 
-// dropWorkload releases and deletes a Workload that is not the SafeJob's.
+// controlledWorkloads lists the Workloads the object of uid controls.
+func (r *SafeJobReconciler) controlledWorkloads(ctx context.Context, namespace string, uid types.UID) ([]*kueue.Workload, error) {
+	var list kueue.WorkloadList
+	if err := r.Client.List(ctx, &list, client.InNamespace(namespace),
+		client.MatchingFields{workloadOwnerIndex: string(uid)}); err != nil {
+		return nil, fmt.Errorf("listing Workloads: %w", err)
+	}
+	var out []*kueue.Workload
+	for i := range list.Items {
+		if ref := metav1.GetControllerOfNoCopy(&list.Items[i]); ref != nil && ref.UID == uid {
+			out = append(out, &list.Items[i])
+		}
+	}
+	return out, nil
+}
+
+// dropWorkload releases and deletes a Workload the SafeJob controls and no
+// longer uses; its UID is a precondition of the delete.
 func (r *SafeJobReconciler) dropWorkload(ctx context.Context, wl *kueue.Workload) error {
 	if err := r.releaseWorkload(ctx, wl); err != nil {
 		return err
 	}
-	if err := r.Client.Delete(ctx, wl); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.Client.Delete(ctx, wl, client.Preconditions{UID: &wl.UID}); err != nil && !apierrors.IsNotFound(err) &&
+		!apierrors.IsConflict(err) {
 		return fmt.Errorf("deleting Workload %s: %w", wl.Name, err)
 	}
 	return nil
 }
 
-// releaseWorkload removes the resource-in-use finalizer.
+// releaseWorkload removes the resource-in-use finalizer of wl, and of no
+// other Workload that has its name by now: the patch tests the UID.
 func (r *SafeJobReconciler) releaseWorkload(ctx context.Context, wl *kueue.Workload) error {
 	if !slices.Contains(wl.Finalizers, ResourceInUseFinalizer) {
 		return nil
 	}
-	return r.removeFinalizer(ctx, func() client.Object { return &kueue.Workload{} }, client.ObjectKeyFromObject(wl), ResourceInUseFinalizer)
+	key := client.ObjectKeyFromObject(wl)
+	var err error
+	for _, reader := range []client.Reader{r.Client, r.APIReader} {
+		cur := &kueue.Workload{}
+		if err = reader.Get(ctx, key, cur); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		k := slices.Index(cur.Finalizers, ResourceInUseFinalizer)
+		if cur.UID != wl.UID || k < 0 {
+			return nil
+		}
+		patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/uid","value":%q},`+
+			`{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`,
+			wl.UID, k, ResourceInUseFinalizer, k)
+		err = r.Client.Patch(ctx, cur, client.RawPatch(types.JSONPatchType, []byte(patch)))
+		if err == nil || apierrors.IsNotFound(err) {
+			return nil
+		}
+		if !apierrors.IsInvalid(err) && !apierrors.IsBadRequest(err) {
+			break // a failed test is Invalid: read again, live
+		}
+	}
+	return fmt.Errorf("removing finalizer %s of Workload %s: %w", ResourceInUseFinalizer, key.Name, err)
 }
 
 // createWorkload creates the Workload of a SafeJob, as Kueue builds one for
-// a batch/v1 Job: one pod set "main" of min(parallelism, completions left)
-// pods, the queue, the priority and the maximum execution time.
-func (r *SafeJobReconciler) createWorkload(ctx context.Context, sj *batchv1alpha1.SafeJob) (*kueue.Workload, error) {
-	left := ptr.Deref(sj.Spec.Completions, 1) - sj.Status.Succeeded
-	count := max(min(ptr.Deref(sj.Spec.Parallelism, 1), left), 1)
+// a batch/v1 Job: one pod set "main" of count pods, the queue, the priority
+// and the maximum execution time. It takes the first of the SafeJob's
+// Workload names not held by a Workload it does not control; when every one
+// is, it creates nothing and returns them.
+func (r *SafeJobReconciler) createWorkload(ctx context.Context, sj *batchv1alpha1.SafeJob, count int32) (*kueue.Workload, []string, error) {
 	wl := &kueue.Workload{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:       WorkloadName(sj),
 			Namespace:  sj.Namespace,
 			Labels:     map[string]string{JobUIDLabel: string(sj.UID)},
 			Finalizers: []string{ResourceInUseFinalizer},
@@ -217,21 +228,41 @@ func (r *SafeJobReconciler) createWorkload(ctx context.Context, sj *batchv1alpha
 		wl.Spec.MaximumExecutionTimeSeconds = ptr.To(int32(v))
 	}
 	if err := r.setPriority(ctx, sj, wl); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := controllerutil.SetControllerReference(sj, wl, r.Client.Scheme()); err != nil {
-		return nil, fmt.Errorf("owning Workload: %w", err)
+		return nil, nil, fmt.Errorf("owning Workload: %w", err)
 	}
-	err := r.Client.Create(ctx, wl)
-	if apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("creating Workload %s: the previous one is still there: %w", wl.Name, err)
+	var taken []string
+	for _, name := range WorkloadNames(sj) {
+		attempt := wl.DeepCopy()
+		attempt.Name = name
+		err := r.Client.Create(ctx, attempt)
+		if err == nil {
+			r.Recorder.Eventf(sj, attempt, corev1.EventTypeNormal, "CreatedWorkload", "Queue", "Created Workload %s in LocalQueue %s",
+				attempt.Name, queueName(sj))
+			if len(taken) > 0 {
+				r.Recorder.Eventf(sj, attempt, corev1.EventTypeWarning, ledger.ReasonWorkloadNameTaken, "Queue",
+					"Workload %s is not the SafeJob's; its Workload is %s", strings.Join(taken, ", "), attempt.Name)
+			}
+			return attempt, nil, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, nil, fmt.Errorf("creating Workload %s: %w", name, err)
+		}
+		holder := &kueue.Workload{}
+		if gerr := r.APIReader.Get(ctx, client.ObjectKey{Namespace: sj.Namespace, Name: name}, holder); gerr != nil {
+			if apierrors.IsNotFound(gerr) {
+				return nil, nil, fmt.Errorf("creating Workload %s: the previous one is still there: %w", name, err)
+			}
+			return nil, nil, fmt.Errorf("reading Workload %s: %w", name, gerr)
+		}
+		if metav1.IsControlledBy(holder, sj) {
+			return nil, nil, fmt.Errorf("creating Workload %s: the previous one is still there: %w", name, err)
+		}
+		taken = append(taken, name)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("creating Workload %s: %w", wl.Name, err)
-	}
-	r.Recorder.Eventf(sj, wl, corev1.EventTypeNormal, "CreatedWorkload", "Queue", "Created Workload %s in LocalQueue %s",
-		wl.Name, queueName(sj))
-	return wl, nil
+	return nil, taken, nil
 }
 
 // setPriority takes the priority from the WorkloadPriorityClass label, or
@@ -258,24 +289,11 @@ func (r *SafeJobReconciler) setPriority(ctx context.Context, sj *batchv1alpha1.S
 	return nil
 }
 
-// syncWorkloadSpec carries user suspend (spec.active) and, while no quota is
-// reserved, a changed queue label to the Workload.
-func (r *SafeJobReconciler) syncWorkloadSpec(ctx context.Context, sj *batchv1alpha1.SafeJob, wl *kueue.Workload) error {
-	active := !ptr.Deref(sj.Spec.Suspend, false)
-	reserved := meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved)
-	queue := kueue.LocalQueueName(queueName(sj))
-	if ptr.Deref(wl.Spec.Active, true) == active && (wl.Spec.QueueName == queue || reserved) {
-		if wl.Spec.QueueName != queue {
-			r.Recorder.Eventf(sj, wl, corev1.EventTypeWarning, "QueueChangeIgnored", "Queue",
-				"The Workload holds quota in LocalQueue %s; the new queue %s applies only if it is evicted", wl.Spec.QueueName, queue)
-		}
-		return nil
-	}
+// updateWorkloadSpec writes the Workload's new spec under the
+// resourceVersion it was read at.
+func (r *SafeJobReconciler) updateWorkloadSpec(ctx context.Context, wl *kueue.Workload, spec *kueue.WorkloadSpec) error {
 	updated := wl.DeepCopy()
-	updated.Spec.Active = ptr.To(active)
-	if !reserved {
-		updated.Spec.QueueName = queue
-	}
+	updated.Spec = *spec
 	if err := r.Client.Update(ctx, updated); err != nil {
 		return fmt.Errorf("updating Workload %s: %w", wl.Name, err)
 	}
@@ -346,95 +364,46 @@ func (info *podSetInfo) apply(pod *corev1.Pod) {
 	}
 }
 
-// finishedJob reports whether a SafeJob is Complete or Failed.
-func finishedJob(sj *batchv1alpha1.SafeJob) bool { return finishedJobStatus(&sj.Status) != nil }
-
 // afterDecide updates the Workload from what this reconcile decided and
-// wrote: the reservation is given back once an evicted SafeJob has no pod
-// left, PodsReady and reclaimablePods follow the pods, Finished follows the
-// SafeJob, and a finished or deleted Workload loses its finalizer.
+// wrote (ledger.DecideWorkload after the pods): the reservation is given
+// back once an evicted SafeJob has no pod left, PodsReady and
+// reclaimablePods follow the pods, Finished follows the SafeJob, a finished
+// or deleted Workload loses its finalizer, and one finished early or too
+// small for the SafeJob is replaced once no pod runs.
 func (r *SafeJobReconciler) afterDecide(ctx context.Context, sj *batchv1alpha1.SafeJob, q *queued, plan *ledger.Plan) error {
-	wl := q.wl
-	if wl == nil {
+	if q.wl == nil {
+		if len(q.namesTaken) > 0 {
+			// Nothing watches the Workloads holding the names: come back.
+			return fmt.Errorf("no Workload for SafeJob %s: Workloads it does not control hold %s",
+				sj.Name, strings.Join(q.namesTaken, ", "))
+		}
 		return nil
 	}
-	if done, err := r.settleWorkload(ctx, sj, wl, plan); done || err != nil {
-		return err
+	in := r.workloadInput(sj)
+	in.Workload, in.Decided = q.wl, plan
+	wp := ledger.DecideWorkload(in)
+	if wp.Event != nil {
+		r.event(sj, q.wl, wp.Event)
 	}
-	updated := wl.DeepCopy()
-	now := metav1.NewTime(r.Clock.Now())
-	setCond := func(t string, s metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason,
-			Message: msg, LastTransitionTime: now, ObservedGeneration: wl.Generation})
-	}
-	status := plan.Status
 	switch {
-	case finishedJobStatus(&status) != nil:
-		c := finishedJobStatus(&status)
-		reason := kueue.WorkloadFinishedReasonSucceeded
-		if c.Type == batchv1alpha1.ConditionFailed {
-			reason = kueue.WorkloadFinishedReasonFailed
-		}
-		setCond(kueue.WorkloadFinished, metav1.ConditionTrue, reason, c.Message)
-	case !q.gate.Admitted:
-		if giveBackQuota(updated, plan, setCond) {
-			log.FromContext(ctx).Info("Giving back the Workload's quota: no pod left", "workload", klogRef(wl))
-		}
-	default:
-		syncPodsReady(updated, status, setCond)
-		updated.Status.ReclaimablePods = reclaimable(sj, wl, status)
+	case wp.Drop:
+		return r.dropWorkload(ctx, q.wl)
+	case wp.Release:
+		return r.releaseWorkload(ctx, q.wl)
+	case wp.Status == nil:
+		return nil
 	}
-	return r.writeWorkloadStatus(ctx, sj, wl, updated)
-}
-
-// settleWorkload handles a Workload that is finished or deleted: its
-// finalizer goes once no pod runs; one finished before its SafeJob (Kueue
-// took it for an orphan, reason OwnerNotFound) is replaced. done is true
-// when nothing else is to be done with the Workload.
-func (r *SafeJobReconciler) settleWorkload(ctx context.Context, sj *batchv1alpha1.SafeJob, wl *kueue.Workload,
-	plan *ledger.Plan) (bool, error) {
-	finished := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadFinished)
-	switch {
-	case finished != nil && finished.Status == metav1.ConditionTrue && finishedJob(sj):
-		return true, r.releaseWorkload(ctx, wl)
-	case finished != nil && finished.Status == metav1.ConditionTrue && plan.Stopped:
-		r.Recorder.Eventf(sj, wl, corev1.EventTypeWarning, "WorkloadFinishedEarly", "Queue",
-			"Workload %s was finished (%s: %s) before the SafeJob; queueing again", wl.Name, finished.Reason, finished.Message)
-		return true, r.dropWorkload(ctx, wl)
-	case finished != nil && finished.Status == metav1.ConditionTrue:
-		return true, nil // stopping the pods first
-	case wl.DeletionTimestamp != nil && plan.Stopped:
-		return true, r.releaseWorkload(ctx, wl)
-	case wl.DeletionTimestamp != nil:
-		return true, nil
+	if wp.GaveBack {
+		log.FromContext(ctx).Info("Giving back the Workload's quota: no pod left", "workload", klogRef(q.wl))
 	}
-	return false, nil
-}
-
-// giveBackQuota clears the reservation of an evicted Workload once no pod
-// is left, as Kueue's job integrations do, and reports whether it did.
-func giveBackQuota(wl *kueue.Workload, plan *ledger.Plan, setCond func(string, metav1.ConditionStatus, string, string)) bool {
-	evicted := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadEvicted)
-	if evicted == nil || evicted.Status != metav1.ConditionTrue || wl.Status.Admission == nil || !plan.Stopped {
-		return false
-	}
-	requeued := metav1.ConditionFalse
-	if evicted.Reason == kueue.WorkloadEvictedByPreemption || evicted.Reason == kueue.WorkloadEvictedDueToNodeFailures {
-		requeued = metav1.ConditionTrue
-	}
-	setCond(kueue.WorkloadRequeued, requeued, evicted.Reason, evicted.Message)
-	setCond(kueue.WorkloadQuotaReserved, metav1.ConditionFalse, "Pending", evicted.Message)
-	setCond(kueue.WorkloadAdmitted, metav1.ConditionFalse, "NoReservation", "The workload has no reservation")
-	wl.Status.Admission = nil
-	return true
+	updated := q.wl.DeepCopy()
+	updated.Status = *wp.Status
+	return r.writeWorkloadStatus(ctx, sj, q.wl, updated)
 }
 
 // writeWorkloadStatus writes a changed Workload status with UpdateStatus
 // and the resourceVersion it was read at.
 func (r *SafeJobReconciler) writeWorkloadStatus(ctx context.Context, sj *batchv1alpha1.SafeJob, wl, updated *kueue.Workload) error {
-	if equalityOfStatus(wl, updated) {
-		return nil
-	}
 	if err := r.Client.Status().Update(ctx, updated); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return nil // the newer Workload brings us back
@@ -447,86 +416,60 @@ func (r *SafeJobReconciler) writeWorkloadStatus(ctx context.Context, sj *batchv1
 	return nil
 }
 
-// finishedJobStatus returns the Complete or Failed condition when True.
-func finishedJobStatus(s *batchv1alpha1.SafeJobStatus) *metav1.Condition {
-	for _, t := range []string{batchv1alpha1.ConditionComplete, batchv1alpha1.ConditionFailed} {
-		if c := meta.FindStatusCondition(s.Conditions, t); c != nil && c.Status == metav1.ConditionTrue {
-			return c
-		}
-	}
-	return nil
-}
-
-// podsReadyWaitForRecovery is Kueue's PodsReady reason after a ready pod failed.
-const podsReadyWaitForRecovery = "WaitForRecovery"
-
-// syncPodsReady sets PodsReady as Kueue's job integrations do: True once
-// every pod of the pod set is ready or succeeded.
-func syncPodsReady(wl *kueue.Workload, status batchv1alpha1.SafeJobStatus, setCond func(string, metav1.ConditionStatus, string, string)) {
-	count := int32(0)
-	for _, ps := range wl.Spec.PodSets {
-		count += ps.Count
-	}
-	prev := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadPodsReady)
-	if status.Ready+status.Succeeded >= count {
-		reason := "Started"
-		if prev != nil && (prev.Reason == podsReadyWaitForRecovery || prev.Reason == "Recovered") {
-			reason = "Recovered"
-		}
-		if prev == nil || prev.Status != metav1.ConditionTrue || prev.Reason != reason {
-			setCond(kueue.WorkloadPodsReady, metav1.ConditionTrue, reason, "All pods reached readiness and the workload is running")
-		}
-		return
-	}
-	reason, msg := "WaitForStart", "Not all pods are ready or succeeded"
-	if prev != nil && (prev.Status == metav1.ConditionTrue || prev.Reason == podsReadyWaitForRecovery) {
-		reason, msg = podsReadyWaitForRecovery, "At least one pod has failed, waiting for recovery"
-	}
-	if prev == nil || prev.Status != metav1.ConditionFalse || prev.Reason != reason {
-		setCond(kueue.WorkloadPodsReady, metav1.ConditionFalse, reason, msg)
-	}
-}
-
-// reclaimable is the quota a SafeJob no longer needs: pods of the pod set
-// beyond the completions still to do.
-func reclaimable(sj *batchv1alpha1.SafeJob, wl *kueue.Workload, status batchv1alpha1.SafeJobStatus) []kueue.ReclaimablePod {
-	if len(wl.Spec.PodSets) == 0 {
-		return nil
-	}
-	left := ptr.Deref(sj.Spec.Completions, 1) - status.Succeeded
-	if n := wl.Spec.PodSets[0].Count - left; n > 0 {
-		return []kueue.ReclaimablePod{{Name: mainPodSet, Count: n}}
-	}
-	return wl.Status.ReclaimablePods
-}
-
-func equalityOfStatus(a, b *kueue.Workload) bool {
-	return slices.EqualFunc(a.Status.Conditions, b.Status.Conditions, func(x, y metav1.Condition) bool {
-		return x.Type == y.Type && x.Status == y.Status && x.Reason == y.Reason && x.Message == y.Message
-	}) && (a.Status.Admission == nil) == (b.Status.Admission == nil) &&
-		slices.Equal(a.Status.ReclaimablePods, b.Status.ReclaimablePods)
-}
-
 // releaseWorkloads removes the finalizer of the Workloads of a SafeJob that
-// is gone or going (uid "" when it is gone and its UID unknown).
+// is gone or going, matched by the SafeJob's UID, never by its name. When
+// the SafeJob is gone and its UID unknown (uid ""), a Workload is released
+// only if it is one this controller made for a SafeJob of that name whose
+// UID no SafeJob has any more: controlled by that UID, labelled with it and
+// named after it. A Workload of a SafeJob that exists is never touched.
 func (r *SafeJobReconciler) releaseWorkloads(ctx context.Context, req reconcile.Request, uid types.UID) error {
 	if !r.Kueue {
 		return nil
 	}
-	var list kueue.WorkloadList
-	if err := r.Client.List(ctx, &list, client.InNamespace(req.Namespace)); err != nil {
-		return fmt.Errorf("listing Workloads: %w", err)
+	var candidates []*kueue.Workload
+	if uid != "" {
+		list, err := r.controlledWorkloads(ctx, req.Namespace, uid)
+		if err != nil {
+			return err
+		}
+		candidates = list
+	} else {
+		var list kueue.WorkloadList
+		if err := r.Client.List(ctx, &list, client.InNamespace(req.Namespace)); err != nil {
+			return fmt.Errorf("listing Workloads: %w", err)
+		}
+		for i := range list.Items {
+			if madeFor(&list.Items[i], req.Name) && slices.Contains(list.Items[i].Finalizers, ResourceInUseFinalizer) {
+				candidates = append(candidates, &list.Items[i])
+			}
+		}
+		if len(candidates) == 0 {
+			return nil
+		}
+		// The cache said the SafeJob is gone; the API server says which UID
+		// holds the name now, if any.
+		live := &batchv1alpha1.SafeJob{}
+		if err := r.APIReader.Get(ctx, req.NamespacedName, live); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("getting SafeJob: %w", err)
+		}
+		candidates = slices.DeleteFunc(candidates, func(wl *kueue.Workload) bool {
+			return live.UID != "" && metav1.IsControlledBy(wl, live)
+		})
 	}
 	var errs []error
-	for i := range list.Items {
-		wl := &list.Items[i]
-		ref := metav1.GetControllerOf(wl)
-		if ref == nil || !isSafeJobRef(ref) || ref.Name != req.Name || (uid != "" && ref.UID != uid) {
-			continue
-		}
+	for _, wl := range candidates {
 		errs = append(errs, r.releaseWorkload(ctx, wl))
 	}
 	return errors.Join(errs...)
+}
+
+// madeFor reports whether wl is a Workload this controller made for a
+// SafeJob of that name: controlled by its UID, labelled with it and named
+// after it.
+func madeFor(wl *kueue.Workload, name string) bool {
+	ref := metav1.GetControllerOfNoCopy(wl)
+	return ref != nil && isSafeJobRef(ref) && ref.Name == name && ref.UID != "" &&
+		wl.Labels[JobUIDLabel] == string(ref.UID) && slices.Contains(ledger.WorkloadNames(ref.Name, ref.UID), wl.Name)
 }
 
 // KueueServed reports whether the cluster serves Kueue's Workload API.

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -398,4 +400,285 @@ func TestKueueWorkloadFinishedEarly(t *testing.T) {
 
 func finishedOrFailed(sj *batchv1alpha1.SafeJob) bool {
 	return conditionTrue(sj, batchv1alpha1.ConditionComplete) || conditionTrue(sj, batchv1alpha1.ConditionFailed)
+}
+
+// admitPods gives the Workload quota in ClusterQueue cq for n of its pods,
+// as Kueue does when it admits a pod set partially.
+func admitPods(t *testing.T, key client.ObjectKey, flavor string, n int32) {
+	t.Helper()
+	setWorkloadStatus(t, key, func(wl *kueue.Workload) {
+		wl.Status.Admission = &kueue.Admission{ClusterQueue: "cq", PodSetAssignments: []kueue.PodSetAssignment{{
+			Name: kueue.DefaultPodSetName, Count: ptr.To(n),
+			Flavors: map[corev1.ResourceName]kueue.ResourceFlavorReference{corev1.ResourceCPU: kueue.ResourceFlavorReference(flavor)},
+		}}}
+		setCond(wl, kueue.WorkloadQuotaReserved, metav1.ConditionTrue, "QuotaReserved", "Quota reserved in ClusterQueue cq")
+		setCond(wl, kueue.WorkloadAdmitted, metav1.ConditionTrue, "Admitted", "The workload is admitted")
+	})
+}
+
+// waitOwnedWorkload waits for a Workload the SafeJob controls that
+// satisfies cond, whatever its name.
+func waitOwnedWorkload(t *testing.T, sj *batchv1alpha1.SafeJob, what string, cond func(*kueue.Workload) bool) *kueue.Workload {
+	t.Helper()
+	var found *kueue.Workload
+	waitFor(t, 30*time.Second, "Workload "+what, func() (bool, error) {
+		var list kueue.WorkloadList
+		if err := k8s.List(context.Background(), &list, client.InNamespace(sj.Namespace)); err != nil {
+			return false, err
+		}
+		for i := range list.Items {
+			if metav1.IsControlledBy(&list.Items[i], sj) && cond(&list.Items[i]) {
+				found = &list.Items[i]
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return found
+}
+
+func getSafeJob(t *testing.T, sj *batchv1alpha1.SafeJob) *batchv1alpha1.SafeJob {
+	t.Helper()
+	got := &batchv1alpha1.SafeJob{}
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(sj), got); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func setParallelism(t *testing.T, sj *batchv1alpha1.SafeJob, n int32) {
+	t.Helper()
+	patch := fmt.Appendf(nil, `{"spec":{"parallelism":%d}}`, n)
+	if err := k8s.Patch(context.Background(), sj.DeepCopy(), client.RawPatch("application/merge-patch+json", patch)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestKueueParallelismRaised: parallelism raised from 2 to 5 while
+// admitted for 2 pods. The SafeJob never runs more pods than admitted: as
+// Kueue's job integrations do with a job that no longer matches its
+// Workload, it stops its pods (Evicted, never failures) and, once none is
+// left, queues again with a Workload of 5 pods. Kueue admits 2 of them; it
+// runs 2 at a time and completes.
+func TestKueueParallelismRaised(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, hold, false)
+	startManager(t, h.ns, managerOptions{})
+	makeFlavor(t, "on-demand-f", nil)
+	sj := queuedSafeJob("raised", h.ns, 6, 2)
+	if err := k8s.Create(context.Background(), sj); err != nil {
+		t.Fatal(err)
+	}
+	old := waitWorkload(t, sj, "created", anyWorkload)
+	admit(t, client.ObjectKeyFromObject(old), "on-demand-f")
+	waitFor(t, 30*time.Second, "two running pods", func() (bool, error) {
+		got := &batchv1alpha1.SafeJob{}
+		err := k8s.Get(context.Background(), client.ObjectKeyFromObject(sj), got)
+		return err == nil && got.Status.Ready == 2, err
+	})
+	setParallelism(t, sj, 5)
+	requeued := waitWorkload(t, sj, "replaced by one of 5 pods", func(wl *kueue.Workload) bool {
+		if wl.UID == old.UID || wl.Spec.PodSets[0].Count != 5 {
+			return false
+		}
+		checkNoPodRuns(t, h.ns, "the new Workload")
+		return true
+	})
+	if wl := requeued; wl.Status.Admission != nil || meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted) {
+		t.Fatalf("the new Workload is admitted before Kueue admitted it: %+v", wl.Status)
+	}
+	got := getSafeJob(t, sj)
+	if n := countEntries(got, batchv1alpha1.EntryEvicted); n != 2 || got.Status.Failed != 0 || got.Status.Active != 0 {
+		t.Fatalf("after the raise: %d Evicted entries, failed %d, active %d; want 2, 0, 0", n, got.Status.Failed, got.Status.Active)
+	}
+	for _, e := range got.Status.Ledger.Entries {
+		if e.Type == batchv1alpha1.EntryEvicted && e.Reason != "WorkloadResized" {
+			t.Errorf("%s recorded Evicted with reason %q, want WorkloadResized", e.Pod, e.Reason)
+		}
+	}
+	waitForEvent(t, h.ns, sj.Name, "WorkloadResized")
+	if creates, _ := testutil.PodCreates(auditLog, h.ns); len(creates) != 2 {
+		t.Fatalf("pods created before the new Workload is admitted: %v", creates)
+	}
+
+	h.kubelet.SetFate(succeed)
+	admitPods(t, client.ObjectKeyFromObject(requeued), "on-demand-f", 2)
+	got = waitFinished(t, client.ObjectKeyFromObject(sj), time.Minute)
+	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || got.Status.Succeeded != 6 || got.Status.Failed != 0 {
+		t.Fatalf("after re-admission: succeeded %d failed %d conditions %+v", got.Status.Succeeded, got.Status.Failed, got.Status.Conditions)
+	}
+	if n := h.kubelet.MaxActive(); n > 2 {
+		t.Errorf("%d pods were running at once; Kueue admitted 2", n)
+	}
+	if creates := h.finalCheck(t, got); len(creates) != 8 {
+		t.Errorf("%d pods created, want 8 (2 stopped by the raise, 6 completions)", len(creates))
+	}
+}
+
+// checkNoPodRuns fails the test if a pod of the namespace is running.
+func checkNoPodRuns(t *testing.T, ns, what string) {
+	t.Helper()
+	var pods corev1.PodList
+	if err := k8s.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning {
+			t.Errorf("%s while pod %s still runs", what, p.Name)
+		}
+	}
+}
+
+// TestKueueParallelismRaisedWhileQueued: a raise before admission resizes
+// the waiting Workload in place (it keeps its place in the queue).
+func TestKueueParallelismRaisedWhileQueued(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil, false)
+	startManager(t, h.ns, managerOptions{})
+	makeFlavor(t, "on-demand-g", nil)
+	sj := queuedSafeJob("raised-early", h.ns, 4, 2)
+	if err := k8s.Create(context.Background(), sj); err != nil {
+		t.Fatal(err)
+	}
+	wl := waitWorkload(t, sj, "created", anyWorkload)
+	setWorkloadStatus(t, client.ObjectKeyFromObject(wl), func(wl *kueue.Workload) {
+		setCond(wl, kueue.WorkloadQuotaReserved, metav1.ConditionFalse, "Pending", "insufficient unused quota for cpu in flavor default, 1 more needed")
+	})
+	admittedCondition(t, client.ObjectKeyFromObject(sj), metav1.ConditionFalse, "insufficient unused quota")
+	setParallelism(t, sj, 4)
+	resized := waitWorkload(t, sj, "resized to 4 pods", func(n *kueue.Workload) bool { return n.Spec.PodSets[0].Count == 4 })
+	if resized.UID != wl.UID {
+		t.Fatalf("the waiting Workload was replaced (%s, then %s), not resized", wl.UID, resized.UID)
+	}
+	admit(t, client.ObjectKeyFromObject(resized), "on-demand-g")
+	got := waitFinished(t, client.ObjectKeyFromObject(sj), time.Minute)
+	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || got.Status.Succeeded != 4 || countEntries(got, batchv1alpha1.EntryEvicted) != 0 {
+		t.Fatalf("succeeded %d, evicted %d, conditions %+v", got.Status.Succeeded, countEntries(got, batchv1alpha1.EntryEvicted), got.Status.Conditions)
+	}
+	h.finalCheck(t, got)
+}
+
+// foreignWorkload is a Workload at name the SafeJob does not control:
+// controlled by ownerUID of a SafeJob of the same name (one deleted before),
+// or by nothing when ownerUID is "" (created by a user, or orphaned).
+func foreignWorkload(t *testing.T, sj *batchv1alpha1.SafeJob, name string, ownerUID types.UID) *kueue.Workload {
+	t.Helper()
+	wl := &kueue.Workload{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: sj.Namespace, Finalizers: []string{controller.ResourceInUseFinalizer}},
+		Spec: kueue.WorkloadSpec{QueueName: "team-a", PodSets: []kueue.PodSet{{Name: kueue.DefaultPodSetName, Count: 1,
+			Template: *sj.Spec.Template.DeepCopy()}}},
+	}
+	if ownerUID != "" {
+		wl.Labels = map[string]string{controller.JobUIDLabel: string(ownerUID)}
+		wl.OwnerReferences = []metav1.OwnerReference{{APIVersion: batchv1alpha1.GroupVersion.String(), Kind: "SafeJob",
+			Name: sj.Name, UID: ownerUID, Controller: ptr.To(true)}}
+	}
+	if err := k8s.Create(context.Background(), wl); err != nil {
+		t.Fatal(err)
+	}
+	return wl
+}
+
+// checkUntouched fails the test if the SafeJob's controller wrote the
+// Workload since the test last did (resourceVersion at), or took its finalizer.
+func checkUntouched(t *testing.T, key client.ObjectKey, at string) {
+	t.Helper()
+	wl := &kueue.Workload{}
+	if err := k8s.Get(context.Background(), key, wl); err != nil {
+		t.Fatalf("Workload %s: %v", key.Name, err)
+	}
+	if wl.ResourceVersion != at || wl.DeletionTimestamp != nil || !slices.Contains(wl.Finalizers, controller.ResourceInUseFinalizer) {
+		t.Errorf("Workload %s was touched: resourceVersion %s (was %s), deletion %v, finalizers %v", key.Name,
+			wl.ResourceVersion, at, wl.DeletionTimestamp, wl.Finalizers)
+	}
+}
+
+func resourceVersion(t *testing.T, key client.ObjectKey) string {
+	t.Helper()
+	wl := &kueue.Workload{}
+	if err := k8s.Get(context.Background(), key, wl); err != nil {
+		t.Fatal(err)
+	}
+	return wl.ResourceVersion
+}
+
+// TestKueueForeignWorkloadNames: Workloads the SafeJob does not control
+// hold the names of its Workload, the first one admitted. The SafeJob never
+// runs under that admission and never touches them. While every name is
+// held it says so (Admitted=False, WorkloadNameTaken); once one is free it
+// queues under it, and completes once its own Workload is admitted.
+func TestKueueForeignWorkloadNames(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil, false)
+	makeFlavor(t, "on-demand-h", nil)
+	sj := queuedSafeJob("taken", h.ns, 2, 1)
+	if err := k8s.Create(context.Background(), sj); err != nil {
+		t.Fatal(err)
+	}
+	names := controller.WorkloadNames(sj)
+	earlier := foreignWorkload(t, sj, names[0], "uid-of-an-earlier-safejob")
+	admit(t, client.ObjectKeyFromObject(earlier), "on-demand-h")
+	earlierAt := resourceVersion(t, client.ObjectKeyFromObject(earlier))
+	users := foreignWorkload(t, sj, names[1], "")
+	startManager(t, h.ns, managerOptions{})
+
+	admittedCondition(t, client.ObjectKeyFromObject(sj), metav1.ConditionFalse, names[1])
+	if c := condition(getSafeJob(t, sj), batchv1alpha1.ConditionAdmitted); c.Reason != "WorkloadNameTaken" {
+		t.Errorf("Admitted = %+v, want reason WorkloadNameTaken", c)
+	}
+	// The user frees the second name.
+	usersAt := resourceVersion(t, client.ObjectKeyFromObject(users))
+	checkUntouched(t, client.ObjectKeyFromObject(users), usersAt)
+	if err := k8s.Patch(context.Background(), users, client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`))); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(context.Background(), users); err != nil {
+		t.Fatal(err)
+	}
+	own := waitOwnedWorkload(t, sj, "created under the second name", anyWorkload)
+	if own.Name != names[1] {
+		t.Fatalf("the SafeJob's Workload is %s, want %s", own.Name, names[1])
+	}
+	admittedCondition(t, client.ObjectKeyFromObject(sj), metav1.ConditionFalse, "LocalQueue team-a")
+	if creates, _ := testutil.PodCreates(auditLog, h.ns); len(creates) != 0 {
+		t.Fatalf("pods created under a Workload the SafeJob does not control: %v", creates)
+	}
+	admit(t, client.ObjectKeyFromObject(own), "on-demand-h")
+	got := waitFinished(t, client.ObjectKeyFromObject(sj), time.Minute)
+	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || got.Status.Succeeded != 2 {
+		t.Fatalf("succeeded %d conditions %+v", got.Status.Succeeded, got.Status.Conditions)
+	}
+	waitOwnedWorkload(t, sj, "Finished and released", func(wl *kueue.Workload) bool {
+		return meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished) && len(wl.Finalizers) == 0
+	})
+	checkUntouched(t, client.ObjectKeyFromObject(earlier), earlierAt)
+	h.finalCheck(t, got)
+}
+
+// TestKueueWorkloadsReleasedByUID: a deleted SafeJob's Workload loses its
+// finalizer; a Workload controlled by an earlier SafeJob of the same name
+// does not.
+func TestKueueWorkloadsReleasedByUID(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, hold, false)
+	makeFlavor(t, "on-demand-i", nil)
+	sj := queuedSafeJob("released", h.ns, 1, 1)
+	if err := k8s.Create(context.Background(), sj); err != nil {
+		t.Fatal(err)
+	}
+	earlier := foreignWorkload(t, sj, "left-by-an-earlier-safejob", "uid-of-an-earlier-safejob")
+	earlierAt := resourceVersion(t, client.ObjectKeyFromObject(earlier))
+	startManager(t, h.ns, managerOptions{})
+	own := waitWorkload(t, sj, "created", anyWorkload)
+	admit(t, client.ObjectKeyFromObject(own), "on-demand-i")
+	admittedCondition(t, client.ObjectKeyFromObject(sj), metav1.ConditionTrue, "admitted")
+	if err := k8s.Delete(context.Background(), sj); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the deleted SafeJob's Workload released", func() (bool, error) {
+		wl := &kueue.Workload{}
+		err := k8s.Get(context.Background(), client.ObjectKeyFromObject(own), wl)
+		return apierrors.IsNotFound(err) || (err == nil && len(wl.Finalizers) == 0), client.IgnoreNotFound(err)
+	})
+	checkUntouched(t, client.ObjectKeyFromObject(earlier), earlierAt)
 }
