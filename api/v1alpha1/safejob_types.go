@@ -89,6 +89,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.maxFailedIndexes) || has(self.backoffLimitPerIndex)",message="maxFailedIndexes requires backoffLimitPerIndex"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxFailedIndexes) || self.maxFailedIndexes <= self.completions",message="maxFailedIndexes must not exceed completions"
 // +kubebuilder:validation:XValidation:rule="self.completionMode != 'Indexed' || self.completions >= 1",message="completions must be at least 1 when completionMode is Indexed"
+// +kubebuilder:validation:XValidation:rule="!has(self.backoffLimitPerIndex) || self.completions <= 20000 || (has(self.maxFailedIndexes) && self.maxFailedIndexes <= 1000)",message="with backoffLimitPerIndex and more than 20000 completions, maxFailedIndexes must be set to at most 1000, so that completedIndexes and failedIndexes always fit in status",fieldPath=".maxFailedIndexes"
 type SafeJobSpec struct {
 	// template is the pod template of every pod the SafeJob creates.
 	// Its restartPolicy must be Never or OnFailure. Immutable.
@@ -97,10 +98,13 @@ type SafeJobSpec struct {
 	Template corev1.PodTemplateSpec `json:"template"`
 
 	// parallelism is the most pods that run at once. 0 pauses launching.
+	// At most 2000: every running pod is listed in the ledger (with a
+	// Stopping entry while it is stopped), and that many fit in one status
+	// write together with the largest index sets (docs/design.md).
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
-	// +kubebuilder:validation:Maximum=100000
+	// +kubebuilder:validation:Maximum=2000
 	Parallelism *int32 `json:"parallelism,omitempty"`
 
 	// completions is the number of successful pods (NonIndexed) or of indexes

@@ -30,6 +30,11 @@ const (
 	FoldAbove = 100
 	// KeepAfterFold is the number of newest runs left listed by a fold.
 	KeepAfterFold = 20
+	// WaveSize bounds the Launched entries, and the Stopping entries, one
+	// status write appends: a SafeJob of the largest parallelism starts, or
+	// stops, in waves of writes that each stay far below the API server's
+	// request limit.
+	WaveSize = 500
 )
 
 // Reasons of the Stopping and Evicted entries the controller writes itself.
@@ -520,6 +525,7 @@ func (d *decision) decideAdmission() {
 // alone creates it, and has not.
 func (d *decision) stopPods() {
 	d.victims = d.pickVictims()
+	wave := 0
 	for _, ref := range sortedOpen(d.st) {
 		reason, stopping := d.st.Stopping[ref.Name]
 		if !stopping && !d.victims[ref.Name] {
@@ -534,7 +540,8 @@ func (d *decision) stopPods() {
 			d.add(batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryEvicted, Pod: ref.Name, Index: ref.Index,
 				Attempt: ref.Attempt, Reason: reason})
 			d.plan.Create = slices.DeleteFunc(d.plan.Create, func(c PodRef) bool { return c.Name == ref.Name })
-		case !stopping:
+		case !stopping && wave < WaveSize:
+			wave++
 			d.add(batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryStopping, Pod: ref.Name, Index: ref.Index,
 				Attempt: ref.Attempt, Reason: reason})
 		case d.stopOrdered[ref.Name] != "" && pod != nil && d.in.LastSeen[ref.Name] != pod && !IsTerminal(pod) && pod.DeletionTimestamp == nil:
@@ -549,7 +556,7 @@ func (d *decision) launch() {
 	if d.stopping {
 		return
 	}
-	slots := d.parallelism() - int32(len(d.st.Open))
+	slots := min(d.parallelism()-int32(len(d.st.Open)), WaveSize)
 	busy := map[int32]bool{}
 	for _, ref := range d.st.Open {
 		busy[ref.Index] = true

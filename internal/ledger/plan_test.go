@@ -481,7 +481,7 @@ func newDriver(s batchv1alpha1.SafeJobSpec) *driver {
 	return &driver{spec: s, status: &batchv1alpha1.SafeJobStatus{}, pending: map[string]bool{}}
 }
 
-func (d *driver) step(t *testing.T, now time.Time) *Plan {
+func (d *driver) step(t testing.TB, now time.Time) *Plan {
 	t.Helper()
 	plan, err := Decide(&Input{Name: "sj", Spec: &d.spec, Status: d.status, Pods: d.pods, Now: now, Pending: d.pending,
 		Gone: map[string]bool{}, LastSeen: map[string]*corev1.Pod{}})
@@ -510,11 +510,57 @@ func hasHeldPod(pods []*corev1.Pod) bool {
 	return slices.ContainsFunc(pods, func(p *corev1.Pod) bool { return len(p.Finalizers) > 0 })
 }
 
-func mustReplay(t *testing.T, l *batchv1alpha1.Ledger) *State {
+func mustReplay(t testing.TB, l *batchv1alpha1.Ledger) *State {
 	t.Helper()
 	st, err := Replay(l)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// TestLaunchAndStopInWaves checks that the largest parallelism starts, and
+// stops, in waves of at most WaveSize entries per status write, and that
+// every wave is taken up by the next write until all pods run or are
+// stopping.
+func TestLaunchAndStopInWaves(t *testing.T) {
+	const par = 2000
+	s := spec(par, 5000)
+	dr := newDriver(s)
+	countAppended := func(plan *Plan, typ batchv1alpha1.EntryType) int {
+		n := 0
+		for _, e := range plan.Append {
+			if e.Type == typ {
+				n++
+			}
+		}
+		return n
+	}
+	var waves []int
+	for len(mustReplay(t, &dr.status.Ledger).Open) < par {
+		if len(waves) > par/WaveSize+1 {
+			t.Fatalf("%d launch writes and %d open: waves %v", len(waves), len(mustReplay(t, &dr.status.Ledger).Open), waves)
+		}
+		waves = append(waves, countAppended(dr.step(t, t0), batchv1alpha1.EntryLaunched))
+	}
+	want := []int{WaveSize, WaveSize, WaveSize, WaveSize}
+	if !slices.Equal(waves, want) {
+		t.Fatalf("Launched per write %v, want %v", waves, want)
+	}
+	dr.step(t, t0) // creates the last wave's pods
+	if len(dr.pods) != par {
+		t.Fatalf("%d pods created, want %d", len(dr.pods), par)
+	}
+
+	dr.spec.Suspend = ptr.To(true)
+	waves = nil
+	for len(mustReplay(t, &dr.status.Ledger).Stopping) < par {
+		if len(waves) > par/WaveSize+1 {
+			t.Fatalf("stopping waves %v", waves)
+		}
+		waves = append(waves, countAppended(dr.step(t, t0), batchv1alpha1.EntryStopping))
+	}
+	if !slices.Equal(waves, want) {
+		t.Fatalf("Stopping per write %v, want %v", waves, want)
+	}
 }

@@ -49,8 +49,25 @@ func WaitForRelease(c client.Client, ns string) ([]corev1.Pod, []string, error) 
 	return pods.Items, holding, err
 }
 
-// MaxStatusBytes bounds a SafeJob's status (I6).
-const MaxStatusBytes = 64 << 10
+// I6 bounds a SafeJob's status by its parallelism, whatever its
+// completions: a base for conditions, counts and the checkpoint's counts,
+// room per open launch for its Launched and Stopping entries and its
+// attempt counts, and the index sets (bounded by the CRD's MaxLength).
+const (
+	baseStatusBytes    = 64 << 10
+	perOpenStatusBytes = 512
+)
+
+// StatusBytes returns the size of status as JSON and the most I6 allows
+// at parallelism par.
+func StatusBytes(status *batchv1alpha1.SafeJobStatus, par int32) (size, limit int) {
+	raw, _ := json.Marshal(status)
+	limit = baseStatusBytes + int(par)*perOpenStatusBytes + len(status.CompletedIndexes) + len(ptr.Deref(status.FailedIndexes, ""))
+	if cp := status.Ledger.Checkpoint; cp != nil {
+		limit += len(cp.SucceededIndexes) + len(cp.FailedIndexes)
+	}
+	return len(raw), limit
+}
 
 // LedgerWatch sees every version of the SafeJobs of a namespace and checks
 // I2, I4 and I6 on each, against the version before, and I8 on every run of
@@ -98,10 +115,10 @@ func (w *LedgerWatch) see(sj *batchv1alpha1.SafeJob) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.versions++
-	raw, _ := json.Marshal(sj.Status)
-	w.maxStatus = max(w.maxStatus, len(raw))
-	if len(raw) > MaxStatusBytes {
-		w.fail("I6: %s status is %d bytes", sj.Name, len(raw))
+	size, limit := StatusBytes(&sj.Status, ptr.Deref(sj.Spec.Parallelism, 1))
+	w.maxStatus = max(w.maxStatus, size)
+	if size > limit {
+		w.fail("I6: %s status is %d bytes, more than %d at parallelism %d", sj.Name, size, limit, ptr.Deref(sj.Spec.Parallelism, 1))
 	}
 	if parent := sj.Annotations[batchv1alpha1.ParentLabel]; parent != "" && !w.runs[sj.Name] {
 		w.runs[sj.Name] = true
@@ -124,6 +141,15 @@ func (w *LedgerWatch) see(sj *batchv1alpha1.SafeJob) {
 	if prev := w.last[sj.Name]; prev != nil {
 		if err := st.Covers(prev); err != nil {
 			w.fail("I4: %s: %v", sj.Name, err)
+		}
+		launched := 0
+		for _, e := range sj.Status.Ledger.Entries {
+			if e.Seq > prev.Seq && e.Type == batchv1alpha1.EntryLaunched {
+				launched++
+			}
+		}
+		if launched > ledger.WaveSize {
+			w.fail("I6: %s: one status write launched %d pods, more than a wave of %d", sj.Name, launched, ledger.WaveSize)
 		}
 	}
 	w.last[sj.Name] = st
