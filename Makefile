@@ -79,6 +79,10 @@ test-e2e: ## Run only the end-to-end suite on the local cluster (quick fault var
 bench: build cluster-assets ## Benchmark SafeJob against the built-in Job controller and the limit: BENCHMARKS.md, docs/benchmarks.png (BENCH_ARGS=... to change).
 	go run ./hack/bench -manager bin/manager $(BENCH_ARGS)
 
+.PHONY: bench-ledger
+bench-ledger: ## The ledger decision's cost per completion at 1k-100k completions, parallelism 100-2000: a section of BENCHMARKS.md.
+	go run ./hack/benchledger
+
 .PHONY: bench-writes
 bench-writes: envtest-assets ## kube-apiserver's CPU per status write: a Job's, and a SafeJob's by ledger length (WRITECOST_ARGS=... to change).
 	KUBEBUILDER_ASSETS="$$(hack/k8s-binaries.sh etcd kube-apiserver)" go run ./hack/writecost $(WRITECOST_ARGS)

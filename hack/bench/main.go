@@ -162,7 +162,7 @@ func main() {
 	if err := writeChart(chart, ws, results); err != nil {
 		fail(err)
 	}
-	if err := os.WriteFile(out, []byte(report(o, ws, results, chart, time.Since(started))), 0o644); err != nil {
+	if err := os.WriteFile(out, []byte(report(o, ws, results, chart, time.Since(started))+keptSection(out)), 0o644); err != nil {
 		fail(err)
 	}
 	fmt.Printf("==> Wrote %s, %s and %s\n", out, chart, jsonOut)
@@ -836,4 +836,21 @@ func peakRSS(p *cluster.Process) float64 {
 		}
 	}
 	return 0
+}
+
+// keptSection returns the section of the report at path that
+// hack/benchledger writes (between its markers, with a blank line before),
+// or "" when there is none: the cluster benchmark rewrites the rest.
+func keptSection(path string) string {
+	const begin, end = "<!-- ledger-bench begin -->", "<!-- ledger-bench end -->"
+	old, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	doc := string(old)
+	b, e := strings.Index(doc, begin), strings.Index(doc, end)
+	if b < 0 || e < b {
+		return ""
+	}
+	return "\n" + doc[b:e+len(end)] + "\n"
 }

@@ -57,8 +57,6 @@ type State struct {
 func Replay(l *batchv1alpha1.Ledger) (*State, error) {
 	st := &State{
 		Seq:           l.Seq,
-		Succeeded:     IndexSet{},
-		FailedIndexes: IndexSet{},
 		Attempts:      map[int32]int32{},
 		Failures:      map[int32]int32{},
 		Open:          map[string]PodRef{},
@@ -99,10 +97,8 @@ func (st *State) loadCheckpoint(cp *batchv1alpha1.LedgerCheckpoint) error {
 	if st.FailedIndexes, err = ParseIndexSet(cp.FailedIndexes); err != nil {
 		return fmt.Errorf("failedIndexes: %w", err)
 	}
-	for i := range st.Succeeded {
-		if st.FailedIndexes.Has(i) {
-			return fmt.Errorf("index %d both succeeded and failed", i)
-		}
+	if i, both := st.Succeeded.Common(&st.FailedIndexes); both {
+		return fmt.Errorf("index %d both succeeded and failed", i)
 	}
 	if min(cp.Seq, int64(cp.Failed), int64(cp.Lost), int64(cp.Evicted), int64(cp.Ignored)) < 0 {
 		return fmt.Errorf("negative count")
@@ -125,11 +121,9 @@ func (st *State) loadCheckpoint(cp *batchv1alpha1.LedgerCheckpoint) error {
 // within reports an index at or beyond completions: a ledger edited into
 // one describes another SafeJob and must not be acted on.
 func (st *State) within(completions int32) error {
-	for _, set := range []IndexSet{st.Succeeded, st.FailedIndexes} {
-		for i := range set {
-			if i >= completions {
-				return fmt.Errorf("index %d is beyond completions %d", i, completions)
-			}
+	for _, set := range []*IndexSet{&st.Succeeded, &st.FailedIndexes} {
+		if i, ok := set.Max(); ok && i >= completions {
+			return fmt.Errorf("index %d is beyond completions %d", i, completions)
 		}
 	}
 	for i := range st.Attempts {
@@ -142,6 +136,18 @@ func (st *State) within(completions int32) error {
 
 // done reports whether an index is finished: succeeded or failed for good.
 func (st *State) done(i int32) bool { return st.Succeeded.Has(i) || st.FailedIndexes.Has(i) }
+
+// nextUndone returns the smallest index at or after i that has neither
+// succeeded nor failed, skipping whole intervals at a time.
+func (st *State) nextUndone(i int32) int32 {
+	for {
+		j := st.FailedIndexes.NextAbsent(st.Succeeded.NextAbsent(i))
+		if j == i {
+			return i
+		}
+		i = j
+	}
+}
 
 // apply adds one entry to the state, checking it against what came before.
 func (st *State) apply(e *batchv1alpha1.LedgerEntry) error {
@@ -325,15 +331,11 @@ func (st *State) Covers(prev *State) error {
 	if st.Seq < prev.Seq {
 		return fmt.Errorf("seq went from %d to %d", prev.Seq, st.Seq)
 	}
-	for i := range prev.Succeeded {
-		if !st.Succeeded.Has(i) {
-			return fmt.Errorf("succeeded index %d forgotten", i)
-		}
+	if i, missing := st.Succeeded.Missing(&prev.Succeeded); missing {
+		return fmt.Errorf("succeeded index %d forgotten", i)
 	}
-	for i := range prev.FailedIndexes {
-		if !st.FailedIndexes.Has(i) {
-			return fmt.Errorf("failed index %d forgotten", i)
-		}
+	if i, missing := st.FailedIndexes.Missing(&prev.FailedIndexes); missing {
+		return fmt.Errorf("failed index %d forgotten", i)
 	}
 	if st.Failed < prev.Failed || st.Lost < prev.Lost || st.Evicted < prev.Evicted || st.Ignored < prev.Ignored {
 		return fmt.Errorf("a count went down: %+v -> %+v", prev, st)

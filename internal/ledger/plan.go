@@ -451,14 +451,14 @@ func (d *decision) decideTarget() {
 		reason, msg = batchv1alpha1.ReasonPodFailurePolicy, "A pod failure matched a podFailurePolicy rule with action FailJob"
 	case spec.BackoffLimitPerIndex == nil && st.Failed > ptr.Deref(spec.BackoffLimit, 6):
 		reason, msg = batchv1alpha1.ReasonBackoffLimitExceeded, "Job has reached the specified backoff limit"
-	case spec.MaxFailedIndexes != nil && int32(len(st.FailedIndexes)) > *spec.MaxFailedIndexes:
+	case spec.MaxFailedIndexes != nil && int32(st.FailedIndexes.Len()) > *spec.MaxFailedIndexes:
 		reason, msg = batchv1alpha1.ReasonMaxFailedIndexesExceeded, "Job has exceeded the specified maximal number of failed indexes"
 	case d.deadlineLeft() < 0:
 		reason, msg = batchv1alpha1.ReasonDeadlineExceeded, "Job was active longer than specified deadline"
-	case int32(len(st.Succeeded)) >= completions:
+	case int32(st.Succeeded.Len()) >= completions:
 		t, reason = batchv1alpha1.ConditionSuccessCriteriaMet, batchv1alpha1.ReasonCompletionsReached
 		msg = "Reached expected number of succeeded pods"
-	case len(st.FailedIndexes) > 0 && int32(len(st.Succeeded)+len(st.FailedIndexes)) >= completions:
+	case st.FailedIndexes.Len() > 0 && int32(st.Succeeded.Len()+st.FailedIndexes.Len()) >= completions:
 		reason, msg = batchv1alpha1.ReasonFailedIndexes, "Job has failed indexes"
 	default:
 		return
@@ -562,8 +562,8 @@ func (d *decision) launch() {
 		busy[ref.Index] = true
 	}
 	completions := ptr.Deref(d.in.Spec.Completions, 1)
-	for i := int32(0); i < completions && slots > 0; i++ {
-		if busy[i] || d.st.done(i) {
+	for i := d.st.nextUndone(0); i < completions && slots > 0; i = d.st.nextUndone(i + 1) {
+		if busy[i] {
 			continue
 		}
 		a := d.st.Attempts[i]
@@ -636,7 +636,7 @@ func (d *decision) setCounters(s *batchv1alpha1.SafeJobStatus, st *State) {
 			s.Ready++
 		}
 	}
-	s.Succeeded = int32(len(st.Succeeded))
+	s.Succeeded = int32(st.Succeeded.Len())
 	s.Failed = st.Failed
 	s.CompletedIndexes = ""
 	if d.in.Spec.CompletionMode == batchv1alpha1.IndexedCompletion {

@@ -393,8 +393,8 @@ func (w *world) check() {
 	// that launched stays within parallelism (after a scale-down, the older
 	// launches above it are being stopped).
 	launchedNow := len(w.versions) > 1 && launchedSince(&cur.Ledger, w.state(len(w.versions)-2).Seq)
-	if launchedNow && int32(len(st.Open)) > w.writtenAt[len(w.writtenAt)-1] || int32(len(st.Open)+len(st.Succeeded)) > completions {
-		w.t.Fatalf("I2: %d open launches, %d succeeded, parallelism %d, completions %d", len(st.Open), len(st.Succeeded), par, completions)
+	if launchedNow && int32(len(st.Open)) > w.writtenAt[len(w.writtenAt)-1] || int32(len(st.Open)+st.Succeeded.Len()) > completions {
+		w.t.Fatalf("I2: %d open launches, %d succeeded, parallelism %d, completions %d", len(st.Open), st.Succeeded.Len(), par, completions)
 	}
 	// I4: each version's meaning contains the previous one's.
 	if len(w.versions) > 1 {
@@ -541,8 +541,8 @@ func (w *world) checkEnd(t *testing.T) {
 	st := w.mustReplay(&cur.Ledger)
 	kind, _ := w.finished()
 	completions := ptr.Deref(w.spec.Completions, 1)
-	if kind == batchv1alpha1.ConditionComplete && int32(len(st.Succeeded)) != completions {
-		t.Fatalf("I3: Complete with %d of %d completions", len(st.Succeeded), completions)
+	if kind == batchv1alpha1.ConditionComplete && int32(st.Succeeded.Len()) != completions {
+		t.Fatalf("I3: Complete with %d of %d completions", st.Succeeded.Len(), completions)
 	}
 	for name := range w.everSucceeded {
 		ref := refFromName(name)
@@ -552,7 +552,7 @@ func (w *world) checkEnd(t *testing.T) {
 			t.Fatalf("I3: pod %s succeeded but index %d is not counted", name, ref.Index)
 		}
 	}
-	if cur.Succeeded != int32(len(st.Succeeded)) || cur.Active != 0 {
-		t.Fatalf("status counters %d/%d active %d, ledger says %d", cur.Succeeded, completions, cur.Active, len(st.Succeeded))
+	if cur.Succeeded != int32(st.Succeeded.Len()) || cur.Active != 0 {
+		t.Fatalf("status counters %d/%d active %d, ledger says %d", cur.Succeeded, completions, cur.Active, st.Succeeded.Len())
 	}
 }

@@ -350,8 +350,8 @@ func (e *env) checkLedgers(items []batchv1alpha1.SafeJob) {
 			e.t.Errorf("%s: ledger does not replay: %v", sj.Name, err)
 			continue
 		}
-		if int(sj.Status.Succeeded) != len(st.Succeeded) {
-			e.t.Errorf("%s: status.succeeded %d, ledger %d", sj.Name, sj.Status.Succeeded, len(st.Succeeded))
+		if int(sj.Status.Succeeded) != st.Succeeded.Len() {
+			e.t.Errorf("%s: status.succeeded %d, ledger %d", sj.Name, sj.Status.Succeeded, st.Succeeded.Len())
 		}
 	}
 }

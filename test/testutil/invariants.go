@@ -134,9 +134,9 @@ func (w *LedgerWatch) see(sj *batchv1alpha1.SafeJob) {
 		return
 	}
 	par, completions := ptr.Deref(sj.Spec.Parallelism, 1), ptr.Deref(sj.Spec.Completions, 1)
-	if int32(len(st.Open)) > par || int32(len(st.Open)+len(st.Succeeded)) > completions {
+	if int32(len(st.Open)) > par || int32(len(st.Open)+st.Succeeded.Len()) > completions {
 		w.fail("I2: %s has %d open launches and %d completions (parallelism %d, completions %d)",
-			sj.Name, len(st.Open), len(st.Succeeded), par, completions)
+			sj.Name, len(st.Open), st.Succeeded.Len(), par, completions)
 	}
 	if prev := w.last[sj.Name]; prev != nil {
 		if err := st.Covers(prev); err != nil {
@@ -232,8 +232,8 @@ func CheckPods(t *testing.T, c client.Client, sj *batchv1alpha1.SafeJob, creates
 			}
 		}
 	}
-	if sj.Status.Succeeded != int32(len(st.Succeeded)) {
-		t.Errorf("I3: status.succeeded %d, ledger %d", sj.Status.Succeeded, len(st.Succeeded))
+	if sj.Status.Succeeded != int32(st.Succeeded.Len()) {
+		t.Errorf("I3: status.succeeded %d, ledger %d", sj.Status.Succeeded, st.Succeeded.Len())
 	}
 	for name := range succeeded {
 		ref, ok := parseRef(byName[name], name)
