@@ -63,7 +63,9 @@ func (r *SafeJobReconciler) reconcileParent(ctx context.Context, sj *batchv1alph
 }
 
 // gatherRuns builds the input of DecideRuns from the cache: the parent's
-// runs, the pods of its runs that still run, and the runs seen before.
+// runs, the pods of its runs that still run, the runs seen and created
+// before, and, for open runs the cache does not show once no create of
+// them can land, a live read of the API server.
 func (r *SafeJobReconciler) gatherRuns(ctx context.Context, sj *batchv1alpha1.SafeJob) (*ledger.RunInput, error) {
 	var runs batchv1alpha1.SafeJobList
 	if err := r.Client.List(ctx, &runs, client.InNamespace(sj.Namespace),
@@ -75,6 +77,7 @@ func (r *SafeJobReconciler) gatherRuns(ctx context.Context, sj *batchv1alpha1.Sa
 		client.MatchingLabels{batchv1alpha1.ParentLabel: ledger.ShortName(sj.Name, 63)}); err != nil {
 		return nil, fmt.Errorf("listing pods of runs: %w", err)
 	}
+	key := client.ObjectKeyFromObject(sj)
 	in := &ledger.RunInput{
 		Name:    sj.Name,
 		Created: sj.CreationTimestamp.Time,
@@ -82,7 +85,10 @@ func (r *SafeJobReconciler) gatherRuns(ctx context.Context, sj *batchv1alpha1.Sa
 		Status:  &sj.Status,
 		Runs:    map[string]*batchv1alpha1.SafeJob{},
 		Busy:    map[string]int{},
-		Seen:    r.tracker.seenRuns(client.ObjectKeyFromObject(sj), sj.UID),
+		Seen:    r.tracker.seenRuns(key, sj.UID),
+		Issued:  r.tracker.issuedRuns(key, sj.UID),
+		Gone:    map[string]bool{},
+		Fence:   r.fence(),
 		Now:     r.Clock.Now(),
 	}
 	for i := range runs.Items {
@@ -95,7 +101,34 @@ func (r *SafeJobReconciler) gatherRuns(ctx context.Context, sj *batchv1alpha1.Sa
 		}
 		in.Busy[pod.Labels[batchv1alpha1.SafeJobNameLabel]]++
 	}
+	if err := r.confirmRuns(ctx, sj, in); err != nil {
+		return nil, err
+	}
 	return in, nil
+}
+
+// confirmRuns reads live the open runs the cache does not show once their
+// create window, create timeout and clock margin have passed: a run found
+// absent then can never be created any more (every create of it carries an
+// earlier deadline), so DecideRuns may close it.
+func (r *SafeJobReconciler) confirmRuns(ctx context.Context, sj *batchv1alpha1.SafeJob, in *ledger.RunInput) error {
+	unobserved, _, err := ledger.UnobservedRuns(in)
+	if err != nil {
+		return nil // DecideRuns reports the invalid ledger
+	}
+	for _, ref := range unobserved {
+		run := &batchv1alpha1.SafeJob{}
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: sj.Namespace, Name: ref.Name}, run)
+		switch {
+		case apierrors.IsNotFound(err):
+			in.Gone[ref.Name] = true
+		case err != nil:
+			return fmt.Errorf("confirming run %s: %w", ref.Name, err)
+		case metav1.IsControlledBy(run, sj):
+			in.Runs[ref.Name] = run // the cache lags behind
+		}
+	}
+	return nil
 }
 
 // actRuns carries out the plan's run work: release the finalizers of runs
@@ -117,20 +150,48 @@ func (r *SafeJobReconciler) actRuns(ctx context.Context, sj *batchv1alpha1.SafeJ
 		}
 	}
 	for _, ref := range plan.Create {
-		run := newRun(sj, ref)
-		err := r.Client.Create(ctx, run)
-		switch {
-		case err == nil:
-			r.Recorder.Eventf(sj, run, corev1.EventTypeNormal, "SuccessfulCreate", "CreateRun", "Created run %s for %s",
-				ref.Name, ref.ScheduledTime.UTC().Format(time.RFC3339))
-		case apierrors.IsAlreadyExists(err):
-			// Created before (names are deterministic): nothing to do.
-		default:
-			r.Recorder.Eventf(sj, nil, corev1.EventTypeWarning, "FailedCreate", "CreateRun", "Error creating run %s: %v", ref.Name, err)
-			errs = append(errs, fmt.Errorf("creating run %s: %w", ref.Name, err))
-		}
+		errs = append(errs, r.createRun(ctx, sj, ref))
 	}
 	return errors.Join(errs...)
+}
+
+// createRun creates a committed, observed run. It keeps the fence as pod
+// creates do (ledger.Fence): no create starts once the run's create window
+// has passed, and each carries the deadline of the window plus the create
+// timeout, so that none lands after the run's absence may be trusted
+// (confirmRuns). A create the API server answered is not issued again by
+// this process, so a run removed by hand right after it was created is not
+// created a second time.
+func (r *SafeJobReconciler) createRun(ctx context.Context, sj *batchv1alpha1.SafeJob, ref ledger.RunRef) error {
+	key := client.ObjectKeyFromObject(sj)
+	fence := r.fence()
+	logger := log.FromContext(ctx).WithValues("run", ref.Name)
+	if !fence.MayCreateRun(ref, r.Clock.Now()) {
+		logger.Info("Run create window passed; the run will be recorded Lost once it is confirmed absent")
+		return nil
+	}
+	ctx, cancel := context.WithDeadline(ctx, fence.RunCreateDeadline(ref))
+	defer cancel()
+	run := newRun(sj, ref)
+	err := r.Client.Create(ctx, run)
+	switch {
+	case err == nil:
+		r.tracker.issuedRun(key, sj.UID, ref.Name)
+		r.Recorder.Eventf(sj, run, corev1.EventTypeNormal, "SuccessfulCreate", "CreateRun", "Created run %s for %s",
+			ref.Name, ref.ScheduledTime.UTC().Format(time.RFC3339))
+		return nil
+	case apierrors.IsAlreadyExists(err):
+		// Names are deterministic: created before, or held by someone else.
+		// The cache shows the first; a live read after the window tells.
+		r.tracker.issuedRun(key, sj.UID, ref.Name)
+		logger.V(1).Info("Run already exists")
+		return nil
+	default:
+		// Retried within the window: a create that did land meets
+		// AlreadyExists, so a retry never makes a second run.
+		r.Recorder.Eventf(sj, nil, corev1.EventTypeWarning, "FailedCreate", "CreateRun", "Error creating run %s: %v", ref.Name, err)
+		return fmt.Errorf("creating run %s: %w", ref.Name, err)
+	}
 }
 
 // newRun builds the child SafeJob of one scheduled time: the parent's job

@@ -38,6 +38,9 @@ type jobMemo struct {
 	lastSeen map[string]*corev1.Pod
 	// runsSeen holds the runs of a scheduled SafeJob observed so far.
 	runsSeen map[string]bool
+	// runsIssued holds the open runs whose create this process issued and
+	// the API server answered.
+	runsIssued map[string]bool
 	// readySince is when a ready-count change alone was first held back.
 	readySince time.Time
 	// releasedAt holds when this process released pods' finalizers, so that a
@@ -71,7 +74,7 @@ func (t *tracker) memo(key types.NamespacedName, uid types.UID) *jobMemo {
 	m := t.jobs[key]
 	if m == nil || (uid != "" && m.uid != uid) {
 		m = &jobMemo{uid: uid, pending: map[string]bool{}, lastSeen: map[string]*corev1.Pod{}, runsSeen: map[string]bool{},
-			releasedAt: map[string]time.Time{}}
+			runsIssued: map[string]bool{}, releasedAt: map[string]time.Time{}}
 		t.jobs[key] = m
 	}
 	return m
@@ -179,6 +182,21 @@ func (t *tracker) sawRuns(key types.NamespacedName, uid types.UID, open map[stri
 		}
 	}
 	m.runsSeen = seen
+	maps.DeleteFunc(m.runsIssued, func(name string, _ bool) bool { return !open[name] })
+}
+
+// issuedRun remembers that the create of a run was issued and answered.
+func (t *tracker) issuedRun(key types.NamespacedName, uid types.UID, name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.memo(key, uid).runsIssued[name] = true
+}
+
+// issuedRuns returns the open runs whose create this process issued.
+func (t *tracker) issuedRuns(key types.NamespacedName, uid types.UID) map[string]bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return copyMap(t.memo(key, uid).runsIssued)
 }
 
 // seenRuns returns the runs observed so far.

@@ -32,9 +32,18 @@ type RunInput struct {
 	// running or terminating, whether or not their run still exists.
 	Busy map[string]int
 	// Seen holds the runs this process has observed before: an open run
-	// that was seen and is no longer there vanished; one never seen was
-	// never created.
+	// that was seen and is then found gone vanished.
 	Seen map[string]bool
+	// Issued holds the open runs whose create this process issued and the
+	// API server answered (created, or the name exists): they are not
+	// created again here.
+	Issued map[string]bool
+	// Gone holds the open runs that a live read found absent, read only once
+	// their create window has passed (UnobservedRuns).
+	Gone map[string]bool
+	// Fence bounds when a run may be created and when its absence is
+	// trusted, as for pods; the zero Fence is DefaultFence.
+	Fence Fence
 	// Now is the current time.
 	Now time.Time
 }
@@ -53,8 +62,35 @@ type RunPlan struct {
 	// Release lists runs whose outcome is committed and observed and that
 	// still carry the run finalizer.
 	Release []string
-	// RequeueAfter is when the next scheduled time comes (0: never).
+	// RequeueAfter is when the plan changes with time alone: the next
+	// scheduled time, or an open run due for a live read (0: never).
 	RequeueAfter time.Duration
+}
+
+// UnobservedRuns lists the open runs that the cache does not show and that
+// were committed at least the fence's LostGrace ago: no create of them can
+// land any more. The controller reads each live before DecideRuns; only
+// then may a run's absence close it, whether or not it was ever seen. The
+// duration is when the next open run becomes due for that check.
+func UnobservedRuns(in *RunInput) ([]RunRef, time.Duration, error) {
+	st, err := ReplayRuns(&in.Status.Ledger)
+	if err != nil {
+		return nil, 0, err
+	}
+	grace := in.Fence.orDefault().LostGrace()
+	var out []RunRef
+	var wait time.Duration
+	for _, r := range SortedRuns(st.Open) {
+		if in.Runs[r.Name] != nil || in.Gone[r.Name] {
+			continue
+		}
+		if due := r.Time.Add(grace).Sub(in.Now); due > 0 {
+			wait = MinPositive(wait, due)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, wait, nil
 }
 
 // DecideRuns computes the plan for one scheduled SafeJob. An error means the
@@ -64,7 +100,8 @@ func DecideRuns(in *RunInput) (*RunPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &runDecision{in: in, st: st, plan: &RunPlan{}, closing: map[string]bool{}, open: SortedRuns(st.Open)}
+	d := &runDecision{in: in, st: st, plan: &RunPlan{}, closing: map[string]bool{}, open: SortedRuns(st.Open),
+		fence: in.Fence.orDefault()}
 	d.status = *in.Status.DeepCopy()
 	d.recordOutcomes()
 	d.cleanUp()
@@ -87,6 +124,7 @@ type runDecision struct {
 	closing map[string]bool
 	// lastSuccess is the completion time of the latest successful run seen.
 	lastSuccess time.Time
+	fence       Fence
 }
 
 func (d *runDecision) policy() batchv1alpha1.ConcurrencyPolicy {
@@ -112,21 +150,30 @@ func finished(run *batchv1alpha1.SafeJob) *metav1.Condition {
 }
 
 // recordOutcomes appends the outcome of every open run that finished, is
-// being deleted, or vanished.
+// being deleted, vanished, or was never created.
 func (d *runDecision) recordOutcomes() {
 	replace := d.policy() == batchv1alpha1.ReplaceConcurrent
+	// Under Replace a run being deleted while a newer time is due was
+	// deleted to make way for it.
+	_, replacing := d.dueNow()
 	for k, r := range d.open {
 		e := batchv1alpha1.LedgerEntry{Run: r.Name, ScheduledTime: ptr.To(metav1.NewTime(r.ScheduledTime))}
 		run := d.in.Runs[r.Name]
 		later := k < len(d.open)-1
 		switch {
-		case run == nil && d.in.Seen[r.Name]:
-			e.Type, e.Reason = batchv1alpha1.EntryLost, RunReasonVanished
 		case run == nil && replace && later:
 			// Replaced before it started: a newer run supersedes it.
 			e.Type, e.Reason = batchv1alpha1.EntryEvicted, RunReasonReplaced
+		case run == nil && d.in.Gone[r.Name]:
+			// Past its create window and absent: no create can land any
+			// more. A run this process saw or created, or whose UID the
+			// parent recorded, existed and was removed by someone else.
+			e.Type, e.Reason = batchv1alpha1.EntryLost, RunReasonNotCreated
+			if d.in.Seen[r.Name] || d.in.Issued[r.Name] || d.activeRef(r.Name).UID != "" {
+				e.Reason = RunReasonVanished
+			}
 		case run == nil:
-			continue // not created yet
+			continue // not created yet, or not observed yet
 		case finished(run) != nil:
 			c := finished(run)
 			e.Type, e.Reason = batchv1alpha1.EntryFailed, c.Reason
@@ -138,7 +185,7 @@ func (d *runDecision) recordOutcomes() {
 			}
 		case run.DeletionTimestamp != nil:
 			e.Type, e.Reason = batchv1alpha1.EntryEvicted, RunReasonDeleted
-			if replace && later {
+			if replace && (later || replacing) {
 				e.Reason = RunReasonReplaced
 			}
 		default:
@@ -147,6 +194,17 @@ func (d *runDecision) recordOutcomes() {
 		d.closing[r.Name] = true
 		d.add(e)
 	}
+}
+
+// activeRef is the reference status.activeRuns last gave an open run (empty
+// when it has none): it keeps the run's UID once the run was observed.
+func (d *runDecision) activeRef(name string) corev1.ObjectReference {
+	for _, ref := range d.in.Status.ActiveRuns {
+		if ref.Name == name {
+			return ref
+		}
+	}
+	return corev1.ObjectReference{}
 }
 
 // isClosed reports whether the observed ledger records the run's outcome,
@@ -168,8 +226,30 @@ func RunScheduledTime(run *batchv1alpha1.SafeJob) (time.Time, bool) {
 	return t, err == nil
 }
 
+// fenceClosed reports whether no create of a run can land any more: its
+// create window, create timeout and clock margin have passed since its
+// Scheduled entry was committed. A run folded into the checkpoint was held
+// listed until then.
+func (d *runDecision) fenceClosed(name string) bool {
+	ref, listed := d.st.Closed[name]
+	if !listed {
+		ref, listed = d.st.Open[name]
+	}
+	if !listed {
+		return true
+	}
+	due := ref.Time.Add(d.fence.LostGrace()).Sub(d.in.Now)
+	if due > 0 {
+		d.plan.RequeueAfter = MinPositive(d.plan.RequeueAfter, due)
+	}
+	return due <= 0
+}
+
 // cleanUp releases the finalizer of runs whose outcome is committed and
-// deletes finished runs beyond the history limits, oldest first.
+// deletes finished runs beyond the history limits, oldest first. A
+// finalizer is released only once no create of the run can land any more
+// (fenceClosed): until then the run cannot disappear through the parent, so
+// a create still in flight meets AlreadyExists and never makes it again.
 func (d *runDecision) cleanUp() {
 	type kept struct {
 		name string
@@ -181,7 +261,7 @@ func (d *runDecision) cleanUp() {
 		if !d.isClosed(run) {
 			continue
 		}
-		if slices.Contains(run.Finalizers, batchv1alpha1.RunFinalizer) {
+		if slices.Contains(run.Finalizers, batchv1alpha1.RunFinalizer) && d.fenceClosed(name) {
 			d.plan.Release = append(d.plan.Release, name)
 		}
 		c := finished(run)
@@ -191,7 +271,7 @@ func (d *runDecision) cleanUp() {
 		if c == nil {
 			// Closed before it was seen (replaced before it started, while
 			// another process created it): it must not run.
-			d.plan.Delete = append(d.plan.Delete, name)
+			d.deleteRun(name)
 			continue
 		}
 		at, _ := RunScheduledTime(run)
@@ -205,7 +285,7 @@ func (d *runDecision) cleanUp() {
 		slices.SortFunc(list, func(a, b kept) int { return a.at.Compare(b.at) })
 		if n := len(list) - int(ptr.Deref(limit, def)); n > 0 {
 			for _, k := range list[:n] {
-				d.plan.Delete = append(d.plan.Delete, k.name)
+				d.deleteRun(k.name)
 			}
 		}
 	}
@@ -244,7 +324,7 @@ func (d *runDecision) schedule() {
 	}
 	recent, missed, next, ok := sched.MostRecent(d.earliest(), d.in.Now)
 	if !next.IsZero() {
-		d.plan.RequeueAfter = next.Sub(d.in.Now)
+		d.plan.RequeueAfter = MinPositive(d.plan.RequeueAfter, next.Sub(d.in.Now))
 	}
 	nextMsg := "no scheduled time is left"
 	if !next.IsZero() {
@@ -262,7 +342,7 @@ func (d *runDecision) schedule() {
 		d.setCond(batchv1alpha1.ConditionScheduling, metav1.ConditionTrue, batchv1alpha1.ReasonScheduled, nextMsg)
 		return
 	}
-	if d.forbidden(recent) {
+	if d.waitForEarlier(recent) {
 		return
 	}
 	name := RunName(d.in.Name, recent)
@@ -302,20 +382,62 @@ func (d *runDecision) earliest() time.Time {
 	return earliest
 }
 
-// forbidden reports, under Forbid, that an earlier run keeps the run due at
-// recent from starting, and says so.
-func (d *runDecision) forbidden(recent time.Time) bool {
-	if d.policy() != batchv1alpha1.ForbidConcurrent {
+// dueNow returns the scheduled time that would start now, if any: not
+// suspended, a valid schedule, a time due and within startingDeadlineSeconds.
+func (d *runDecision) dueNow() (time.Time, bool) {
+	spec := d.in.Spec
+	if ptr.Deref(spec.Suspend, false) {
+		return time.Time{}, false
+	}
+	sched, err := ParseSchedule(ptr.Deref(spec.Schedule, ""), ptr.Deref(spec.TimeZone, ""))
+	if err != nil {
+		return time.Time{}, false
+	}
+	recent, _, _, ok := sched.MostRecent(d.earliest(), d.in.Now)
+	if !ok {
+		return time.Time{}, false
+	}
+	if dl := spec.StartingDeadlineSeconds; dl != nil && d.in.Now.Sub(recent) > time.Duration(*dl)*time.Second {
+		return time.Time{}, false
+	}
+	return recent, true
+}
+
+// waitForEarlier reports, under Forbid and Replace, that an earlier run or a
+// pod of one keeps the run due at recent from starting, and says so. Under
+// Replace it deletes the earlier runs. The due time is committed only once
+// nothing is in its way, so that the run is created at once, within its
+// create window; until then it stays uncommitted, as under
+// startingDeadlineSeconds, and a later time supersedes it.
+func (d *runDecision) waitForEarlier(recent time.Time) bool {
+	policy := d.policy()
+	if policy == batchv1alpha1.AllowConcurrent {
 		return false
 	}
 	other := d.busy("")
 	if other == "" {
 		return false
 	}
-	d.setCond(batchv1alpha1.ConditionScheduling, metav1.ConditionFalse, batchv1alpha1.ReasonWaitingForRun,
-		fmt.Sprintf("concurrencyPolicy Forbid: run %s is still active; the run due at %s waits for it",
-			other, recent.UTC().Format(time.RFC3339)))
+	msg := fmt.Sprintf("concurrencyPolicy Forbid: run %s is still active; the run due at %s waits for it",
+		other, recent.UTC().Format(time.RFC3339))
+	if policy == batchv1alpha1.ReplaceConcurrent {
+		for _, r := range d.open {
+			if run := d.in.Runs[r.Name]; run != nil && run.DeletionTimestamp == nil && !d.closing[r.Name] {
+				d.deleteRun(r.Name)
+			}
+		}
+		msg = fmt.Sprintf("concurrencyPolicy Replace: run %s is being replaced; the run due at %s starts once it and its pods are gone",
+			other, recent.UTC().Format(time.RFC3339))
+	}
+	d.setCond(batchv1alpha1.ConditionScheduling, metav1.ConditionFalse, batchv1alpha1.ReasonWaitingForRun, msg)
 	return true
+}
+
+// deleteRun adds a run to the plan's deletes once.
+func (d *runDecision) deleteRun(name string) {
+	if !slices.Contains(d.plan.Delete, name) {
+		d.plan.Delete = append(d.plan.Delete, name)
+	}
 }
 
 // reportMissed sets MissedRuns: how many times were missed and up to when.
@@ -328,19 +450,29 @@ func (d *runDecision) reportMissed(n int64, msg string) {
 }
 
 // create lists the open runs to create now. A run is created only from the
-// observed ledger (I8); under Forbid and Replace only once no earlier run
-// is open or has a pod left, and Replace deletes the earlier runs.
+// observed ledger (I8), only within its create window (Fence), and not
+// again by the process that created or saw it; under Forbid and Replace only once
+// no earlier run is open or has a pod left, and Replace deletes the earlier
+// runs. An open run not observed is due for a live read once no create of
+// it can land any more.
 func (d *runDecision) create() {
 	open := d.open
+	grace := d.fence.LostGrace()
 	for k, r := range open {
 		if d.in.Runs[r.Name] != nil || d.closing[r.Name] {
 			continue
+		}
+		if due := r.Time.Add(grace).Sub(d.in.Now); due > 0 {
+			d.plan.RequeueAfter = MinPositive(d.plan.RequeueAfter, due)
+		}
+		if d.in.Seen[r.Name] || d.in.Issued[r.Name] || !d.fence.MayCreateRun(r, d.in.Now) {
+			continue // it existed: removed by someone, or the cache lags
 		}
 		if d.policy() != batchv1alpha1.AllowConcurrent {
 			if d.policy() == batchv1alpha1.ReplaceConcurrent {
 				for _, old := range open[:k] {
 					if run := d.in.Runs[old.Name]; run != nil && run.DeletionTimestamp == nil && !d.closing[old.Name] {
-						d.plan.Delete = append(d.plan.Delete, old.Name)
+						d.deleteRun(old.Name)
 					}
 				}
 			}
@@ -363,8 +495,11 @@ func (d *runDecision) setCond(t string, s metav1.ConditionStatus, reason, msg st
 func (d *runDecision) writeStatus() error {
 	l := Append(&d.in.Status.Ledger, d.plan.Append)
 	if len(l.Entries) > FoldAbove {
+		// A closed run stays listed while a create of it may still land, so
+		// that its finalizer is held until then (fenceClosed).
+		grace := d.fence.LostGrace()
 		var err error
-		if l, err = FoldRuns(&l, KeepAfterFold); err != nil {
+		if l, err = foldRuns(&l, KeepAfterFold, func(r RunRef) bool { return d.in.Now.Before(r.Time.Add(grace)) }); err != nil {
 			return err
 		}
 	}
@@ -385,6 +520,9 @@ func (d *runDecision) writeStatus() error {
 		ref := corev1.ObjectReference{APIVersion: batchv1alpha1.GroupVersion.String(), Kind: "SafeJob", Name: r.Name}
 		if run := d.in.Runs[r.Name]; run != nil {
 			ref.Namespace, ref.UID = run.Namespace, run.UID
+		} else if prev := d.activeRef(r.Name); prev.UID != "" {
+			// Not observed now: the UID once observed stays known.
+			ref.Namespace, ref.UID = prev.Namespace, prev.UID
 		}
 		s.ActiveRuns = append(s.ActiveRuns, ref)
 	}

@@ -18,14 +18,20 @@ const (
 	// RunReasonVanished: the run disappeared without its finalizer being
 	// released by the parent (someone removed it).
 	RunReasonVanished = "Vanished"
+	// RunReasonNotCreated: the run's create window passed and a live read
+	// found no run of that name; nothing shows it ever existed, and no
+	// create of it can land any more (Fence).
+	RunReasonNotCreated = "NotCreated"
 )
 
 // RunRef identifies one run of a scheduled SafeJob.
 type RunRef struct {
 	Name          string
 	ScheduledTime time.Time
-	// Seq is that of the Scheduled entry.
-	Seq int64
+	// Seq and Time are those of the Scheduled entry: Time is when the run
+	// was committed, from which its create window runs (Fence).
+	Seq  int64
+	Time time.Time
 }
 
 // RunState is what a scheduled SafeJob's ledger means.
@@ -123,7 +129,7 @@ func (st *RunState) applyScheduled(e *batchv1alpha1.LedgerEntry, prevTime time.T
 		st.LastScheduled = at
 	}
 	st.Missed += e.Missed
-	st.Open[e.Run] = RunRef{Name: e.Run, ScheduledTime: at, Seq: e.Seq}
+	st.Open[e.Run] = RunRef{Name: e.Run, ScheduledTime: at, Seq: e.Seq, Time: e.Time.Time}
 	return nil
 }
 
@@ -147,6 +153,20 @@ func (st *RunState) applyRunOutcome(e *batchv1alpha1.LedgerEntry) error {
 	return nil
 }
 
+// MayCreateRun reports whether a run may still be created at now: only within
+// the fence's create window after its Scheduled entry was committed, the
+// same window as a pod's after its Launched entry.
+func (f Fence) MayCreateRun(ref RunRef, now time.Time) bool {
+	return f.orDefault().MayCreate(PodRef{Name: ref.Name, Seq: ref.Seq, Time: ref.Time}, now)
+}
+
+// RunCreateDeadline is the deadline every create request of a run carries:
+// its create window plus the create timeout, so that none lands later.
+func (f Fence) RunCreateDeadline(ref RunRef) time.Time {
+	f = f.orDefault()
+	return ref.Time.Add(f.CreateWindow + f.CreateTimeout)
+}
+
 // SortedRuns returns runs in scheduled-time order.
 func SortedRuns(m map[string]RunRef) []RunRef {
 	out := make([]RunRef, 0, len(m))
@@ -161,6 +181,11 @@ func SortedRuns(m map[string]RunRef) []RunRef {
 // Open runs stay listed. The result replays to the same LastScheduled,
 // Open, Runs and Missed.
 func FoldRuns(l *batchv1alpha1.Ledger, keep int) (batchv1alpha1.Ledger, error) {
+	return foldRuns(l, keep, nil)
+}
+
+// foldRuns is FoldRuns that also keeps listed the closed runs hold reports.
+func foldRuns(l *batchv1alpha1.Ledger, keep int, hold func(RunRef) bool) (batchv1alpha1.Ledger, error) {
 	st, err := ReplayRuns(l)
 	if err != nil {
 		return batchv1alpha1.Ledger{}, err
@@ -171,7 +196,7 @@ func FoldRuns(l *batchv1alpha1.Ledger, keep int) (batchv1alpha1.Ledger, error) {
 	}
 	fold := map[string]bool{}
 	for _, r := range closed[:len(closed)-keep] {
-		fold[r.Name] = true
+		fold[r.Name] = hold == nil || !hold(r)
 	}
 	cp := &batchv1alpha1.LedgerCheckpoint{}
 	if l.Checkpoint != nil {

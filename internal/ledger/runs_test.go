@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"regexp"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -18,9 +20,10 @@ import (
 
 var r0 = time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
 
+// scheduled is the Scheduled entry of a run committed at its scheduled time.
 func scheduled(seq int64, run string, at time.Time, missed int64) batchv1alpha1.LedgerEntry {
 	return batchv1alpha1.LedgerEntry{Seq: seq, Type: batchv1alpha1.EntryScheduled, Run: run,
-		ScheduledTime: ptr.To(metav1.NewTime(at)), Missed: missed}
+		ScheduledTime: ptr.To(metav1.NewTime(at)), Missed: missed, Time: metav1.NewTime(at)}
 }
 
 func runOutcome(seq int64, typ batchv1alpha1.EntryType, run string, at time.Time) batchv1alpha1.LedgerEntry {
@@ -158,12 +161,15 @@ func TestDecideRuns(t *testing.T) {
 		runs        []*batchv1alpha1.SafeJob
 		busy        map[string]int
 		seen        []string
+		issued      []string
+		gone        []string
 		now         time.Time
 		wantAppend  []string
 		wantCreate  []string
 		wantDelete  []string
 		wantRelease []string
 		wantMissed  int64
+		wantReason  string            // of the last appended entry
 		wantCond    map[string]string // type -> reason
 	}{
 		"first tick commits, creates nothing yet": {
@@ -224,11 +230,50 @@ func TestDecideRuns(t *testing.T) {
 			wantRelease: []string{name(1), name(2), name(3)},
 			wantDelete:  []string{name(1), name(3)},
 		},
-		"vanished run is Lost, never created again": {
+		"vanished run waits for the live read after its fence": {
+			spec: parentSpec("* * * * *", ""), now: tick(1).Add(10 * time.Second),
+			status: ledgerOf(scheduled(0, name(1), tick(1), 0)),
+			seen:   []string{name(1)},
+		},
+		"vanished run is Lost once read absent, never created again": {
 			spec: parentSpec("* * * * *", ""), now: tick(1).Add(30 * time.Second),
 			status:     ledgerOf(scheduled(0, name(1), tick(1), 0)),
 			seen:       []string{name(1)},
+			gone:       []string{name(1)},
 			wantAppend: []string{"Lost:" + name(1)},
+			wantReason: RunReasonVanished,
+		},
+		"run created here and not in the cache yet is not created again": {
+			spec: parentSpec("* * * * *", ""), now: tick(1).Add(2 * time.Second),
+			status: ledgerOf(scheduled(0, name(1), tick(1), 0)),
+			issued: []string{name(1)},
+		},
+		"run past its create window is not created (restarted process, run removed by hand)": {
+			spec: parentSpec("* * * * *", ""), now: tick(1).Add(DefaultFence.CreateWindow),
+			status: ledgerOf(scheduled(0, name(1), tick(1), 0)),
+		},
+		"run never seen and read absent after its fence: Lost NotCreated": {
+			spec: parentSpec("* * * * *", ""), now: tick(1).Add(DefaultFence.LostGrace()),
+			status:     ledgerOf(scheduled(0, name(1), tick(1), 0)),
+			gone:       []string{name(1)},
+			wantAppend: []string{"Lost:" + name(1)},
+			wantReason: RunReasonNotCreated,
+		},
+		"run read absent whose UID status recorded: Lost Vanished": {
+			spec: parentSpec("* * * * *", ""), now: tick(1).Add(DefaultFence.LostGrace()),
+			status: func() batchv1alpha1.SafeJobStatus {
+				st := ledgerOf(scheduled(0, name(1), tick(1), 0))
+				st.ActiveRuns = []corev1.ObjectReference{{Name: name(1), UID: "uid-1"}}
+				return st
+			}(),
+			gone:       []string{name(1)},
+			wantAppend: []string{"Lost:" + name(1)},
+			wantReason: RunReasonVanished,
+		},
+		"closed run keeps its finalizer while a create of it may still land": {
+			spec: parentSpec("* * * * *", ""), now: tick(1).Add(DefaultFence.LostGrace() - time.Second),
+			status: ledgerOf(scheduled(0, name(1), tick(1), 0), runOutcome(0, batchv1alpha1.EntrySucceeded, name(1), tick(1))),
+			runs:   []*batchv1alpha1.SafeJob{child(name(1), tick(1), batchv1alpha1.ConditionComplete)},
 		},
 		"Forbid: open run blocks the next tick": {
 			spec: parentSpec("* * * * *", batchv1alpha1.ForbidConcurrent), now: tick(2).Add(time.Second),
@@ -249,10 +294,28 @@ func TestDecideRuns(t *testing.T) {
 			wantAppend:  []string{"Scheduled:" + name(2)},
 			wantRelease: []string{name(1)},
 		},
-		"Replace: new run committed while the old runs": {
+		"Replace: the old run is deleted, the new time waits uncommitted": {
 			spec: parentSpec("* * * * *", batchv1alpha1.ReplaceConcurrent), now: tick(2).Add(time.Second),
 			status:     ledgerOf(scheduled(0, name(1), tick(1), 0)),
 			runs:       []*batchv1alpha1.SafeJob{child(name(1), tick(1), "")},
+			wantDelete: []string{name(1)},
+			wantCond:   map[string]string{batchv1alpha1.ConditionScheduling: batchv1alpha1.ReasonWaitingForRun},
+		},
+		"Replace: the deleted old run is recorded replaced while the new time is due": {
+			spec: parentSpec("* * * * *", batchv1alpha1.ReplaceConcurrent), now: tick(2).Add(2 * time.Second),
+			status: ledgerOf(scheduled(0, name(1), tick(1), 0)),
+			runs: []*batchv1alpha1.SafeJob{func() *batchv1alpha1.SafeJob {
+				c := child(name(1), tick(1), "")
+				c.DeletionTimestamp = ptr.To(metav1.NewTime(tick(2)))
+				return c
+			}()},
+			busy:       map[string]int{name(1): 1},
+			wantAppend: []string{"Evicted:" + name(1)},
+			wantCond:   map[string]string{batchv1alpha1.ConditionScheduling: batchv1alpha1.ReasonWaitingForRun},
+		},
+		"Replace: the old run's pods gone, the due time is committed": {
+			spec: parentSpec("* * * * *", batchv1alpha1.ReplaceConcurrent), now: tick(2).Add(9 * time.Second),
+			status:     ledgerOf(scheduled(0, name(1), tick(1), 0), runOutcome(0, batchv1alpha1.EntryEvicted, name(1), tick(1))),
 			wantAppend: []string{"Scheduled:" + name(2)},
 		},
 		"Replace: old run deleted, new one waits": {
@@ -321,6 +384,13 @@ func TestDecideRuns(t *testing.T) {
 			for _, s := range tc.seen {
 				in.Seen[s] = true
 			}
+			in.Issued, in.Gone = map[string]bool{}, map[string]bool{}
+			for _, s := range tc.issued {
+				in.Issued[s] = true
+			}
+			for _, s := range tc.gone {
+				in.Gone[s] = true
+			}
 			plan, err := DecideRuns(in)
 			if err != nil {
 				t.Fatal(err)
@@ -338,6 +408,9 @@ func TestDecideRuns(t *testing.T) {
 			check("created", creates, tc.wantCreate)
 			check("deleted", plan.Delete, tc.wantDelete)
 			check("released", plan.Release, tc.wantRelease)
+			if n := len(plan.Append); tc.wantReason != "" && (n == 0 || plan.Append[n-1].Reason != tc.wantReason) {
+				t.Errorf("appended %+v, want the last with reason %s", plan.Append, tc.wantReason)
+			}
 			if got := plan.Status.MissedRuns; got != tc.wantMissed {
 				t.Errorf("missedRuns = %d, want %d", got, tc.wantMissed)
 			}
@@ -363,26 +436,50 @@ func findCond(cs []metav1.Condition, t string) *metav1.Condition {
 	return nil
 }
 
-// TestRunsWorldModel drives DecideRuns through a random world: stale caches,
-// crashes that drop a plan's actions, runs that finish, TTL and history
-// deletions, and all three concurrency policies. After every step: no
-// scheduled time has two runs, no run is created before its commit is
-// observed (I8), every run created is in the ledger, and no run that
-// finished and was deleted is created again.
+// TestRunsWorldModel drives DecideRuns through a random world: stale caches
+// of the parent and of its runs, crashes that drop a plan's actions,
+// restarts that drop the process's memory, creates that land late (before
+// their deadline) or never, runs removed by hand with their finalizer
+// stripped, runs that finish, TTL and history deletions, and all three
+// concurrency policies. After every step: no scheduled time has two runs, no
+// run is created before its commit is observed (I8), every create lands
+// before its fence deadline and never for a run whose outcome is recorded,
+// no run deleted once its outcome was recorded is created again, and a run
+// removed by hand only by a create started within its window. After a calm phase no run
+// is left open that does not exist.
 func TestRunsWorldModel(t *testing.T) {
+	outcomes := map[string]int{}
 	for seed := range uint64(200) {
 		policies := []batchv1alpha1.ConcurrencyPolicy{batchv1alpha1.AllowConcurrent, batchv1alpha1.ForbidConcurrent, batchv1alpha1.ReplaceConcurrent}
 		policy := policies[seed%3]
 		t.Run(fmt.Sprintf("seed%d-%s", seed, policy), func(t *testing.T) {
-			runWorld(t, rand.New(rand.NewPCG(seed, 7)), policy)
+			for k, n := range runWorld(t, rand.New(rand.NewPCG(seed, 7)), policy).outcomes {
+				outcomes[k] += n
+			}
 		})
 	}
+	// The faults are exercised: runs removed by hand, and runs whose create
+	// never landed, are recorded Lost.
+	for _, reason := range []string{RunReasonVanished, RunReasonNotCreated} {
+		if outcomes["Lost/"+reason] == 0 {
+			t.Errorf("no run recorded Lost (%s) in any seed: %v", reason, outcomes)
+		}
+	}
+	t.Logf("outcomes: %v", outcomes)
 }
 
 type worldRun struct {
 	obj      *batchv1alpha1.SafeJob
 	finishAt time.Time
 	busyTill time.Time
+	// visibleAt is when the controller's cache shows the run.
+	visibleAt time.Time
+}
+
+// lateCreate is a create request sent and not yet answered.
+type lateCreate struct {
+	ref    RunRef
+	landAt time.Time
 }
 
 // runsWorld is the API server and the cluster as far as runs go.
@@ -394,23 +491,39 @@ type runsWorld struct {
 	cached  batchv1alpha1.SafeJobStatus // the controller's cache, maybe stale
 	runs    map[string]*worldRun        // children in the API server
 	created map[string]int              // creates that succeeded, by name
-	deleted map[string]bool             // children removed for good
-	seen    map[string]bool
-	now     time.Time
+	deleted map[string]bool             // children deleted once their finalizer was released
+	byHand  map[string]bool             // children removed by hand, finalizer stripped
+	late    []lateCreate                // creates in flight
+	// seen and issued are the process's memory (tracker), lost on restart.
+	seen   map[string]bool
+	issued map[string]bool
+	calm   bool
+	now    time.Time
+	// outcomes counts the committed outcomes by type/reason.
+	outcomes map[string]int
 }
 
-func runWorld(t *testing.T, rng *rand.Rand, policy batchv1alpha1.ConcurrencyPolicy) {
+func runWorld(t *testing.T, rng *rand.Rand, policy batchv1alpha1.ConcurrencyPolicy) *runsWorld {
 	w := &runsWorld{t: t, rng: rng, spec: parentSpec("@every 5s", policy), runs: map[string]*worldRun{},
-		created: map[string]int{}, deleted: map[string]bool{}, seen: map[string]bool{}, now: r0}
+		created: map[string]int{}, deleted: map[string]bool{}, byHand: map[string]bool{}, seen: map[string]bool{},
+		issued: map[string]bool{}, outcomes: map[string]int{}, now: r0}
 	w.spec.SuccessfulRunsHistoryLimit, w.spec.FailedRunsHistoryLimit = ptr.To[int32](int32(rng.IntN(2))), ptr.To[int32](0)
-	for step := range 400 {
+	for step := range 500 {
+		w.calm = step >= 400 // no faults: every open run must settle
 		w.now = w.now.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
+		w.land(step)
 		w.finishRuns()
-		if rng.IntN(3) > 0 { // the cache catches up most of the time
+		if w.calm || rng.IntN(3) > 0 { // the cache catches up most of the time
 			w.cached = *w.status.DeepCopy()
 		}
+		if !w.calm && rng.IntN(40) == 0 { // restart: the process's memory is gone
+			w.seen, w.issued = map[string]bool{}, map[string]bool{}
+		}
+		if !w.calm && rng.IntN(25) == 0 {
+			w.removeByHand()
+		}
 		plan := w.decide(step)
-		if rng.IntN(8) == 0 {
+		if !w.calm && rng.IntN(8) == 0 {
 			continue // crashed before acting: nothing of the plan happens
 		}
 		w.act(step, plan)
@@ -426,6 +539,83 @@ func runWorld(t *testing.T, rng *rand.Rand, policy batchv1alpha1.ConcurrencyPoli
 	}
 	if final.Runs+int64(len(final.Open)) == 0 {
 		t.Error("no run was ever scheduled")
+	}
+	settle := DefaultFence.LostGrace() + 10*time.Second
+	for name, r := range final.Open {
+		if w.runs[name] == nil && w.now.Sub(r.Time) > settle {
+			t.Errorf("run %s committed at %s is still open at %s and does not exist", name, r.Time, w.now)
+		}
+	}
+	return w
+}
+
+// land carries out the creates whose time has come, and checks the fence:
+// a create lands before its deadline, never for a run whose outcome is
+// recorded, never for a run that was deleted.
+func (w *runsWorld) land(step int) {
+	var left []lateCreate
+	for _, c := range w.late {
+		if c.landAt.After(w.now) {
+			left = append(left, c)
+			continue
+		}
+		w.create(step, c.ref, c.landAt)
+	}
+	w.late = left
+}
+
+// create makes the run in the API server at time at, unless its name exists.
+func (w *runsWorld) create(step int, ref RunRef, at time.Time) bool {
+	if w.runs[ref.Name] != nil {
+		return false // AlreadyExists
+	}
+	if !at.Before(DefaultFence.RunCreateDeadline(ref)) {
+		w.t.Fatalf("step %d: run %s created at %s, past its deadline %s", step, ref.Name, at, DefaultFence.RunCreateDeadline(ref))
+	}
+	if w.deleted[ref.Name] {
+		w.t.Fatalf("step %d: run %s created again after it was deleted", step, ref.Name)
+	}
+	if w.byHand[ref.Name] {
+		// Only a create started within the run's window, by a process that
+		// does not know it created the run (restarted, or its create timed
+		// out), lands again; the deadline check above holds it to the fence.
+		w.created[ref.Name]--
+	}
+	if st, _ := ReplayRuns(&w.status.Ledger); st != nil {
+		// A run removed by hand may be created again by a create started
+		// within its window; never once it was recorded Lost.
+		out := w.outcome(ref.Name)
+		if _, closed := st.Closed[ref.Name]; closed && out.Reason != RunReasonReplaced &&
+			(!w.byHand[ref.Name] || out.Type == batchv1alpha1.EntryLost) {
+			w.t.Fatalf("step %d: run %s created after its outcome %+v was recorded", step, ref.Name, w.outcome(ref.Name))
+		}
+	}
+	w.created[ref.Name]++
+	obj := child(ref.Name, ref.ScheduledTime, "")
+	obj.UID = k8stypes.UID("uid-" + obj.Name)
+	d := time.Duration(1+w.rng.IntN(15)) * time.Second
+	w.runs[ref.Name] = &worldRun{obj: obj, finishAt: at.Add(d), busyTill: at.Add(d + time.Second),
+		visibleAt: at.Add(time.Duration(w.rng.IntN(2000)) * time.Millisecond)}
+	return true
+}
+
+func (w *runsWorld) outcome(name string) batchv1alpha1.LedgerEntry {
+	for _, e := range w.status.Ledger.Entries {
+		if e.Run == name && e.Type != batchv1alpha1.EntryScheduled {
+			return e
+		}
+	}
+	return batchv1alpha1.LedgerEntry{}
+}
+
+// removeByHand strips a run's finalizer and deletes it, as a user can.
+func (w *runsWorld) removeByHand() {
+	for _, name := range sortedKeys(w.runs) {
+		if w.rng.IntN(3) == 0 {
+			delete(w.runs, name)
+			w.byHand[name] = true
+			return
+		}
 	}
 }
 
@@ -444,19 +634,35 @@ func (w *runsWorld) finishRuns() {
 	}
 }
 
-// decide runs DecideRuns on the cached view and checks I8 and no re-run on
-// the plan's creates.
+// decide gathers as the controller does (the cached runs, the live read of
+// the unobserved ones), runs DecideRuns, and checks I8 and no re-run on the
+// plan's creates.
 func (w *runsWorld) decide(step int) *RunPlan {
 	obsRuns := map[string]*batchv1alpha1.SafeJob{}
 	busy := map[string]int{}
 	for name, r := range w.runs {
-		obsRuns[name] = r.obj.DeepCopy()
-		w.seen[name] = true
 		if finished(r.obj) == nil && w.now.Before(r.busyTill) {
 			busy[name] = 1
 		}
+		if w.now.Before(r.visibleAt) {
+			continue // not in the cache yet
+		}
+		obsRuns[name] = r.obj.DeepCopy()
+		w.seen[name] = true
 	}
-	in := &RunInput{Name: "p", Created: r0, Spec: w.spec, Status: &w.cached, Runs: obsRuns, Busy: busy, Seen: w.seen, Now: w.now}
+	in := &RunInput{Name: "p", Created: r0, Spec: w.spec, Status: &w.cached, Runs: obsRuns, Busy: busy,
+		Seen: maps.Clone(w.seen), Issued: maps.Clone(w.issued), Gone: map[string]bool{}, Now: w.now}
+	unobserved, _, err := UnobservedRuns(in)
+	if err != nil {
+		w.t.Fatalf("step %d: %v", step, err)
+	}
+	for _, ref := range unobserved {
+		if r := w.runs[ref.Name]; r != nil {
+			obsRuns[ref.Name] = r.obj.DeepCopy()
+		} else {
+			in.Gone[ref.Name] = true
+		}
+	}
 	plan, err := DecideRuns(in)
 	if err != nil {
 		w.t.Fatalf("step %d: %v", step, err)
@@ -474,25 +680,27 @@ func (w *runsWorld) decide(step int) *RunPlan {
 		}) {
 			w.t.Fatalf("step %d: run %s created by the plan that records its outcome", step, c.Name)
 		}
-		if w.deleted[c.Name] {
-			w.t.Fatalf("step %d: run %s created again after it finished and was deleted", step, c.Name)
+		if !DefaultFence.MayCreateRun(c, w.now) {
+			w.t.Fatalf("step %d: run %s planned for creation past its window", step, c.Name)
 		}
 	}
 	return plan
 }
 
 // act carries the plan out, lets TTL delete some finished runs, and writes
-// status if the plan was made on the current version.
+// status if the plan was made on the current version. A create is answered
+// at once, or lands later before its deadline, or never.
 func (w *runsWorld) act(step int, plan *RunPlan) {
 	for _, c := range plan.Create {
-		if w.runs[c.Name] != nil {
-			continue // AlreadyExists
+		switch k := w.rng.IntN(10); {
+		case w.calm || k < 7:
+			w.create(step, c, w.now)
+			w.issued[c.Name] = true
+		case k < 9:
+			deadline := DefaultFence.RunCreateDeadline(c)
+			w.late = append(w.late, lateCreate{ref: c, landAt: w.now.Add(time.Duration(w.rng.Int64N(int64(deadline.Sub(w.now)))))})
+		default: // lost on the way
 		}
-		w.created[c.Name]++
-		obj := child(c.Name, c.ScheduledTime, "")
-		obj.UID = k8stypes.UID("uid-" + obj.Name)
-		d := time.Duration(1+w.rng.IntN(15)) * time.Second
-		w.runs[c.Name] = &worldRun{obj: obj, finishAt: w.now.Add(d), busyTill: w.now.Add(d + time.Second)}
 	}
 	for _, name := range plan.Release {
 		if r := w.runs[name]; r != nil {
@@ -531,5 +739,10 @@ func (w *runsWorld) commit(step int, plan *RunPlan) {
 	}
 	if err := next.Covers(prev); err != nil {
 		w.t.Fatalf("step %d: I4: %v", step, err)
+	}
+	for _, e := range plan.Append {
+		if e.Type != batchv1alpha1.EntryScheduled {
+			w.outcomes[string(e.Type)+"/"+e.Reason]++
+		}
 	}
 }

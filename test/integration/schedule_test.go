@@ -69,6 +69,15 @@ func (s *scheduleHarness) poke(t *testing.T) {
 
 func (s *scheduleHarness) minute(k int) time.Time { return s.first.Add(time.Duration(k) * time.Minute) }
 
+// pastFence moves the clock past the create fence of the run committed at
+// minute k (s.at): no create of it can land any more, so its finalizer may
+// be released and its absence trusted.
+func (s *scheduleHarness) pastFence(t *testing.T, k int) {
+	t.Helper()
+	s.clock.SetTime(s.minute(k).Add(2*time.Second + ledger.DefaultFence.LostGrace()))
+	s.poke(t)
+}
+
 func (s *scheduleHarness) runName(k int) string { return ledger.RunName(s.parent.Name, s.minute(k)) }
 
 func (s *scheduleHarness) getParent(t *testing.T) *batchv1alpha1.SafeJob {
@@ -231,6 +240,7 @@ func TestScheduleRunsEachTime(t *testing.T) {
 		names = append(names, name)
 		s.waitLedger(t, batchv1alpha1.EntrySucceeded, name)
 		s.checkRunMeta(t, name, k)
+		s.pastFence(t, k)
 		waitFor(t, 30*time.Second, "the run finalizer of "+name+" to be released", func() (bool, error) {
 			run := s.run(t, name)
 			return run != nil && len(run.Finalizers) == 0, nil
@@ -313,6 +323,7 @@ func TestScheduleNoRerunAfterDeletion(t *testing.T) {
 	s.create(t, testutil.MakeSafeJob("ttl", ns).Schedule("* * * * *").TTLSecondsAfterFinished(0).HistoryLimits(0, 0).Obj())
 	s.at(t, s.minute(0))
 	s.waitLedger(t, batchv1alpha1.EntrySucceeded, s.runName(0))
+	s.pastFence(t, 0)
 	s.waitGone(t, s.runName(0))
 	s.poke(t)
 	stop()
@@ -322,7 +333,60 @@ func TestScheduleNoRerunAfterDeletion(t *testing.T) {
 	// the parent, with the first run gone from the cluster.
 	s.at(t, s.minute(1))
 	s.waitLedger(t, batchv1alpha1.EntrySucceeded, s.runName(1))
+	s.pastFence(t, 1)
 	s.waitGone(t, s.runName(1))
+	s.checkOnce(t, s.runName(0), s.runName(1))
+}
+
+// TestScheduleRemovedRunNeverRecreated: a run whose finalizer is stripped
+// by hand and that is deleted before the parent recorded its outcome, while
+// no controller runs, is never created again by the restarted controller,
+// which never saw it: past its create window no create of it starts, and
+// once a live read confirms it absent the parent records it Lost
+// (Vanished: its UID was recorded in activeRuns) and goes on with the
+// schedule.
+func TestScheduleRemovedRunNeverRecreated(t *testing.T) {
+	t.Parallel()
+	s, ns := newScheduleHarness(t)
+	stop := startManager(t, ns, managerOptions{clock: s.clock})
+	s.create(t, testutil.MakeSafeJob("byhand", ns).Schedule("* * * * *").Obj())
+	s.kubelet.SetFate(holdPodsOf(s.runName(0)))
+	s.at(t, s.minute(0))
+	run := s.waitRun(t, s.runName(0))
+	waitFor(t, 30*time.Second, "activeRuns to carry the UID of run 0", func() (bool, error) {
+		refs := s.getParent(t).Status.ActiveRuns
+		return len(refs) == 1 && refs[0].UID == run.UID, nil
+	})
+	stop()
+
+	run = s.run(t, s.runName(0))
+	run.Finalizers = nil
+	if err := k8s.Update(context.Background(), run); err != nil {
+		t.Fatalf("stripping the run finalizer: %v", err)
+	}
+	if err := k8s.Delete(context.Background(), run); err != nil {
+		t.Fatal(err)
+	}
+	s.waitGone(t, s.runName(0))
+	// The controller comes back once no create of run 0 can land any more.
+	s.pastFence(t, 0)
+	startManager(t, ns, managerOptions{clock: s.clock})
+	s.poke(t)
+	e := s.waitLedger(t, batchv1alpha1.EntryLost, s.runName(0))
+	if e.Reason != ledger.RunReasonVanished {
+		t.Errorf("run 0 recorded Lost with reason %q, want %q", e.Reason, ledger.RunReasonVanished)
+	}
+	s.at(t, s.minute(1))
+	s.waitLedger(t, batchv1alpha1.EntrySucceeded, s.runName(1))
+	var runs batchv1alpha1.SafeJobList
+	if err := k8s.List(context.Background(), &runs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, sj := range runs.Items {
+		if sj.Name == s.runName(0) {
+			t.Errorf("run 0 exists again (UID %s, was %s)", sj.UID, run.UID)
+		}
+	}
 	s.checkOnce(t, s.runName(0), s.runName(1))
 }
 
