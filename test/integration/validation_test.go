@@ -71,6 +71,23 @@ func TestBadInputRefused(t *testing.T) {
 			sj:       testutil.MakeSafeJob("policy2", ns).Schedule("@hourly").ConcurrencyPolicy("Sometimes").Obj(),
 			wantMsgs: []string{"spec.concurrencyPolicy", "Sometimes"},
 		},
+		"parallelism above the largest": {
+			sj:       testutil.MakeSafeJob("par-over", ns).Parallelism(maxParallelism + 1).Obj(),
+			wantMsgs: []string{"spec.parallelism", "2000"},
+		},
+		"completions above the largest": {
+			sj:       testutil.MakeSafeJob("comp-over", ns).Indexed().Completions(maxCompletions + 1).Obj(),
+			wantMsgs: []string{"spec.completions"},
+		},
+		"per-index limit above 20000 completions without a cap on failed indexes": {
+			sj:       testutil.MakeSafeJob("per-index-over", ns).Indexed().Completions(perIndexCompletions + 1).BackoffLimitPerIndex(3).Obj(),
+			wantMsgs: []string{"spec.maxFailedIndexes", "20000"},
+		},
+		"per-index limit with too high a cap on failed indexes": {
+			sj: testutil.MakeSafeJob("per-index-cap-over", ns).Indexed().Completions(maxCompletions).BackoffLimitPerIndex(3).
+				MaxFailedIndexes(maxFailedIndexesLarge + 1).Obj(),
+			wantMsgs: []string{"spec.maxFailedIndexes", "1000"},
+		},
 		"negative history limit": {
 			sj:       testutil.MakeSafeJob("history", ns).Schedule("@hourly").HistoryLimits(-1, 1).Obj(),
 			wantMsgs: []string{"spec.successfulRunsHistoryLimit"},
