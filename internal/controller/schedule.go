@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -45,7 +47,7 @@ func (r *SafeJobReconciler) reconcileParent(ctx context.Context, sj *batchv1alph
 		open[name] = true
 	}
 	r.tracker.sawRuns(client.ObjectKeyFromObject(sj), sj.UID, open, func(name string) bool { return in.Runs[name] != nil })
-	if err := r.actRuns(ctx, sj, plan); err != nil {
+	if err := r.actRuns(ctx, sj, plan, in.Runs); err != nil {
 		return reconcile.Result{}, err
 	}
 	if err := r.writeParentStatus(ctx, sj, plan); err != nil {
@@ -88,6 +90,7 @@ func (r *SafeJobReconciler) gatherRuns(ctx context.Context, sj *batchv1alpha1.Sa
 		Seen:    r.tracker.seenRuns(key, sj.UID),
 		Issued:  r.tracker.issuedRuns(key, sj.UID),
 		Gone:    map[string]bool{},
+		Taken:   map[string]bool{},
 		Fence:   r.fence(),
 		Now:     r.Clock.Now(),
 	}
@@ -126,26 +129,44 @@ func (r *SafeJobReconciler) confirmRuns(ctx context.Context, sj *batchv1alpha1.S
 			return fmt.Errorf("confirming run %s: %w", ref.Name, err)
 		case metav1.IsControlledBy(run, sj):
 			in.Runs[ref.Name] = run // the cache lags behind
+		default:
+			// The name is held by an object this parent does not control:
+			// never adopted or touched; the run is recorded NameTaken.
+			log.FromContext(ctx).Info("Run name held by an object the parent does not control",
+				"run", ref.Name, "holderUID", run.UID)
+			in.Taken[ref.Name] = true
 		}
 	}
 	return nil
 }
 
 // actRuns carries out the plan's run work: release the finalizers of runs
-// whose outcome is committed, delete runs, create committed runs.
-func (r *SafeJobReconciler) actRuns(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *ledger.RunPlan) error {
+// whose outcome is committed, delete runs, create committed runs. Releases
+// and deletes act only on the runs the parent controls (runs, from its UID),
+// each under that run's UID: an object that took the name meanwhile is
+// never touched.
+func (r *SafeJobReconciler) actRuns(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *ledger.RunPlan,
+	runs map[string]*batchv1alpha1.SafeJob) error {
 	var errs []error
 	for _, name := range plan.Release {
-		errs = append(errs, r.removeFinalizer(ctx, func() client.Object { return &batchv1alpha1.SafeJob{} },
-			client.ObjectKey{Namespace: sj.Namespace, Name: name}, batchv1alpha1.RunFinalizer))
+		if run := runs[name]; run != nil && metav1.IsControlledBy(run, sj) {
+			errs = append(errs, r.removeRunFinalizer(ctx, client.ObjectKeyFromObject(run), run.UID))
+		}
 	}
 	for _, name := range plan.Delete {
-		run := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: sj.Namespace, Name: name}}
-		err := r.Client.Delete(ctx, run, client.PropagationPolicy(metav1.DeletePropagationBackground))
+		run := runs[name]
+		if run == nil || !metav1.IsControlledBy(run, sj) {
+			continue
+		}
+		err := r.Client.Delete(ctx, run, client.PropagationPolicy(metav1.DeletePropagationBackground),
+			client.Preconditions{UID: ptr.To(run.UID)})
 		switch {
 		case err == nil:
 			r.Recorder.Eventf(sj, run, corev1.EventTypeNormal, "SuccessfulDelete", "DeleteRun", "Deleted run %s", name)
-		case !apierrors.IsNotFound(err):
+		case apierrors.IsNotFound(err):
+		case apierrors.IsConflict(err):
+			log.FromContext(ctx).Info("Run not deleted: its name is held by another object now", "run", name)
+		default:
 			errs = append(errs, fmt.Errorf("deleting run %s: %w", name, err))
 		}
 	}
@@ -285,6 +306,42 @@ func (r *SafeJobReconciler) releaseRun(ctx context.Context, run *batchv1alpha1.S
 		return nil // the parent records the outcome and releases the run
 	}
 	log.FromContext(ctx).V(1).Info("Releasing run of a deleted parent")
-	return r.removeFinalizer(ctx, func() client.Object { return &batchv1alpha1.SafeJob{} },
-		client.ObjectKeyFromObject(run), batchv1alpha1.RunFinalizer)
+	return r.removeRunFinalizer(ctx, client.ObjectKeyFromObject(run), run.UID)
+}
+
+// removeRunFinalizer removes the run finalizer of the run with this UID
+// only: a JSON patch that tests the UID and the entry it removes, so that
+// neither another object of the same name nor a concurrent finalizer edit
+// is ever touched. A failed test on a cached copy retries once on a live
+// read.
+func (r *SafeJobReconciler) removeRunFinalizer(ctx context.Context, key client.ObjectKey, uid types.UID) error {
+	var err error
+	for _, reader := range []client.Reader{r.Client, r.APIReader} {
+		run := &batchv1alpha1.SafeJob{}
+		if err = reader.Get(ctx, key, run); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		if run.UID != uid {
+			err = nil
+			continue // another object holds the name (or the cache lags): read live
+		}
+		k := slices.Index(run.Finalizers, batchv1alpha1.RunFinalizer)
+		if k < 0 {
+			return nil
+		}
+		patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/uid","value":%q},`+
+			`{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`,
+			uid, k, batchv1alpha1.RunFinalizer, k)
+		err = r.Client.Patch(ctx, run, client.RawPatch(types.JSONPatchType, []byte(patch)))
+		if err == nil || apierrors.IsNotFound(err) {
+			return nil
+		}
+		if !apierrors.IsInvalid(err) && !apierrors.IsBadRequest(err) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("removing the run finalizer of %s: %w", key.Name, err)
+	}
+	return nil
 }

@@ -41,6 +41,11 @@ type RunInput struct {
 	// Gone holds the open runs that a live read found absent, read only once
 	// their create window has passed (UnobservedRuns).
 	Gone map[string]bool
+	// Taken holds the open runs whose name a live read found held by an
+	// object the parent does not control (a stranger's SafeJob, or one left
+	// by an earlier parent of the same name): it is never adopted, counted,
+	// deleted or released, and the run is recorded Lost (NameTaken).
+	Taken map[string]bool
 	// Fence bounds when a run may be created and when its absence is
 	// trusted, as for pods; the zero Fence is DefaultFence.
 	Fence Fence
@@ -81,7 +86,7 @@ func UnobservedRuns(in *RunInput) ([]RunRef, time.Duration, error) {
 	var out []RunRef
 	var wait time.Duration
 	for _, r := range SortedRuns(st.Open) {
-		if in.Runs[r.Name] != nil || in.Gone[r.Name] {
+		if in.Runs[r.Name] != nil || in.Gone[r.Name] || in.Taken[r.Name] {
 			continue
 		}
 		if due := r.Time.Add(grace).Sub(in.Now); due > 0 {
@@ -164,6 +169,9 @@ func (d *runDecision) recordOutcomes() {
 		case run == nil && replace && later:
 			// Replaced before it started: a newer run supersedes it.
 			e.Type, e.Reason = batchv1alpha1.EntryEvicted, RunReasonReplaced
+		case run == nil && d.in.Taken[r.Name]:
+			// Someone else holds the name: this run never ran here.
+			e.Type, e.Reason = batchv1alpha1.EntryLost, LostReasonNameTaken
 		case run == nil && d.in.Gone[r.Name]:
 			// Past its create window and absent: no create can land any
 			// more. A run this process saw or created, or whose UID the

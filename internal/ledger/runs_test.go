@@ -163,6 +163,7 @@ func TestDecideRuns(t *testing.T) {
 		seen        []string
 		issued      []string
 		gone        []string
+		taken       []string
 		now         time.Time
 		wantAppend  []string
 		wantCreate  []string
@@ -269,6 +270,14 @@ func TestDecideRuns(t *testing.T) {
 			gone:       []string{name(1)},
 			wantAppend: []string{"Lost:" + name(1)},
 			wantReason: RunReasonVanished,
+		},
+		"name held by a stranger: Lost NameTaken, and the schedule goes on": {
+			spec: parentSpec("* * * * *", batchv1alpha1.ForbidConcurrent), now: tick(1).Add(DefaultFence.LostGrace()),
+			status:     ledgerOf(scheduled(0, name(1), tick(1), 0)),
+			taken:      []string{name(1)},
+			wantAppend: []string{"Lost:" + name(1)},
+			wantReason: LostReasonNameTaken,
+			wantCond:   map[string]string{batchv1alpha1.ConditionScheduling: batchv1alpha1.ReasonScheduled},
 		},
 		"closed run keeps its finalizer while a create of it may still land": {
 			spec: parentSpec("* * * * *", ""), now: tick(1).Add(DefaultFence.LostGrace() - time.Second),
@@ -391,6 +400,10 @@ func TestDecideRuns(t *testing.T) {
 			for _, s := range tc.gone {
 				in.Gone[s] = true
 			}
+			in.Taken = map[string]bool{}
+			for _, s := range tc.taken {
+				in.Taken[s] = true
+			}
 			plan, err := DecideRuns(in)
 			if err != nil {
 				t.Fatal(err)
@@ -445,7 +458,8 @@ func findCond(cs []metav1.Condition, t string) *metav1.Condition {
 // run is created before its commit is observed (I8), every create lands
 // before its fence deadline and never for a run whose outcome is recorded,
 // no run deleted once its outcome was recorded is created again, and a run
-// removed by hand only by a create started within its window. After a calm phase no run
+// removed by hand only by a create started within its window; a stranger's
+// object under a run's name is never deleted, released or counted. After a calm phase no run
 // is left open that does not exist.
 func TestRunsWorldModel(t *testing.T) {
 	outcomes := map[string]int{}
@@ -460,7 +474,7 @@ func TestRunsWorldModel(t *testing.T) {
 	}
 	// The faults are exercised: runs removed by hand, and runs whose create
 	// never landed, are recorded Lost.
-	for _, reason := range []string{RunReasonVanished, RunReasonNotCreated} {
+	for _, reason := range []string{RunReasonVanished, RunReasonNotCreated, LostReasonNameTaken} {
 		if outcomes["Lost/"+reason] == 0 {
 			t.Errorf("no run recorded Lost (%s) in any seed: %v", reason, outcomes)
 		}
@@ -494,6 +508,9 @@ type runsWorld struct {
 	deleted map[string]bool             // children deleted once their finalizer was released
 	byHand  map[string]bool             // children removed by hand, finalizer stripped
 	late    []lateCreate                // creates in flight
+	// strangers hold names the parent will use; they never go, and the
+	// parent must never touch or count them.
+	strangers map[string]bool
 	// seen and issued are the process's memory (tracker), lost on restart.
 	seen   map[string]bool
 	issued map[string]bool
@@ -506,7 +523,7 @@ type runsWorld struct {
 func runWorld(t *testing.T, rng *rand.Rand, policy batchv1alpha1.ConcurrencyPolicy) *runsWorld {
 	w := &runsWorld{t: t, rng: rng, spec: parentSpec("@every 5s", policy), runs: map[string]*worldRun{},
 		created: map[string]int{}, deleted: map[string]bool{}, byHand: map[string]bool{}, seen: map[string]bool{},
-		issued: map[string]bool{}, outcomes: map[string]int{}, now: r0}
+		issued: map[string]bool{}, outcomes: map[string]int{}, strangers: map[string]bool{}, now: r0}
 	w.spec.SuccessfulRunsHistoryLimit, w.spec.FailedRunsHistoryLimit = ptr.To[int32](int32(rng.IntN(2))), ptr.To[int32](0)
 	for step := range 500 {
 		w.calm = step >= 400 // no faults: every open run must settle
@@ -521,6 +538,9 @@ func runWorld(t *testing.T, rng *rand.Rand, policy batchv1alpha1.ConcurrencyPoli
 		}
 		if !w.calm && rng.IntN(25) == 0 {
 			w.removeByHand()
+		}
+		if !w.calm && rng.IntN(30) == 0 {
+			w.takeName()
 		}
 		plan := w.decide(step)
 		if !w.calm && rng.IntN(8) == 0 {
@@ -566,7 +586,7 @@ func (w *runsWorld) land(step int) {
 
 // create makes the run in the API server at time at, unless its name exists.
 func (w *runsWorld) create(step int, ref RunRef, at time.Time) bool {
-	if w.runs[ref.Name] != nil {
+	if w.runs[ref.Name] != nil || w.strangers[ref.Name] {
 		return false // AlreadyExists
 	}
 	if !at.Before(DefaultFence.RunCreateDeadline(ref)) {
@@ -606,6 +626,22 @@ func (w *runsWorld) outcome(name string) batchv1alpha1.LedgerEntry {
 		}
 	}
 	return batchv1alpha1.LedgerEntry{}
+}
+
+// takeName makes a stranger's object under the name of one of the next
+// scheduled times, before the parent commits it.
+func (w *runsWorld) takeName() {
+	st, err := ReplayRuns(&w.status.Ledger)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	last := st.LastScheduled
+	if last.IsZero() {
+		last = r0
+	}
+	if name := RunName("p", last.Add(time.Duration(1+w.rng.IntN(3))*5*time.Second)); w.runs[name] == nil {
+		w.strangers[name] = true
+	}
 }
 
 // removeByHand strips a run's finalizer and deletes it, as a user can.
@@ -656,10 +692,14 @@ func (w *runsWorld) decide(step int) *RunPlan {
 	if err != nil {
 		w.t.Fatalf("step %d: %v", step, err)
 	}
+	in.Taken = map[string]bool{}
 	for _, ref := range unobserved {
-		if r := w.runs[ref.Name]; r != nil {
+		switch r := w.runs[ref.Name]; {
+		case r != nil:
 			obsRuns[ref.Name] = r.obj.DeepCopy()
-		} else {
+		case w.strangers[ref.Name]:
+			in.Taken[ref.Name] = true
+		default:
 			in.Gone[ref.Name] = true
 		}
 	}
@@ -670,6 +710,11 @@ func (w *runsWorld) decide(step int) *RunPlan {
 	observed, err := ReplayRuns(&w.cached.Ledger)
 	if err != nil {
 		w.t.Fatal(err)
+	}
+	for _, name := range slices.Concat(plan.Delete, plan.Release) {
+		if w.strangers[name] {
+			w.t.Fatalf("step %d: the plan deletes or releases %s, a stranger's object", step, name)
+		}
 	}
 	for _, c := range plan.Create {
 		if _, ok := observed.Open[c.Name]; !ok {
@@ -743,6 +788,9 @@ func (w *runsWorld) commit(step int, plan *RunPlan) {
 	for _, e := range plan.Append {
 		if e.Type != batchv1alpha1.EntryScheduled {
 			w.outcomes[string(e.Type)+"/"+e.Reason]++
+		}
+		if w.strangers[e.Run] && e.Type != batchv1alpha1.EntryScheduled && e.Reason != LostReasonNameTaken && e.Reason != RunReasonReplaced {
+			w.t.Fatalf("step %d: run %s, whose name a stranger holds, recorded %s (%s)", step, e.Run, e.Type, e.Reason)
 		}
 	}
 }

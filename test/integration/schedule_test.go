@@ -3,15 +3,18 @@ package integration
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	testclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
@@ -388,6 +391,65 @@ func TestScheduleRemovedRunNeverRecreated(t *testing.T) {
 		}
 	}
 	s.checkOnce(t, s.runName(0), s.runName(1))
+}
+
+// TestScheduleNameTaken: the names of two runs are held by SafeJobs the
+// parent does not control: a stranger's, and one left by an earlier parent
+// of the same name (another UID). The parent never adopts, counts, deletes
+// or releases them: once no create of its own can land, it records each
+// run Lost (NameTaken) and goes on with the schedule.
+func TestScheduleNameTaken(t *testing.T) {
+	t.Parallel()
+	s, ns := newScheduleHarness(t)
+	startManager(t, ns, managerOptions{clock: s.clock})
+	parent := testutil.MakeSafeJob("taken", ns).Schedule("* * * * *").ConcurrencyPolicy(batchv1alpha1.ForbidConcurrent).
+		HistoryLimits(0, 0).Obj()
+	s.create(t, parent)
+	stranger := testutil.MakeSafeJob(s.runName(0), ns).Obj()
+	stranger.Finalizers = []string{batchv1alpha1.RunFinalizer}
+	leftover := testutil.MakeSafeJob(s.runName(1), ns).Obj()
+	leftover.Finalizers = []string{batchv1alpha1.RunFinalizer}
+	leftover.OwnerReferences = []metav1.OwnerReference{{APIVersion: batchv1alpha1.GroupVersion.String(), Kind: "SafeJob",
+		Name: parent.Name, UID: "0a1b2c3d-earlier-parent", Controller: ptr.To(true)}}
+	held := map[string]*batchv1alpha1.SafeJob{}
+	for _, sj := range []*batchv1alpha1.SafeJob{stranger, leftover} {
+		if err := k8s.Create(context.Background(), sj); err != nil {
+			t.Fatal(err)
+		}
+		held[sj.Name] = sj
+		waitFinished(t, client.ObjectKeyFromObject(sj), 30*time.Second) // finished: tempting to count and prune
+	}
+
+	for k := range 2 {
+		s.at(t, s.minute(k))
+		s.waitLedger(t, batchv1alpha1.EntryScheduled, s.runName(k))
+		s.pastFence(t, k)
+		e := s.waitLedger(t, batchv1alpha1.EntryLost, s.runName(k))
+		if e.Reason != ledger.LostReasonNameTaken {
+			t.Errorf("run %d recorded Lost with reason %q, want %q", k, e.Reason, ledger.LostReasonNameTaken)
+		}
+	}
+	s.at(t, s.minute(2))
+	s.waitLedger(t, batchv1alpha1.EntrySucceeded, s.runName(2))
+	s.pastFence(t, 2)
+	s.waitGone(t, s.runName(2)) // history 0: the parent's own run is pruned
+
+	p := s.getParent(t)
+	if st, err := ledger.ReplayRuns(&p.Status.Ledger); err != nil || p.Status.LastSuccessfulTime == nil ||
+		!p.Status.LastSuccessfulTime.After(s.minute(2)) || len(st.Open) != 0 {
+		t.Errorf("parent status: lastSuccessfulTime %v, ledger %+v (%v)", p.Status.LastSuccessfulTime, p.Status.Ledger.Entries, err)
+	}
+	for name, was := range held {
+		sj := s.run(t, name)
+		if sj == nil || sj.UID != was.UID || sj.DeletionTimestamp != nil || !slices.Equal(sj.Finalizers, was.Finalizers) ||
+			!equality.Semantic.DeepEqual(sj.OwnerReferences, was.OwnerReferences) {
+			t.Errorf("%s was touched: %+v", name, sj.ObjectMeta)
+		}
+	}
+	if got := s.runCreates(t); len(got) != 3 || got[s.runName(2)] != 1 {
+		t.Errorf("SafeJob creates %v: want the two held names by the test and run 2 once", got)
+	}
+	s.watch.Check(t)
 }
 
 // TestScheduleForbid: no run starts while an earlier run, or a pod of it,
