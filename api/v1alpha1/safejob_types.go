@@ -332,6 +332,12 @@ type LedgerEntry struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=128
 	Reason string `json:"reason,omitempty"`
+	// uid is, on a run's outcome entry, the run's UID when the parent knew
+	// it: pods of a run that is gone are matched to it by their controller's
+	// UID, never by labels or names.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	UID string `json:"uid,omitempty"`
 }
 
 // IndexState keeps, for an index that is not finished, what folded entries said of it.

@@ -46,7 +46,12 @@ func (r *SafeJobReconciler) reconcileParent(ctx context.Context, sj *batchv1alph
 	for name := range st.Open {
 		open[name] = true
 	}
-	r.tracker.sawRuns(client.ObjectKeyFromObject(sj), sj.UID, open, func(name string) bool { return in.Runs[name] != nil })
+	r.tracker.sawRuns(client.ObjectKeyFromObject(sj), sj.UID, open, func(name string) types.UID {
+		if run := in.Runs[name]; run != nil {
+			return run.UID
+		}
+		return ""
+	})
 	if err := r.actRuns(ctx, sj, plan, in.Runs); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -65,23 +70,19 @@ func (r *SafeJobReconciler) reconcileParent(ctx context.Context, sj *batchv1alph
 }
 
 // gatherRuns builds the input of DecideRuns from the cache: the parent's
-// runs, the pods of its runs that still run, the runs seen and created
-// before, and, for open runs the cache does not show once no create of
-// them can land, a live read of the API server.
+// runs, the runs seen and created before, for open runs the cache does not
+// show once no create of them can land a live read of the API server, and
+// the pods of its runs that still run.
 func (r *SafeJobReconciler) gatherRuns(ctx context.Context, sj *batchv1alpha1.SafeJob) (*ledger.RunInput, error) {
 	var runs batchv1alpha1.SafeJobList
 	if err := r.Client.List(ctx, &runs, client.InNamespace(sj.Namespace),
 		client.MatchingFields{ownerUIDIndexSJ: string(sj.UID)}); err != nil {
 		return nil, fmt.Errorf("listing runs: %w", err)
 	}
-	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.InNamespace(sj.Namespace),
-		client.MatchingLabels{batchv1alpha1.ParentLabel: ledger.ShortName(sj.Name, 63)}); err != nil {
-		return nil, fmt.Errorf("listing pods of runs: %w", err)
-	}
 	key := client.ObjectKeyFromObject(sj)
 	in := &ledger.RunInput{
-		Name:    sj.Name,
+		Name:      sj.Name,
+		Namespace: sj.Namespace,
 		Created: sj.CreationTimestamp.Time,
 		Spec:    &sj.Spec,
 		Status:  &sj.Status,
@@ -97,17 +98,32 @@ func (r *SafeJobReconciler) gatherRuns(ctx context.Context, sj *batchv1alpha1.Sa
 	for i := range runs.Items {
 		in.Runs[runs.Items[i].Name] = &runs.Items[i]
 	}
-	for i := range pods.Items {
-		pod := &pods.Items[i]
-		if pod.Annotations[batchv1alpha1.ParentLabel] != sj.Name || ledger.IsTerminal(pod) {
-			continue
-		}
-		in.Busy[pod.Labels[batchv1alpha1.SafeJobNameLabel]]++
-	}
 	if err := r.confirmRuns(ctx, sj, in); err != nil {
 		return nil, err
 	}
+	if err := r.countBusy(ctx, sj, in); err != nil {
+		return nil, err
+	}
 	return in, nil
+}
+
+// countBusy counts, by run, the pods still running or terminating of the
+// runs the parent knows (ledger.RunUIDs), found by their controller's UID:
+// a pod that merely carries the parent's label or annotation never counts.
+func (r *SafeJobReconciler) countBusy(ctx context.Context, sj *batchv1alpha1.SafeJob, in *ledger.RunInput) error {
+	for uid, name := range ledger.RunUIDs(in) {
+		var pods corev1.PodList
+		if err := r.Client.List(ctx, &pods, client.InNamespace(sj.Namespace),
+			client.MatchingFields{ownerUIDIndex: string(uid)}, client.UnsafeDisableDeepCopy); err != nil {
+			return fmt.Errorf("listing pods of run %s: %w", name, err)
+		}
+		for i := range pods.Items {
+			if !ledger.IsTerminal(&pods.Items[i]) {
+				in.Busy[name]++
+			}
+		}
+	}
+	return nil
 }
 
 // confirmRuns reads live the open runs the cache does not show once their
@@ -197,14 +213,14 @@ func (r *SafeJobReconciler) createRun(ctx context.Context, sj *batchv1alpha1.Saf
 	err := r.Client.Create(ctx, run)
 	switch {
 	case err == nil:
-		r.tracker.issuedRun(key, sj.UID, ref.Name)
+		r.tracker.issuedRun(key, sj.UID, ref.Name, run.UID)
 		r.Recorder.Eventf(sj, run, corev1.EventTypeNormal, "SuccessfulCreate", "CreateRun", "Created run %s for %s",
 			ref.Name, ref.ScheduledTime.UTC().Format(time.RFC3339))
 		return nil
 	case apierrors.IsAlreadyExists(err):
 		// Names are deterministic: created before, or held by someone else.
 		// The cache shows the first; a live read after the window tells.
-		r.tracker.issuedRun(key, sj.UID, ref.Name)
+		r.tracker.issuedRun(key, sj.UID, ref.Name, "")
 		logger.V(1).Info("Run already exists")
 		return nil
 	default:

@@ -36,8 +36,9 @@ type jobMemo struct {
 	arrived  chan struct{}
 	pending  map[string]bool
 	lastSeen map[string]*corev1.Pod
-	// runsSeen holds the runs of a scheduled SafeJob observed so far.
-	runsSeen map[string]bool
+	// runsSeen holds the runs of a scheduled SafeJob observed or created
+	// so far, with their UIDs.
+	runsSeen map[string]types.UID
 	// runsIssued holds the open runs whose create this process issued and
 	// the API server answered.
 	runsIssued map[string]bool
@@ -73,7 +74,7 @@ func (t *tracker) takeStrays(key types.NamespacedName) bool {
 func (t *tracker) memo(key types.NamespacedName, uid types.UID) *jobMemo {
 	m := t.jobs[key]
 	if m == nil || (uid != "" && m.uid != uid) {
-		m = &jobMemo{uid: uid, pending: map[string]bool{}, lastSeen: map[string]*corev1.Pod{}, runsSeen: map[string]bool{},
+		m = &jobMemo{uid: uid, pending: map[string]bool{}, lastSeen: map[string]*corev1.Pod{}, runsSeen: map[string]types.UID{},
 			runsIssued: map[string]bool{}, releasedAt: map[string]time.Time{}}
 		t.jobs[key] = m
 	}
@@ -169,27 +170,35 @@ func copyMap[V any](m map[string]V) map[string]V {
 	return out
 }
 
-// sawRuns remembers which open runs have been observed in the cache; only
-// open runs are kept, so the memory stays bounded by them.
-func (t *tracker) sawRuns(key types.NamespacedName, uid types.UID, open map[string]bool, observed func(string) bool) {
+// sawRuns remembers which open runs have been observed in the cache, with
+// their UIDs (observed returns "" for a run not observed); only open runs
+// are kept, so the memory stays bounded by them.
+func (t *tracker) sawRuns(key types.NamespacedName, uid types.UID, open map[string]bool, observed func(string) types.UID) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	m := t.memo(key, uid)
-	seen := map[string]bool{}
+	seen := map[string]types.UID{}
 	for name := range open {
-		if m.runsSeen[name] || observed(name) {
-			seen[name] = true
+		if runUID := observed(name); runUID != "" {
+			seen[name] = runUID
+		} else if runUID := m.runsSeen[name]; runUID != "" {
+			seen[name] = runUID
 		}
 	}
 	m.runsSeen = seen
 	maps.DeleteFunc(m.runsIssued, func(name string, _ bool) bool { return !open[name] })
 }
 
-// issuedRun remembers that the create of a run was issued and answered.
-func (t *tracker) issuedRun(key types.NamespacedName, uid types.UID, name string) {
+// issuedRun remembers that the create of a run was issued and answered,
+// with the UID of the run it created ("" when the name existed).
+func (t *tracker) issuedRun(key types.NamespacedName, uid types.UID, name string, runUID types.UID) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.memo(key, uid).runsIssued[name] = true
+	m := t.memo(key, uid)
+	m.runsIssued[name] = true
+	if runUID != "" {
+		m.runsSeen[name] = runUID
+	}
 }
 
 // issuedRuns returns the open runs whose create this process issued.
@@ -199,8 +208,8 @@ func (t *tracker) issuedRuns(key types.NamespacedName, uid types.UID) map[string
 	return copyMap(t.memo(key, uid).runsIssued)
 }
 
-// seenRuns returns the runs observed so far.
-func (t *tracker) seenRuns(key types.NamespacedName, uid types.UID) map[string]bool {
+// seenRuns returns the runs observed or created so far, with their UIDs.
+func (t *tracker) seenRuns(key types.NamespacedName, uid types.UID) map[string]types.UID {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return copyMap(t.memo(key, uid).runsSeen)

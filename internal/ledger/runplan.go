@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
@@ -19,8 +20,9 @@ const MissedStall = 100
 
 // RunInput is everything the controller gathered for one scheduled SafeJob.
 type RunInput struct {
-	// Name is the parent's name; run names derive from it.
-	Name string
+	// Name is the parent's name; run names derive from it. Namespace is
+	// the parent's, and its runs'.
+	Name, Namespace string
 	// Created is the parent's creation time: the schedule starts after it.
 	Created time.Time
 	// Spec and Status are the parent as last observed in the cache.
@@ -29,11 +31,13 @@ type RunInput struct {
 	// Runs are the parent's child SafeJobs observed in the cache, by name.
 	Runs map[string]*batchv1alpha1.SafeJob
 	// Busy counts, by run name, the pods of the parent's runs that are still
-	// running or terminating, whether or not their run still exists.
+	// running or terminating, whether or not their run still exists: pods
+	// controlled by one of the UIDs RunUIDs knows, never matched by labels.
 	Busy map[string]int
-	// Seen holds the runs this process has observed before: an open run
-	// that was seen and is then found gone vanished.
-	Seen map[string]bool
+	// Seen holds the runs this process has observed before, or created,
+	// with their UIDs: an open run that was seen and is then found gone
+	// vanished.
+	Seen map[string]types.UID
 	// Issued holds the open runs whose create this process issued and the
 	// API server answered (created, or the name exists): they are not
 	// created again here.
@@ -177,7 +181,7 @@ func (d *runDecision) recordOutcomes() {
 			// more. A run this process saw or created, or whose UID the
 			// parent recorded, existed and was removed by someone else.
 			e.Type, e.Reason = batchv1alpha1.EntryLost, RunReasonNotCreated
-			if d.in.Seen[r.Name] || d.in.Issued[r.Name] || d.activeRef(r.Name).UID != "" {
+			if d.in.Issued[r.Name] || d.runUID(r.Name) != "" {
 				e.Reason = RunReasonVanished
 			}
 		case run == nil:
@@ -199,6 +203,9 @@ func (d *runDecision) recordOutcomes() {
 		default:
 			continue // running
 		}
+		// The UID stays in the ledger so that the run's pods are still
+		// matched once the run is gone (RunUIDs).
+		e.UID = string(d.runUID(r.Name))
 		d.closing[r.Name] = true
 		d.add(e)
 	}
@@ -207,12 +214,60 @@ func (d *runDecision) recordOutcomes() {
 // activeRef is the reference status.activeRuns last gave an open run (empty
 // when it has none): it keeps the run's UID once the run was observed.
 func (d *runDecision) activeRef(name string) corev1.ObjectReference {
-	for _, ref := range d.in.Status.ActiveRuns {
+	return activeRef(d.in.Status, name)
+}
+
+func activeRef(status *batchv1alpha1.SafeJobStatus, name string) corev1.ObjectReference {
+	for _, ref := range status.ActiveRuns {
 		if ref.Name == name {
 			return ref
 		}
 	}
 	return corev1.ObjectReference{}
+}
+
+// runUID is the UID of an open run as far as the parent knows it: observed
+// now, seen or created by this process, or recorded in status.activeRuns
+// ("" when it never learned it).
+func (d *runDecision) runUID(name string) types.UID {
+	if run := d.in.Runs[name]; run != nil {
+		return run.UID
+	}
+	if uid := d.in.Seen[name]; uid != "" {
+		return uid
+	}
+	return d.activeRef(name).UID
+}
+
+// RunUIDs maps the UID of every run of the parent it knows to the run's
+// name: the runs it controls (Runs), the runs this process saw or created,
+// the open runs status.activeRuns records, and the listed outcome entries.
+// Only a pod controlled by one of these UIDs can hold back a run under
+// Forbid or Replace; a stranger's pod never does, whatever it carries. A
+// run folded into the checkpoint is no longer known, nor are its pods:
+// under Forbid and Replace no run is committed while a pod of a known
+// earlier run is left, so a run is folded only after its pods were gone.
+func RunUIDs(in *RunInput) map[types.UID]string {
+	out := map[types.UID]string{}
+	for _, e := range in.Status.Ledger.Entries {
+		if e.UID != "" && e.Run != "" {
+			out[types.UID(e.UID)] = e.Run
+		}
+	}
+	for _, ref := range in.Status.ActiveRuns {
+		if ref.UID != "" {
+			out[ref.UID] = ref.Name
+		}
+	}
+	for name, uid := range in.Seen {
+		if uid != "" {
+			out[uid] = name
+		}
+	}
+	for name, run := range in.Runs {
+		out[run.UID] = name
+	}
+	return out
 }
 
 // isClosed reports whether the observed ledger records the run's outcome,
@@ -473,7 +528,7 @@ func (d *runDecision) create() {
 		if due := r.Time.Add(grace).Sub(d.in.Now); due > 0 {
 			d.plan.RequeueAfter = MinPositive(d.plan.RequeueAfter, due)
 		}
-		if d.in.Seen[r.Name] || d.in.Issued[r.Name] || !d.fence.MayCreateRun(r, d.in.Now) {
+		if d.in.Seen[r.Name] != "" || d.in.Issued[r.Name] || !d.fence.MayCreateRun(r, d.in.Now) {
 			continue // it existed: removed by someone, or the cache lags
 		}
 		if d.policy() != batchv1alpha1.AllowConcurrent {
@@ -528,9 +583,9 @@ func (d *runDecision) writeStatus() error {
 		ref := corev1.ObjectReference{APIVersion: batchv1alpha1.GroupVersion.String(), Kind: "SafeJob", Name: r.Name}
 		if run := d.in.Runs[r.Name]; run != nil {
 			ref.Namespace, ref.UID = run.Namespace, run.UID
-		} else if prev := d.activeRef(r.Name); prev.UID != "" {
-			// Not observed now: the UID once observed stays known.
-			ref.Namespace, ref.UID = prev.Namespace, prev.UID
+		} else if uid := d.runUID(r.Name); uid != "" {
+			// Not observed now: the UID once learned stays known.
+			ref.Namespace, ref.UID = d.in.Namespace, uid
 		}
 		s.ActiveRuns = append(s.ActiveRuns, ref)
 	}

@@ -129,7 +129,7 @@ func parentSpec(schedule string, policy batchv1alpha1.ConcurrencyPolicy) *batchv
 }
 
 func child(name string, at time.Time, cond string) *batchv1alpha1.SafeJob {
-	run := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns",
+	run := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: k8stypes.UID("uid-" + name),
 		Finalizers:  []string{batchv1alpha1.RunFinalizer},
 		Annotations: map[string]string{batchv1alpha1.ScheduledTimeAnnotation: at.UTC().Format(time.RFC3339)}}}
 	if cond != "" {
@@ -171,6 +171,7 @@ func TestDecideRuns(t *testing.T) {
 		wantRelease []string
 		wantMissed  int64
 		wantReason  string            // of the last appended entry
+		wantUID     string            // of the last appended entry
 		wantCond    map[string]string // type -> reason
 	}{
 		"first tick commits, creates nothing yet": {
@@ -204,11 +205,12 @@ func TestDecideRuns(t *testing.T) {
 			status:   ledgerOf(scheduled(0, name(1), tick(1), 0), runOutcome(0, batchv1alpha1.EntrySucceeded, name(1), tick(1))),
 			wantCond: map[string]string{batchv1alpha1.ConditionMissedRuns: batchv1alpha1.ReasonMissedSchedule},
 		},
-		"finished run: outcome recorded; committed outcome releases": {
+		"finished run: outcome recorded with the run's UID": {
 			spec: parentSpec("* * * * *", ""), now: tick(1).Add(30 * time.Second),
 			status:     ledgerOf(scheduled(0, name(1), tick(1), 0)),
 			runs:       []*batchv1alpha1.SafeJob{child(name(1), tick(1), batchv1alpha1.ConditionComplete)},
 			wantAppend: []string{"Succeeded:" + name(1)},
+			wantUID:    "uid-" + name(1),
 		},
 		"closed run releases its finalizer": {
 			spec: parentSpec("* * * * *", ""), now: tick(1).Add(30 * time.Second),
@@ -243,6 +245,7 @@ func TestDecideRuns(t *testing.T) {
 			gone:       []string{name(1)},
 			wantAppend: []string{"Lost:" + name(1)},
 			wantReason: RunReasonVanished,
+			wantUID:    "uid-" + name(1),
 		},
 		"run created here and not in the cache yet is not created again": {
 			spec: parentSpec("* * * * *", ""), now: tick(1).Add(2 * time.Second),
@@ -270,6 +273,7 @@ func TestDecideRuns(t *testing.T) {
 			gone:       []string{name(1)},
 			wantAppend: []string{"Lost:" + name(1)},
 			wantReason: RunReasonVanished,
+			wantUID:    "uid-1",
 		},
 		"name held by a stranger: Lost NameTaken, and the schedule goes on": {
 			spec: parentSpec("* * * * *", batchv1alpha1.ForbidConcurrent), now: tick(1).Add(DefaultFence.LostGrace()),
@@ -386,12 +390,12 @@ func TestDecideRuns(t *testing.T) {
 	for desc, tc := range cases {
 		t.Run(desc, func(t *testing.T) {
 			in := &RunInput{Name: "p", Created: r0, Spec: tc.spec, Status: &tc.status, Runs: map[string]*batchv1alpha1.SafeJob{},
-				Busy: tc.busy, Seen: map[string]bool{}, Now: tc.now}
+				Busy: tc.busy, Seen: map[string]k8stypes.UID{}, Now: tc.now}
 			for _, r := range tc.runs {
 				in.Runs[r.Name] = r
 			}
 			for _, s := range tc.seen {
-				in.Seen[s] = true
+				in.Seen[s] = k8stypes.UID("uid-" + s)
 			}
 			in.Issued, in.Gone = map[string]bool{}, map[string]bool{}
 			for _, s := range tc.issued {
@@ -424,6 +428,9 @@ func TestDecideRuns(t *testing.T) {
 			if n := len(plan.Append); tc.wantReason != "" && (n == 0 || plan.Append[n-1].Reason != tc.wantReason) {
 				t.Errorf("appended %+v, want the last with reason %s", plan.Append, tc.wantReason)
 			}
+			if n := len(plan.Append); tc.wantUID != "" && (n == 0 || plan.Append[n-1].UID != tc.wantUID) {
+				t.Errorf("appended %+v, want the last with uid %s", plan.Append, tc.wantUID)
+			}
 			if got := plan.Status.MissedRuns; got != tc.wantMissed {
 				t.Errorf("missedRuns = %d, want %d", got, tc.wantMissed)
 			}
@@ -437,6 +444,32 @@ func TestDecideRuns(t *testing.T) {
 				t.Errorf("planned ledger does not replay: %v", err)
 			}
 		})
+	}
+}
+
+// TestRunUIDs: the pods that hold back Forbid and Replace are those of the
+// runs whose UID the parent knows, from the cluster, its own memory or its
+// status, and of no one else.
+func TestRunUIDs(t *testing.T) {
+	l := Append(&batchv1alpha1.Ledger{}, []batchv1alpha1.LedgerEntry{
+		scheduled(0, "p-1", r0, 0), func() batchv1alpha1.LedgerEntry {
+			e := runOutcome(0, batchv1alpha1.EntryEvicted, "p-1", r0)
+			e.UID = "uid-gone" // deleted, its pods still terminating
+			return e
+		}(),
+		scheduled(0, "p-2", r0.Add(time.Minute), 0), runOutcome(0, batchv1alpha1.EntryLost, "p-2", r0.Add(time.Minute)),
+		scheduled(0, "p-3", r0.Add(2*time.Minute), 0), scheduled(0, "p-4", r0.Add(3*time.Minute), 0),
+		scheduled(0, "p-5", r0.Add(4*time.Minute), 0),
+	})
+	in := &RunInput{
+		Status: &batchv1alpha1.SafeJobStatus{Ledger: l, ActiveRuns: []corev1.ObjectReference{
+			{Name: "p-3", UID: "uid-recorded"}, {Name: "p-4"}}},
+		Runs: map[string]*batchv1alpha1.SafeJob{"p-5": {ObjectMeta: metav1.ObjectMeta{Name: "p-5", UID: "uid-live"}}},
+		Seen: map[string]k8stypes.UID{"p-4": "uid-seen"},
+	}
+	want := map[k8stypes.UID]string{"uid-gone": "p-1", "uid-recorded": "p-3", "uid-seen": "p-4", "uid-live": "p-5"}
+	if got := RunUIDs(in); !maps.Equal(got, want) {
+		t.Errorf("RunUIDs = %v, want %v", got, want)
 	}
 }
 
@@ -485,7 +518,6 @@ func TestRunsWorldModel(t *testing.T) {
 type worldRun struct {
 	obj      *batchv1alpha1.SafeJob
 	finishAt time.Time
-	busyTill time.Time
 	// visibleAt is when the controller's cache shows the run.
 	visibleAt time.Time
 }
@@ -511,8 +543,12 @@ type runsWorld struct {
 	// strangers hold names the parent will use; they never go, and the
 	// parent must never touch or count them.
 	strangers map[string]bool
+	// pods holds, by the UID of the run that controls them, until when the
+	// pods of each run ever created run or terminate: they outlive their
+	// run when it is deleted. A stranger's pod (UID "stranger") runs forever.
+	pods map[k8stypes.UID]time.Time
 	// seen and issued are the process's memory (tracker), lost on restart.
-	seen   map[string]bool
+	seen   map[string]k8stypes.UID
 	issued map[string]bool
 	calm   bool
 	now    time.Time
@@ -522,8 +558,9 @@ type runsWorld struct {
 
 func runWorld(t *testing.T, rng *rand.Rand, policy batchv1alpha1.ConcurrencyPolicy) *runsWorld {
 	w := &runsWorld{t: t, rng: rng, spec: parentSpec("@every 5s", policy), runs: map[string]*worldRun{},
-		created: map[string]int{}, deleted: map[string]bool{}, byHand: map[string]bool{}, seen: map[string]bool{},
-		issued: map[string]bool{}, outcomes: map[string]int{}, strangers: map[string]bool{}, now: r0}
+		created: map[string]int{}, deleted: map[string]bool{}, byHand: map[string]bool{}, seen: map[string]k8stypes.UID{},
+		issued: map[string]bool{}, outcomes: map[string]int{}, strangers: map[string]bool{},
+		pods: map[k8stypes.UID]time.Time{"stranger": r0.Add(100 * time.Hour)}, now: r0}
 	w.spec.SuccessfulRunsHistoryLimit, w.spec.FailedRunsHistoryLimit = ptr.To[int32](int32(rng.IntN(2))), ptr.To[int32](0)
 	for step := range 500 {
 		w.calm = step >= 400 // no faults: every open run must settle
@@ -534,7 +571,7 @@ func runWorld(t *testing.T, rng *rand.Rand, policy batchv1alpha1.ConcurrencyPoli
 			w.cached = *w.status.DeepCopy()
 		}
 		if !w.calm && rng.IntN(40) == 0 { // restart: the process's memory is gone
-			w.seen, w.issued = map[string]bool{}, map[string]bool{}
+			w.seen, w.issued = map[string]k8stypes.UID{}, map[string]bool{}
 		}
 		if !w.calm && rng.IntN(25) == 0 {
 			w.removeByHand()
@@ -614,8 +651,9 @@ func (w *runsWorld) create(step int, ref RunRef, at time.Time) bool {
 	obj := child(ref.Name, ref.ScheduledTime, "")
 	obj.UID = k8stypes.UID("uid-" + obj.Name)
 	d := time.Duration(1+w.rng.IntN(15)) * time.Second
-	w.runs[ref.Name] = &worldRun{obj: obj, finishAt: at.Add(d), busyTill: at.Add(d + time.Second),
+	w.runs[ref.Name] = &worldRun{obj: obj, finishAt: at.Add(d),
 		visibleAt: at.Add(time.Duration(w.rng.IntN(2000)) * time.Millisecond)}
+	w.pods[obj.UID] = at.Add(d + time.Second)
 	return true
 }
 
@@ -677,14 +715,11 @@ func (w *runsWorld) decide(step int) *RunPlan {
 	obsRuns := map[string]*batchv1alpha1.SafeJob{}
 	busy := map[string]int{}
 	for name, r := range w.runs {
-		if finished(r.obj) == nil && w.now.Before(r.busyTill) {
-			busy[name] = 1
-		}
 		if w.now.Before(r.visibleAt) {
 			continue // not in the cache yet
 		}
 		obsRuns[name] = r.obj.DeepCopy()
-		w.seen[name] = true
+		w.seen[name] = r.obj.UID
 	}
 	in := &RunInput{Name: "p", Created: r0, Spec: w.spec, Status: &w.cached, Runs: obsRuns, Busy: busy,
 		Seen: maps.Clone(w.seen), Issued: maps.Clone(w.issued), Gone: map[string]bool{}, Now: w.now}
@@ -701,6 +736,11 @@ func (w *runsWorld) decide(step int) *RunPlan {
 			in.Taken[ref.Name] = true
 		default:
 			in.Gone[ref.Name] = true
+		}
+	}
+	for uid, name := range RunUIDs(in) {
+		if w.now.Before(w.pods[uid]) {
+			busy[name]++
 		}
 	}
 	plan, err := DecideRuns(in)
@@ -755,6 +795,10 @@ func (w *runsWorld) act(step int, plan *RunPlan) {
 	for _, name := range plan.Delete {
 		if r := w.runs[name]; r != nil && r.obj.DeletionTimestamp == nil {
 			r.obj.DeletionTimestamp = ptr.To(metav1.NewTime(w.now))
+			// Its pods are stopped: they terminate within a few seconds.
+			if till := w.now.Add(time.Duration(w.rng.IntN(4000)) * time.Millisecond); till.Before(w.pods[r.obj.UID]) {
+				w.pods[r.obj.UID] = till
+			}
 		}
 	}
 	for _, r := range w.runs {

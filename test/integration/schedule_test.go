@@ -453,11 +453,12 @@ func TestScheduleNameTaken(t *testing.T) {
 }
 
 // TestScheduleForbid: no run starts while an earlier run, or a pod of it,
-// is still running; the due time runs once they are gone.
+// is still running, also after a restart once the run is gone; the due time
+// runs once they are gone.
 func TestScheduleForbid(t *testing.T) {
 	t.Parallel()
 	s, ns := newScheduleHarness(t)
-	startManager(t, ns, managerOptions{clock: s.clock})
+	stop := startManager(t, ns, managerOptions{clock: s.clock})
 	parent := testutil.MakeSafeJob("forbid", ns).Schedule("* * * * *").ConcurrencyPolicy(batchv1alpha1.ForbidConcurrent).Obj()
 	s.create(t, parent)
 	s.kubelet.SetFate(holdPodsOf(s.runName(0)))
@@ -481,13 +482,62 @@ func TestScheduleForbid(t *testing.T) {
 	if s.run(t, s.runName(1)) != nil {
 		t.Fatal("run 1 started while a pod of run 0 was still running")
 	}
-	// The pod goes: the time that was due runs.
+	// A restarted controller knows the pod is run 0's from the UID the
+	// ledger recorded: the next time waits too.
+	stop()
+	startManager(t, ns, managerOptions{clock: s.clock})
+	s.at(t, s.minute(2))
+	s.waitCondition(t, batchv1alpha1.ConditionScheduling, batchv1alpha1.ReasonWaitingForRun,
+		s.minute(2).UTC().Format(time.RFC3339))
+	if s.run(t, s.runName(2)) != nil {
+		t.Fatal("run 2 started after a restart while a pod of run 0 was still running")
+	}
+	// The pod goes: the time that is due runs, the one before it counted missed.
 	for _, pod := range s.podsOf(t, s.runName(0)) {
 		if err := k8s.Delete(context.Background(), &pod); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s.waitLedger(t, batchv1alpha1.EntrySucceeded, s.runName(1))
+	if e := s.waitLedger(t, batchv1alpha1.EntryScheduled, s.runName(2)); e.Missed != 1 {
+		t.Errorf("run 2 scheduled with %d missed, want 1 (minute 1)", e.Missed)
+	}
+	s.waitLedger(t, batchv1alpha1.EntrySucceeded, s.runName(2))
+	s.checkOnce(t, s.runName(0), s.runName(2))
+}
+
+// TestScheduleForbidIgnoresStrangerPods: a running pod that the parent's
+// runs do not control, labelled and annotated as a pod of its first run,
+// never holds back a Forbid parent: its runs start on time and the
+// stranger's pod is left alone. (A real run's pod still holds it back:
+// TestScheduleForbid.)
+func TestScheduleForbidIgnoresStrangerPods(t *testing.T) {
+	t.Parallel()
+	s, ns := newScheduleHarness(t)
+	s.kubelet.SetFate(func(p *corev1.Pod) testutil.Fate { return testutil.Fate{Hold: metav1.GetControllerOf(p) == nil} })
+	startManager(t, ns, managerOptions{clock: s.clock})
+	s.create(t, testutil.MakeSafeJob("lookalike", ns).Schedule("* * * * *").ConcurrencyPolicy(batchv1alpha1.ForbidConcurrent).Obj())
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "lookalike-pod", Namespace: ns,
+			Labels: map[string]string{batchv1alpha1.ParentLabel: s.parent.Name, batchv1alpha1.SafeJobNameLabel: s.runName(0)},
+			Annotations: map[string]string{batchv1alpha1.ParentLabel: s.parent.Name}},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
+	}
+	if err := k8s.Create(context.Background(), pod); err != nil {
+		t.Fatalf("creating the stranger's pod: %v", err)
+	}
+	pod = waitPodPhase(t, client.ObjectKeyFromObject(pod), corev1.PodRunning)
+
+	for k := range 2 {
+		s.at(t, s.minute(k))
+		s.waitLedger(t, batchv1alpha1.EntrySucceeded, s.runName(k))
+	}
+	got := &corev1.Pod{}
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(pod), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.UID != pod.UID || got.DeletionTimestamp != nil || len(got.Finalizers) != 0 || got.Status.Phase != corev1.PodRunning {
+		t.Errorf("the stranger's pod was touched: %+v %s", got.ObjectMeta, got.Status.Phase)
+	}
 	s.checkOnce(t, s.runName(0), s.runName(1))
 }
 
