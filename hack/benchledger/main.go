@@ -91,7 +91,10 @@ func parse(raw []byte) ([]row, error) {
 	if len(rows) == 0 {
 		return nil, fmt.Errorf("no benchmark results in:\n%s", raw)
 	}
-	return rows, sc.Err()
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading the benchmark output: %w", err)
+	}
+	return rows, nil
 }
 
 func render(rows []row, took time.Duration) string {
@@ -108,7 +111,8 @@ func render(rows []row, took time.Duration) string {
 	fmt.Fprintf(&b, "Command: `make bench-ledger` (`go run ./hack/benchledger`), %s. Machine: %s/%s, %d cores.\n",
 		took.Round(time.Second), runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
 	fmt.Fprintln(&b)
-	fmt.Fprintln(&b, "| mode | completions | parallelism | Decide µs per completion | status writes per completion | status bytes per completion | mean status bytes per write | largest status bytes |")
+	fmt.Fprintln(&b, "| mode | completions | parallelism | Decide µs per completion | status writes per completion |"+
+		" status bytes per completion | mean status bytes per write | largest status bytes |")
 	fmt.Fprintln(&b, "|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
 		m := r.metrics

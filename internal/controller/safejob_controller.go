@@ -180,6 +180,12 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 	if sj.Spec.Schedule != nil {
 		return r.reconcileParent(ctx, sj)
 	}
+	return r.reconcileJob(ctx, sj)
+}
+
+// reconcileJob runs one SafeJob that is not a schedule: decide its pods from
+// the ledger, act on the plan, write status once, then settle its Workload.
+func (r *SafeJobReconciler) reconcileJob(ctx context.Context, sj *batchv1alpha1.SafeJob) (reconcile.Result, error) {
 	if done, err := r.expireTTL(ctx, sj); done || err != nil {
 		return reconcile.Result{}, err
 	}

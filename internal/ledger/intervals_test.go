@@ -45,47 +45,57 @@ func TestIndexSet(t *testing.T) {
 func TestIndexSetMatchesModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 300 {
-		const span = 60
-		var a, b IndexSet
-		ma, mb := map[int32]bool{}, map[int32]bool{}
-		for range rng.IntN(span) {
-			i := rng.Int32N(span)
-			a.Add(i)
-			ma[i] = true
-		}
-		for range rng.IntN(span) {
-			i := rng.Int32N(span)
-			b.Add(i)
-			mb[i] = true
-		}
-		if a.Len() != len(ma) {
-			t.Fatalf("round %d: Len %d, want %d", round, a.Len(), len(ma))
-		}
-		if got := slices.Collect(a.All()); len(got) != len(ma) || !slices.IsSorted(got) {
-			t.Fatalf("round %d: All %v", round, got)
-		}
-		for i := int32(0); i <= span; i++ {
-			if a.Has(i) != ma[i] {
-				t.Fatalf("round %d: Has(%d) = %v", round, i, a.Has(i))
-			}
-			want := i
-			for ma[want] {
-				want++
-			}
-			if got := a.NextAbsent(i); got != want {
-				t.Fatalf("round %d: NextAbsent(%d) = %d, want %d", round, i, got, want)
-			}
-		}
-		parsed, err := ParseIndexSet(a.String())
-		if err != nil || parsed.String() != a.String() || parsed.Len() != a.Len() {
-			t.Fatalf("round %d: %q parsed as %q (%d): %v", round, a.String(), parsed.String(), parsed.Len(), err)
-		}
+		a, ma := randomSet(rng)
+		b, mb := randomSet(rng)
+		checkAgainstModel(t, round, &a, ma)
 		if i, missing := a.Missing(&b); missing != !subset(mb, ma) || missing && (!mb[i] || ma[i]) {
 			t.Fatalf("round %d: Missing = %d, %v for %q in %q", round, i, missing, b.String(), a.String())
 		}
 		if i, common := a.Common(&b); common != intersects(ma, mb) || common && (!ma[i] || !mb[i]) {
 			t.Fatalf("round %d: Common = %d, %v for %q and %q", round, i, common, a.String(), b.String())
 		}
+	}
+}
+
+const modelSpan = 60
+
+// randomSet builds a random set of indexes below modelSpan, and its model.
+func randomSet(rng *rand.Rand) (IndexSet, map[int32]bool) {
+	var s IndexSet
+	m := map[int32]bool{}
+	for range rng.IntN(modelSpan) {
+		i := rng.Int32N(modelSpan)
+		s.Add(i)
+		m[i] = true
+	}
+	return s, m
+}
+
+// checkAgainstModel checks Len, All, Has, NextAbsent and the round trip
+// through String and ParseIndexSet of s against its model m.
+func checkAgainstModel(t *testing.T, round int, s *IndexSet, m map[int32]bool) {
+	t.Helper()
+	if s.Len() != len(m) {
+		t.Fatalf("round %d: Len %d, want %d", round, s.Len(), len(m))
+	}
+	if got := slices.Collect(s.All()); len(got) != len(m) || !slices.IsSorted(got) {
+		t.Fatalf("round %d: All %v", round, got)
+	}
+	for i := int32(0); i <= modelSpan; i++ {
+		if s.Has(i) != m[i] {
+			t.Fatalf("round %d: Has(%d) = %v", round, i, s.Has(i))
+		}
+		want := i
+		for m[want] {
+			want++
+		}
+		if got := s.NextAbsent(i); got != want {
+			t.Fatalf("round %d: NextAbsent(%d) = %d, want %d", round, i, got, want)
+		}
+	}
+	parsed, err := ParseIndexSet(s.String())
+	if err != nil || parsed.String() != s.String() || parsed.Len() != s.Len() {
+		t.Fatalf("round %d: %q parsed as %q (%d): %v", round, s.String(), parsed.String(), parsed.Len(), err)
 	}
 }
 

@@ -56,13 +56,13 @@ type State struct {
 // must not be acted on.
 func Replay(l *batchv1alpha1.Ledger) (*State, error) {
 	st := &State{
-		Seq:           l.Seq,
-		Attempts:      map[int32]int32{},
-		Failures:      map[int32]int32{},
-		Open:          map[string]PodRef{},
-		Closed:        map[string]PodRef{},
-		Stopping:      map[string]string{},
-		openIndex:     map[int32]bool{},
+		Seq:       l.Seq,
+		Attempts:  map[int32]int32{},
+		Failures:  map[int32]int32{},
+		Open:      map[string]PodRef{},
+		Closed:    map[string]PodRef{},
+		Stopping:  map[string]string{},
+		openIndex: map[int32]bool{},
 	}
 	var last int64
 	if cp := l.Checkpoint; cp != nil {
@@ -168,16 +168,10 @@ func (st *State) apply(e *batchv1alpha1.LedgerEntry) error {
 		return fmt.Errorf("%s for pod %s names index %d attempt %d, launched as %d/%d",
 			e.Type, e.Pod, e.Index, e.Attempt, ref.Index, ref.Attempt)
 	}
+	if e.Type == batchv1alpha1.EntryStopping {
+		return st.applyStopping(e) // the launch stays open until the pod has ended
+	}
 	switch e.Type {
-	case batchv1alpha1.EntryStopping:
-		if _, dup := st.Stopping[e.Pod]; dup {
-			return fmt.Errorf("pod %s stopped twice", e.Pod)
-		}
-		if e.Reason == "" {
-			return fmt.Errorf("Stopping for pod %s without a reason", e.Pod)
-		}
-		st.Stopping[e.Pod] = e.Reason
-		return nil // the launch stays open until the pod has ended
 	case batchv1alpha1.EntrySucceeded:
 		st.Succeeded.Add(e.Index)
 	case batchv1alpha1.EntryFailed:
@@ -195,6 +189,19 @@ func (st *State) apply(e *batchv1alpha1.LedgerEntry) error {
 	delete(st.Stopping, e.Pod)
 	delete(st.openIndex, ref.Index)
 	st.Closed[e.Pod] = ref
+	return nil
+}
+
+// applyStopping records that the controller stops an open launch's pod,
+// and why: how the pod ends is then recorded as the reason says.
+func (st *State) applyStopping(e *batchv1alpha1.LedgerEntry) error {
+	if _, dup := st.Stopping[e.Pod]; dup {
+		return fmt.Errorf("pod %s stopped twice", e.Pod)
+	}
+	if e.Reason == "" {
+		return fmt.Errorf("entry %s for pod %s has no reason", e.Type, e.Pod)
+	}
+	st.Stopping[e.Pod] = e.Reason
 	return nil
 }
 

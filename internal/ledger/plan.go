@@ -348,7 +348,7 @@ func (d *decision) outcome(pod *corev1.Pod, ref PodRef, failures map[int32]int32
 	case stopping && !succeeded:
 		e.Type, e.Reason = batchv1alpha1.EntryFailed, batchv1alpha1.FailReasonCounted
 	case !succeeded:
-		e.Type, e.Reason = d.failure(pod, ref, failures)
+		e.Type, e.Reason = batchv1alpha1.EntryFailed, d.failureReason(pod, ref, failures)
 	}
 	return e
 }
@@ -400,21 +400,21 @@ func (d *decision) pickVictims() map[string]bool {
 	return victims
 }
 
-// failure classifies a failed pod the controller did not stop: Failed with
-// the podFailurePolicy action, FailIndex once the index has used up
+// failureReason classifies a failed pod the controller did not stop: the
+// podFailurePolicy action, FailIndex once the index has used up
 // backoffLimitPerIndex.
-func (d *decision) failure(pod *corev1.Pod, ref PodRef, failures map[int32]int32) (batchv1alpha1.EntryType, string) {
+func (d *decision) failureReason(pod *corev1.Pod, ref PodRef, failures map[int32]int32) string {
 	reason := failureReason(d.in.Spec.PodFailurePolicy, pod)
 	if reason != batchv1alpha1.FailReasonCounted {
-		return batchv1alpha1.EntryFailed, reason
+		return reason
 	}
 	if limit := d.in.Spec.BackoffLimitPerIndex; limit != nil {
 		failures[ref.Index]++
 		if d.st.Failures[ref.Index]+failures[ref.Index] > *limit {
-			return batchv1alpha1.EntryFailed, batchv1alpha1.FailReasonFailIndex
+			return batchv1alpha1.FailReasonFailIndex
 		}
 	}
-	return batchv1alpha1.EntryFailed, batchv1alpha1.FailReasonCounted
+	return batchv1alpha1.FailReasonCounted
 }
 
 // closedPod handles an observed pod that has no open launch: its outcome is

@@ -123,18 +123,7 @@ func (w *world) reconcile(c *modelController, crash bool) {
 	for _, p := range c.pods {
 		in.Pods = append(in.Pods, p)
 	}
-	unaccounted, _, err := Unaccounted(in)
-	if err != nil {
-		w.t.Fatalf("Unaccounted: %v", err)
-	}
-	for _, ref := range unaccounted {
-		switch _, exists := w.pods[ref.Name]; {
-		case !exists:
-			in.Gone[ref.Name] = true
-		case w.foreign[ref.Name]:
-			in.Taken[ref.Name] = true
-		}
-	}
+	w.readLive(in)
 	plan, err := Decide(in)
 	if err != nil {
 		w.t.Fatalf("Decide: %v", err)
@@ -149,6 +138,29 @@ func (w *world) reconcile(c *modelController, crash bool) {
 	w.versions = append(w.versions, plan.Status)
 	w.writtenAt = append(w.writtenAt, ptr.Deref(w.spec.Parallelism, 1))
 	c.writtenOver = c.version
+	w.written(c, plan)
+}
+
+// readLive plays the controller's live reads of the launches the cache does
+// not account for: gone, or held by a stranger.
+func (w *world) readLive(in *Input) {
+	unaccounted, _, err := Unaccounted(in)
+	if err != nil {
+		w.t.Fatalf("Unaccounted: %v", err)
+	}
+	for _, ref := range unaccounted {
+		switch _, exists := w.pods[ref.Name]; {
+		case !exists:
+			in.Gone[ref.Name] = true
+		case w.foreign[ref.Name]:
+			in.Taken[ref.Name] = true
+		}
+	}
+}
+
+// written updates a controller's memory after its status write landed, and
+// checks that no stranger's pod was counted.
+func (w *world) written(c *modelController, plan *Plan) {
 	for _, e := range plan.Append {
 		if e.Type == batchv1alpha1.EntryLaunched {
 			c.pending[e.Pod] = true

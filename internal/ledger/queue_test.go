@@ -49,7 +49,22 @@ func TestQueueGate(t *testing.T) {
 	w.pods = []*corev1.Pod{withPhase(pod(0, 0), corev1.PodSucceeded, 0), pod(1, 0)}
 	w.decide(admitted) // records the success, launches index 2
 	evicted := &QueueGate{Reason: "Preempted", Message: "Preempted to accommodate a higher priority Workload"}
-	plan = w.decide(evicted)
+	w.evictAndStop(evicted)
+	// Re-admitted: it resumes where it was.
+	w.pods = nil
+	if plan = w.decide(admitted); len(plan.Append) != 2 || w.status.Succeeded != 1 {
+		t.Fatalf("after re-admission: appended %v, succeeded %d; want two launches and the completion kept", plan.Append, w.status.Succeeded)
+	}
+}
+
+// evictAndStop closes the gate on a SafeJob with pod sj-1-0 running and the
+// launch of index 2 not created yet, and checks that it stops: the pending
+// launch closed, the running pod committed Stopping, then deleted, then
+// recorded Evicted with the queue's reason, never as a failure.
+func (w *gateWorld) evictAndStop(evicted *QueueGate) {
+	t := w.t
+	t.Helper()
+	plan := w.decide(evicted)
 	// The pending launch of index 2 was never created: closed before it
 	// starts. The running pod is stopped: first committed, then deleted.
 	if len(plan.Append) != 2 || plan.Append[0].Pod != "sj-1-0" || plan.Append[0].Type != batchv1alpha1.EntryStopping ||
@@ -68,11 +83,6 @@ func TestQueueGate(t *testing.T) {
 	w.pods[1].Finalizers = nil
 	if plan = w.decide(evicted); !plan.Stopped || w.status.Active != 0 {
 		t.Fatalf("all pods terminal and released: stopped %v, active %d", plan.Stopped, w.status.Active)
-	}
-	// Re-admitted: it resumes where it was.
-	w.pods = nil
-	if plan = w.decide(admitted); len(plan.Append) != 2 || w.status.Succeeded != 1 {
-		t.Fatalf("after re-admission: appended %v, succeeded %d; want two launches and the completion kept", plan.Append, w.status.Succeeded)
 	}
 }
 

@@ -214,6 +214,16 @@ func eventReason(e *WorkloadEvent) string {
 	return e.Reason
 }
 
+// settleWant is what DecideWorkload after the pods should do.
+type settleWant struct {
+	release, drop, gaveBack bool
+	event                   string
+	status                  bool              // a status write
+	conds                   map[string]string // type -> "Status/Reason" after the write
+	admission               bool              // the admission is kept
+	reclaimable             int32
+}
+
 // TestDecideWorkloadSettle: after the pods are decided, what happens to the
 // Workload: released, replaced, or its status brought up to date.
 func TestDecideWorkloadSettle(t *testing.T) {
@@ -226,14 +236,7 @@ func TestDecideWorkloadSettle(t *testing.T) {
 	podsReady := func(s metav1.ConditionStatus, reason string) func(*kueue.Workload) {
 		return cond(kueue.WorkloadPodsReady, s, reason, "")
 	}
-	type want struct {
-		release, drop, gaveBack bool
-		event                   string
-		status                  bool              // a status write
-		conds                   map[string]string // type -> "Status/Reason" after the write
-		admission               bool              // the admission is kept
-		reclaimable             int32
-	}
+	type want = settleWant
 	cases := []struct {
 		name string
 		j    wlJob
@@ -297,29 +300,35 @@ func TestDecideWorkloadSettle(t *testing.T) {
 			if (p.Status != nil) != c.want.status {
 				t.Fatalf("status write %v, want %v", p.Status != nil, c.want.status)
 			}
-			if p.Status == nil {
-				return
-			}
-			for typ, w := range c.want.conds {
-				got := meta.FindStatusCondition(p.Status.Conditions, typ)
-				if got == nil || string(got.Status)+"/"+got.Reason != w || got.ObservedGeneration != 1 {
-					t.Errorf("condition %s = %+v, want %s", typ, got, w)
-				}
-			}
-			if (p.Status.Admission != nil) != c.want.admission {
-				t.Errorf("admission %v, want kept %v", p.Status.Admission, c.want.admission)
-			}
-			var n int32
-			for _, rp := range p.Status.ReclaimablePods {
-				n += rp.Count
-			}
-			if n != c.want.reclaimable {
-				t.Errorf("reclaimable %+v, want %d", p.Status.ReclaimablePods, c.want.reclaimable)
+			if p.Status != nil {
+				checkSettledStatus(t, p.Status, c.want)
 			}
 			if !sameStatus(&before.Status, &c.w.Status) {
 				t.Errorf("the input Workload was modified")
 			}
 		})
+	}
+}
+
+// checkSettledStatus checks the Workload status a settle wrote: its
+// conditions, whether the admission is kept, and the reclaimable pods.
+func checkSettledStatus(t *testing.T, status *kueue.WorkloadStatus, want settleWant) {
+	t.Helper()
+	for typ, w := range want.conds {
+		got := meta.FindStatusCondition(status.Conditions, typ)
+		if got == nil || string(got.Status)+"/"+got.Reason != w || got.ObservedGeneration != 1 {
+			t.Errorf("condition %s = %+v, want %s", typ, got, w)
+		}
+	}
+	if (status.Admission != nil) != want.admission {
+		t.Errorf("admission %v, want kept %v", status.Admission, want.admission)
+	}
+	var n int32
+	for _, rp := range status.ReclaimablePods {
+		n += rp.Count
+	}
+	if n != want.reclaimable {
+		t.Errorf("reclaimable %+v, want %d", status.ReclaimablePods, want.reclaimable)
 	}
 }
 

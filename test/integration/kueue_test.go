@@ -487,15 +487,7 @@ func TestKueueParallelismRaised(t *testing.T) {
 	if wl := requeued; wl.Status.Admission != nil || meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted) {
 		t.Fatalf("the new Workload is admitted before Kueue admitted it: %+v", wl.Status)
 	}
-	got := getSafeJob(t, sj)
-	if n := countEntries(got, batchv1alpha1.EntryEvicted); n != 2 || got.Status.Failed != 0 || got.Status.Active != 0 {
-		t.Fatalf("after the raise: %d Evicted entries, failed %d, active %d; want 2, 0, 0", n, got.Status.Failed, got.Status.Active)
-	}
-	for _, e := range got.Status.Ledger.Entries {
-		if e.Type == batchv1alpha1.EntryEvicted && e.Reason != "WorkloadResized" {
-			t.Errorf("%s recorded Evicted with reason %q, want WorkloadResized", e.Pod, e.Reason)
-		}
-	}
+	checkResizeStopped(t, getSafeJob(t, sj), 2)
 	waitForEvent(t, h.ns, sj.Name, "WorkloadResized")
 	if creates, _ := testutil.PodCreates(auditLog, h.ns); len(creates) != 2 {
 		t.Fatalf("pods created before the new Workload is admitted: %v", creates)
@@ -503,7 +495,7 @@ func TestKueueParallelismRaised(t *testing.T) {
 
 	h.kubelet.SetFate(succeed)
 	admitPods(t, client.ObjectKeyFromObject(requeued), "on-demand-f", 2)
-	got = waitFinished(t, client.ObjectKeyFromObject(sj), time.Minute)
+	got := waitFinished(t, client.ObjectKeyFromObject(sj), time.Minute)
 	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || got.Status.Succeeded != 6 || got.Status.Failed != 0 {
 		t.Fatalf("after re-admission: succeeded %d failed %d conditions %+v", got.Status.Succeeded, got.Status.Failed, got.Status.Conditions)
 	}
@@ -512,6 +504,20 @@ func TestKueueParallelismRaised(t *testing.T) {
 	}
 	if creates := h.finalCheck(t, got); len(creates) != 8 {
 		t.Errorf("%d pods created, want 8 (2 stopped by the raise, 6 completions)", len(creates))
+	}
+}
+
+// checkResizeStopped checks that a resize stopped the SafeJob's n pods as
+// Evicted (WorkloadResized), none counted as a failure, none left active.
+func checkResizeStopped(t *testing.T, got *batchv1alpha1.SafeJob, n int) {
+	t.Helper()
+	if e := countEntries(got, batchv1alpha1.EntryEvicted); e != n || got.Status.Failed != 0 || got.Status.Active != 0 {
+		t.Fatalf("after the raise: %d Evicted entries, failed %d, active %d; want %d, 0, 0", e, got.Status.Failed, got.Status.Active, n)
+	}
+	for _, e := range got.Status.Ledger.Entries {
+		if e.Type == batchv1alpha1.EntryEvicted && e.Reason != "WorkloadResized" {
+			t.Errorf("%s recorded Evicted with reason %q, want WorkloadResized", e.Pod, e.Reason)
+		}
 	}
 }
 
