@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -19,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
@@ -68,12 +65,6 @@ type queued struct {
 	// namesTaken lists the names held by Workloads the SafeJob does not
 	// control when none was left for its own.
 	namesTaken []string
-}
-
-// podSetInfo is what an admission adds to the pods of the main pod set.
-type podSetInfo struct {
-	labels, annotations, nodeSelector map[string]string
-	tolerations                       []corev1.Toleration
 }
 
 // syncWorkload makes sure a queued SafeJob has its Workload and says whether
@@ -175,37 +166,6 @@ func (r *SafeJobReconciler) dropWorkload(ctx context.Context, wl *kueue.Workload
 	return nil
 }
 
-// releaseWorkload removes the resource-in-use finalizer of wl, and of no
-// other Workload that has its name by now: the patch tests the UID.
-func (r *SafeJobReconciler) releaseWorkload(ctx context.Context, wl *kueue.Workload) error {
-	if !slices.Contains(wl.Finalizers, ResourceInUseFinalizer) {
-		return nil
-	}
-	key := client.ObjectKeyFromObject(wl)
-	var err error
-	for _, reader := range []client.Reader{r.Client, r.APIReader} {
-		cur := &kueue.Workload{}
-		if err = reader.Get(ctx, key, cur); err != nil {
-			return client.IgnoreNotFound(err)
-		}
-		k := slices.Index(cur.Finalizers, ResourceInUseFinalizer)
-		if cur.UID != wl.UID || k < 0 {
-			return nil
-		}
-		patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/uid","value":%q},`+
-			`{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`,
-			wl.UID, k, ResourceInUseFinalizer, k)
-		err = r.Client.Patch(ctx, cur, client.RawPatch(types.JSONPatchType, []byte(patch)))
-		if err == nil || apierrors.IsNotFound(err) {
-			return nil
-		}
-		if !apierrors.IsInvalid(err) && !apierrors.IsBadRequest(err) {
-			break // a failed test is Invalid: read again, live
-		}
-	}
-	return fmt.Errorf("removing finalizer %s of Workload %s: %w", ResourceInUseFinalizer, key.Name, err)
-}
-
 // createWorkload creates the Workload of a SafeJob, as Kueue builds one for
 // a batch/v1 Job: one pod set "main" of count pods, the queue, the priority
 // and the maximum execution time. It takes the first of the SafeJob's
@@ -301,69 +261,6 @@ func (r *SafeJobReconciler) updateWorkloadSpec(ctx context.Context, wl *kueue.Wo
 	return nil
 }
 
-// podSetInfo builds what the admission adds to pods: the flavors' node
-// labels and tolerations, the admission checks' pod set updates, the pod
-// set label and the Workload annotation.
-func (r *SafeJobReconciler) podSetInfo(ctx context.Context, wl *kueue.Workload) (*podSetInfo, error) {
-	info := &podSetInfo{
-		labels:       map[string]string{PodSetLabel: string(mainPodSet)},
-		annotations:  map[string]string{WorkloadAnnotation: wl.Name},
-		nodeSelector: map[string]string{},
-	}
-	for _, psa := range wl.Status.Admission.PodSetAssignments {
-		if psa.Name != mainPodSet {
-			continue
-		}
-		flavors := slices.Sorted(maps.Values(psa.Flavors))
-		for _, name := range slices.Compact(flavors) {
-			rf := &kueue.ResourceFlavor{}
-			if err := r.Client.Get(ctx, client.ObjectKey{Name: string(name)}, rf); err != nil {
-				return nil, fmt.Errorf("getting ResourceFlavor %s: %w", name, err)
-			}
-			maps.Copy(info.nodeSelector, rf.Spec.NodeLabels)
-			info.tolerations = append(info.tolerations, rf.Spec.Tolerations...)
-		}
-	}
-	for _, check := range wl.Status.AdmissionChecks {
-		for _, u := range check.PodSetUpdates {
-			if u.Name != mainPodSet {
-				continue
-			}
-			maps.Copy(info.labels, u.Labels)
-			maps.Copy(info.annotations, u.Annotations)
-			maps.Copy(info.nodeSelector, u.NodeSelector)
-			info.tolerations = append(info.tolerations, u.Tolerations...)
-		}
-	}
-	return info, nil
-}
-
-// apply adds the admission to a pod about to be created.
-func (info *podSetInfo) apply(pod *corev1.Pod) {
-	if info == nil {
-		return
-	}
-	if pod.Labels == nil {
-		pod.Labels = map[string]string{}
-	}
-	if pod.Annotations == nil {
-		pod.Annotations = map[string]string{}
-	}
-	maps.Copy(pod.Labels, info.labels)
-	maps.Copy(pod.Annotations, info.annotations)
-	if len(info.nodeSelector) > 0 {
-		if pod.Spec.NodeSelector == nil {
-			pod.Spec.NodeSelector = map[string]string{}
-		}
-		maps.Copy(pod.Spec.NodeSelector, info.nodeSelector)
-	}
-	for _, t := range info.tolerations {
-		if !slices.ContainsFunc(pod.Spec.Tolerations, func(o corev1.Toleration) bool { return o.MatchToleration(&t) }) {
-			pod.Spec.Tolerations = append(pod.Spec.Tolerations, t)
-		}
-	}
-}
-
 // afterDecide updates the Workload from what this reconcile decided and
 // wrote (ledger.DecideWorkload after the pods): the reservation is given
 // back once an evicted SafeJob has no pod left, PodsReady and
@@ -414,62 +311,6 @@ func (r *SafeJobReconciler) writeWorkloadStatus(ctx context.Context, sj *batchv1
 		r.Recorder.Eventf(sj, updated, corev1.EventTypeNormal, "FinishedWorkload", "Queue", "Workload %s is finished (%s)", wl.Name, c.Reason)
 	}
 	return nil
-}
-
-// releaseWorkloads removes the finalizer of the Workloads of a SafeJob that
-// is gone or going, matched by the SafeJob's UID, never by its name. When
-// the SafeJob is gone and its UID unknown (uid ""), a Workload is released
-// only if it is one this controller made for a SafeJob of that name whose
-// UID no SafeJob has any more: controlled by that UID, labelled with it and
-// named after it. A Workload of a SafeJob that exists is never touched.
-func (r *SafeJobReconciler) releaseWorkloads(ctx context.Context, req reconcile.Request, uid types.UID) error {
-	if !r.Kueue {
-		return nil
-	}
-	var candidates []*kueue.Workload
-	if uid != "" {
-		list, err := r.controlledWorkloads(ctx, req.Namespace, uid)
-		if err != nil {
-			return err
-		}
-		candidates = list
-	} else {
-		var list kueue.WorkloadList
-		if err := r.Client.List(ctx, &list, client.InNamespace(req.Namespace)); err != nil {
-			return fmt.Errorf("listing Workloads: %w", err)
-		}
-		for i := range list.Items {
-			if madeFor(&list.Items[i], req.Name) && slices.Contains(list.Items[i].Finalizers, ResourceInUseFinalizer) {
-				candidates = append(candidates, &list.Items[i])
-			}
-		}
-		if len(candidates) == 0 {
-			return nil
-		}
-		// The cache said the SafeJob is gone; the API server says which UID
-		// holds the name now, if any.
-		live := &batchv1alpha1.SafeJob{}
-		if err := r.APIReader.Get(ctx, req.NamespacedName, live); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("getting SafeJob: %w", err)
-		}
-		candidates = slices.DeleteFunc(candidates, func(wl *kueue.Workload) bool {
-			return live.UID != "" && metav1.IsControlledBy(wl, live)
-		})
-	}
-	var errs []error
-	for _, wl := range candidates {
-		errs = append(errs, r.releaseWorkload(ctx, wl))
-	}
-	return errors.Join(errs...)
-}
-
-// madeFor reports whether wl is a Workload this controller made for a
-// SafeJob of that name: controlled by its UID, labelled with it and named
-// after it.
-func madeFor(wl *kueue.Workload, name string) bool {
-	ref := metav1.GetControllerOfNoCopy(wl)
-	return ref != nil && isSafeJobRef(ref) && ref.Name == name && ref.UID != "" &&
-		wl.Labels[JobUIDLabel] == string(ref.UID) && slices.Contains(ledger.WorkloadNames(ref.Name, ref.UID), wl.Name)
 }
 
 // KueueServed reports whether the cluster serves Kueue's Workload API.

@@ -6,27 +6,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger"
@@ -271,93 +262,6 @@ func (r *SafeJobReconciler) backlogged() bool {
 	return r.waiting != nil && r.waiting() > 0
 }
 
-// releaseGone releases the pods of a SafeJob the cache no longer shows. A
-// SafeJob of the same name the cache has not seen yet may exist: it is read
-// live, and its pods are left alone.
-func (r *SafeJobReconciler) releaseGone(ctx context.Context, req reconcile.Request) error {
-	live := &batchv1alpha1.SafeJob{}
-	if err := r.APIReader.Get(ctx, req.NamespacedName, live); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("reading SafeJob %s live: %w", req.Name, err)
-	}
-	return r.releaseOrphans(ctx, req.Namespace, req.Name, live.UID)
-}
-
-// releaseAll lets go of what a deleted SafeJob holds: its run finalizer
-// once its parent cannot record it, its pods' and its Workloads' finalizers.
-func (r *SafeJobReconciler) releaseAll(ctx context.Context, req reconcile.Request, sj *batchv1alpha1.SafeJob) error {
-	var errs []error
-	if slices.Contains(sj.Finalizers, batchv1alpha1.RunFinalizer) {
-		errs = append(errs, r.releaseRun(ctx, sj))
-	}
-	errs = append(errs, r.releaseOrphans(ctx, req.Namespace, req.Name, ""), r.releaseWorkloads(ctx, req, sj.UID))
-	return errors.Join(errs...)
-}
-
-// gatherAll brings the SafeJob's Workload up to date when it is queued and
-// gathers the ledger input, with the queue's gate.
-func (r *SafeJobReconciler) gatherAll(ctx context.Context, sj *batchv1alpha1.SafeJob) (*queued, *ledger.Input, time.Duration, error) {
-	q := &queued{}
-	if queueName(sj) != "" {
-		var err error
-		if q, err = r.syncWorkload(ctx, sj); err != nil {
-			return nil, nil, 0, err
-		}
-	}
-	in, wait, err := r.gather(ctx, sj)
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	in.Queue = q.gate
-	return q, in, wait, nil
-}
-
-// gather builds the ledger input: the cached pods, the terminal states seen
-// of vanished pods, this process's pending creates and, for launches that
-// none of these explain, a live read of the API server.
-func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJob) (*ledger.Input, time.Duration, error) {
-	pods, err := r.listPods(ctx, sj)
-	if err != nil {
-		return nil, 0, err
-	}
-	key := client.ObjectKeyFromObject(sj)
-	in := &ledger.Input{
-		Name:     sj.Name,
-		Spec:     &sj.Spec,
-		Status:   &sj.Status,
-		Pods:     pods,
-		LastSeen: r.tracker.lastSeen(key, sj.UID),
-		Pending:  r.tracker.pending(key, sj.UID),
-		Gone:     map[string]bool{},
-		Taken:    map[string]bool{},
-		Fence:    r.Fence,
-		Now:      r.Clock.Now(),
-	}
-	unaccounted, wait, err := ledger.Unaccounted(in)
-	if err != nil {
-		return in, 0, nil // Decide reports the invalid ledger
-	}
-	for _, ref := range unaccounted {
-		pod := &corev1.Pod{}
-		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: sj.Namespace, Name: ref.Name}, pod)
-		switch {
-		case apierrors.IsNotFound(err):
-			in.Gone[ref.Name] = true
-		case err != nil:
-			return nil, 0, fmt.Errorf("confirming pod %s: %w", ref.Name, err)
-		case !metav1.IsControlledBy(pod, sj):
-			// The name is held by a pod this SafeJob does not control (an
-			// earlier SafeJob's of the same name, or anyone's): it never
-			// counts here, and the launch runs again under a new name.
-			in.Taken[ref.Name] = true
-		case ledger.IsTerminal(pod):
-			// Not listed: terminal and stripped of the finalizer by someone
-			// else while no handler of this process saw it. Its state decides.
-			in.Pods = append(in.Pods, pod)
-		}
-	}
-	return in, wait, nil
-}
-
 // writeStatus writes the plan's status with the resourceVersion the plan
 // was made from; events follow only a successful write.
 func (r *SafeJobReconciler) writeStatus(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *ledger.Plan) error {
@@ -410,65 +314,5 @@ func (r *SafeJobReconciler) markLedgerInvalid(ctx context.Context, sj *batchv1al
 		return fmt.Errorf("reporting invalid ledger: %w", err)
 	}
 	r.Recorder.Eventf(updated, nil, corev1.EventTypeWarning, batchv1alpha1.ReasonLedgerCorrupt, "Reconcile", "%s", msg)
-	return nil
-}
-
-// queue is the controller's work queue type.
-type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
-
-// newQueue builds controller-runtime's default queue (the priority queue)
-// and keeps its length for backlogged.
-func (r *SafeJobReconciler) newQueue(mgr manager.Manager) func(string, workqueue.TypedRateLimiter[reconcile.Request]) queue {
-	return func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) queue {
-		q := priorityqueue.New(name, func(o *priorityqueue.Opts[reconcile.Request]) {
-			o.Log = mgr.GetLogger().WithValues("controller", name)
-			o.RateLimiter = rl
-		})
-		r.waiting = q.Len
-		return q
-	}
-}
-
-// SetupWithManager registers the controller and its pod index.
-func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
-	r.tracker = newTracker()
-	r.podWrites = newSlots(r.ConcurrentPodWrites)
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, ownerUIDIndex, indexActivePodOwner); err != nil {
-		return fmt.Errorf("indexing pods by owner: %w", err)
-	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &batchv1alpha1.SafeJob{}, ownerUIDIndexSJ, indexPodOwner); err != nil {
-		return fmt.Errorf("indexing SafeJobs by owner: %w", err)
-	}
-	sjInformer, err := mgr.GetCache().GetInformer(context.Background(), &batchv1alpha1.SafeJob{})
-	if err != nil {
-		return fmt.Errorf("getting the SafeJob informer: %w", err)
-	}
-	deliver := func(obj any) {
-		if sj, ok := obj.(*batchv1alpha1.SafeJob); ok {
-			r.tracker.delivered(sj)
-		}
-	}
-	if _, err := sjInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: deliver, UpdateFunc: func(_, obj any) { deliver(obj) },
-	}); err != nil {
-		return fmt.Errorf("watching own status writes: %w", err)
-	}
-	b := builder.ControllerManagedBy(mgr).
-		For(&batchv1alpha1.SafeJob{}).
-		Owns(&batchv1alpha1.SafeJob{})
-	if r.Kueue {
-		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &kueue.Workload{}, workloadOwnerIndex, indexPodOwner); err != nil {
-			return fmt.Errorf("indexing Workloads by owner: %w", err)
-		}
-		b = b.Owns(&kueue.Workload{})
-	}
-	err = b.
-		Watches(&corev1.Pod{}, &podHandler{tracker: r.tracker, cache: mgr.GetCache(), batch: r.PodBatchPeriod}).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1), NewQueue: r.newQueue(mgr)}).
-		Named("safejob").
-		Complete(r)
-	if err != nil {
-		return fmt.Errorf("building controller: %w", err)
-	}
 	return nil
 }

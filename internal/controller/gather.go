@@ -1,0 +1,97 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
+)
+
+// gatherAll brings the SafeJob's Workload up to date when it is queued and
+// gathers the ledger input, with the queue's gate.
+func (r *SafeJobReconciler) gatherAll(ctx context.Context, sj *batchv1alpha1.SafeJob) (*queued, *ledger.Input, time.Duration, error) {
+	q := &queued{}
+	if queueName(sj) != "" {
+		var err error
+		if q, err = r.syncWorkload(ctx, sj); err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	in, wait, err := r.gather(ctx, sj)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	in.Queue = q.gate
+	return q, in, wait, nil
+}
+
+// gather builds the ledger input: the cached pods, the terminal states seen
+// of vanished pods, this process's pending creates and, for launches that
+// none of these explain, a live read of the API server.
+func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJob) (*ledger.Input, time.Duration, error) {
+	pods, err := r.listPods(ctx, sj)
+	if err != nil {
+		return nil, 0, err
+	}
+	key := client.ObjectKeyFromObject(sj)
+	in := &ledger.Input{
+		Name:     sj.Name,
+		Spec:     &sj.Spec,
+		Status:   &sj.Status,
+		Pods:     pods,
+		LastSeen: r.tracker.lastSeen(key, sj.UID),
+		Pending:  r.tracker.pending(key, sj.UID),
+		Gone:     map[string]bool{},
+		Taken:    map[string]bool{},
+		Fence:    r.Fence,
+		Now:      r.Clock.Now(),
+	}
+	unaccounted, wait, err := ledger.Unaccounted(in)
+	if err != nil {
+		return in, 0, nil // Decide reports the invalid ledger
+	}
+	for _, ref := range unaccounted {
+		pod := &corev1.Pod{}
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: sj.Namespace, Name: ref.Name}, pod)
+		switch {
+		case apierrors.IsNotFound(err):
+			in.Gone[ref.Name] = true
+		case err != nil:
+			return nil, 0, fmt.Errorf("confirming pod %s: %w", ref.Name, err)
+		case !metav1.IsControlledBy(pod, sj):
+			// The name is held by a pod this SafeJob does not control (an
+			// earlier SafeJob's of the same name, or anyone's): it never
+			// counts here, and the launch runs again under a new name.
+			in.Taken[ref.Name] = true
+		case ledger.IsTerminal(pod):
+			// Not listed: terminal and stripped of the finalizer by someone
+			// else while no handler of this process saw it. Its state decides.
+			in.Pods = append(in.Pods, pod)
+		}
+	}
+	return in, wait, nil
+}
+
+// listPods lists a SafeJob's pods that run or hold the ledger finalizer
+// from the cache (indexActivePodOwner). The pods share their maps and
+// slices with the cache (no deep copy: it dominated the CPU profile under
+// W2) and must not be modified.
+func (r *SafeJobReconciler) listPods(ctx context.Context, sj *batchv1alpha1.SafeJob) ([]*corev1.Pod, error) {
+	var list corev1.PodList
+	if err := r.Client.List(ctx, &list, client.InNamespace(sj.Namespace),
+		client.MatchingFields{ownerUIDIndex: string(sj.UID)}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	pods := make([]*corev1.Pod, len(list.Items))
+	for i := range list.Items {
+		pods[i] = &list.Items[i]
+	}
+	return pods, nil
+}

@@ -1,0 +1,60 @@
+package controller
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
+)
+
+func TestNewPod(t *testing.T) {
+	sj := &batchv1alpha1.SafeJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "ns", UID: "uid-1"},
+		Spec: batchv1alpha1.SafeJobSpec{
+			CompletionMode: batchv1alpha1.IndexedCompletion,
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "x"}},
+				Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+					InitContainers: []corev1.Container{{Name: "init"}},
+					Containers:     []corev1.Container{{Name: "main", Env: []corev1.EnvVar{{Name: "A", Value: "1"}}}}},
+			},
+		},
+	}
+	pod := newPod(sj, ledger.PodRef{Name: "train-3-1", Index: 3, Attempt: 1})
+	wantLabels := map[string]string{"app": "x", batchv1alpha1.SafeJobNameLabel: "train",
+		batchv1alpha1.CompletionIndexLabel: "3", batchv1alpha1.AttemptLabel: "1", batchv1alpha1.ControllerUIDLabel: "uid-1"}
+	if diff := cmp.Diff(wantLabels, pod.Labels); diff != "" {
+		t.Errorf("labels (-want,+got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{batchv1alpha1.JobCompletionIndexAnnotation: "3"}, pod.Annotations); diff != "" {
+		t.Errorf("annotations (-want,+got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{batchv1alpha1.LedgerFinalizer}, pod.Finalizers); diff != "" {
+		t.Errorf("finalizers (-want,+got):\n%s", diff)
+	}
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil || ref.UID != "uid-1" || !ptr.Deref(ref.BlockOwnerDeletion, false) {
+		t.Errorf("controller reference %+v", ref)
+	}
+	wantEnv := []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: batchv1alpha1.JobCompletionIndexEnv, Value: "3"}}
+	if diff := cmp.Diff(wantEnv, pod.Spec.Containers[0].Env); diff != "" {
+		t.Errorf("env (-want,+got):\n%s", diff)
+	}
+	if len(pod.Spec.InitContainers[0].Env) != 1 {
+		t.Errorf("init container env %v", pod.Spec.InitContainers[0].Env)
+	}
+	if len(sj.Spec.Template.Spec.Containers[0].Env) != 1 || sj.Spec.Template.Labels[batchv1alpha1.AttemptLabel] != "" {
+		t.Error("newPod modified the SafeJob's template")
+	}
+
+	sj.Spec.CompletionMode = batchv1alpha1.NonIndexedCompletion
+	plain := newPod(sj, ledger.PodRef{Name: "train-0-0"})
+	if _, ok := plain.Annotations[batchv1alpha1.JobCompletionIndexAnnotation]; ok || len(plain.Spec.Containers[0].Env) != 1 {
+		t.Error("NonIndexed pod got the completion index annotation or env")
+	}
+}

@@ -1,0 +1,103 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
+)
+
+// podHandler enqueues a pod's SafeJob and keeps the terminal state of pods
+// that leave the cache, or lose the ledger finalizer to someone else.
+type podHandler struct {
+	tracker *tracker
+	// cache reads the owning SafeJob: only the pods of a SafeJob that runs
+	// more than one pod at a time are batched (a lone pod has nothing to
+	// share its status write with).
+	cache client.Reader
+	batch time.Duration
+}
+
+func (h *podHandler) Create(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	h.enqueueOwner(e.Object, q)
+}
+
+func (h *podHandler) Update(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	pod, ok := e.ObjectNew.(*corev1.Pod)
+	if ok && settled(pod) {
+		h.remember(pod)
+	}
+	if ok && stray(pod) {
+		// Orphaned with the ledger finalizer: the reconcile of its name
+		// releases it once no live SafeJob is found to have created it.
+		key := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Labels[batchv1alpha1.SafeJobNameLabel]}
+		h.tracker.sawStray(key)
+		q.Add(reconcile.Request{NamespacedName: key})
+	}
+	h.enqueueOwner(e.ObjectNew, q)
+}
+
+// stray reports a pod that holds the ledger finalizer but that no SafeJob
+// controls.
+func stray(pod *corev1.Pod) bool {
+	ref := metav1.GetControllerOf(pod)
+	return (ref == nil || !isSafeJobRef(ref)) && slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer)
+}
+
+func (h *podHandler) Delete(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if pod, ok := e.Object.(*corev1.Pod); ok && ledger.IsTerminal(pod) {
+		h.remember(pod)
+	}
+	h.enqueueOwner(e.Object, q)
+}
+
+func (h *podHandler) Generic(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	h.enqueueOwner(e.Object, q)
+}
+
+func (h *podHandler) remember(pod *corev1.Pod) {
+	if ref := metav1.GetControllerOf(pod); ref != nil && isSafeJobRef(ref) {
+		h.tracker.sawTerminal(types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}, ref.UID, pod)
+	}
+}
+
+// enqueueOwner enqueues the SafeJob of a pod and, for a pod of a scheduled
+// run, the parent, which waits for the pods of earlier runs under Forbid and
+// Replace. Within the batch period of the first event, further events of the
+// same SafeJob join the pending request (the queue keeps the earliest time).
+func (h *podHandler) enqueueOwner(obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if ref := metav1.GetControllerOf(obj); ref != nil && isSafeJobRef(ref) {
+		key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: ref.Name}
+		q.AddAfter(reconcile.Request{NamespacedName: key}, h.batchFor(key))
+	}
+	if parent := obj.GetAnnotations()[batchv1alpha1.ParentLabel]; parent != "" {
+		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: parent}}, h.batch)
+	}
+}
+
+// batchFor is how long the events of a SafeJob's pods are gathered: the
+// batch period when it runs several pods at once, else nothing.
+func (h *podHandler) batchFor(key types.NamespacedName) time.Duration {
+	if h.batch <= 0 || h.cache == nil {
+		return 0
+	}
+	sj := &batchv1alpha1.SafeJob{}
+	if err := h.cache.Get(context.Background(), key, sj, client.UnsafeDisableDeepCopy); err != nil {
+		return 0
+	}
+	if ptr.Deref(sj.Spec.Parallelism, 1) <= 1 {
+		return 0
+	}
+	return h.batch
+}

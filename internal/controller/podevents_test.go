@@ -1,0 +1,54 @@
+package controller
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+)
+
+func TestPodEventsBatchedOnlyForParallelSafeJobs(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := batchv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	one := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "one", Namespace: "ns", UID: "u1"}}
+	wide := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "wide", Namespace: "ns", UID: "u2"},
+		Spec: batchv1alpha1.SafeJobSpec{Parallelism: ptr.To[int32](5)}}
+	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(one, wide).Build()
+	podOf := func(sj *batchv1alpha1.SafeJob) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: sj.Name + "-0-0", Namespace: "ns",
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sj, batchv1alpha1.GroupVersion.WithKind("SafeJob"))}}}
+	}
+	for _, tc := range []struct {
+		name      string
+		pod       *corev1.Pod
+		batch     time.Duration
+		wantReady int
+	}{
+		{"parallel SafeJob waits for the batch", podOf(wide), time.Hour, 0},
+		{"one pod at a time is not batched", podOf(one), time.Hour, 1},
+		{"batching off", podOf(wide), 0, 1},
+		{"unknown SafeJob is not batched", podOf(&batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "gone", UID: "u3"}}), time.Hour, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+			defer q.ShutDown()
+			h := &podHandler{tracker: newTracker(), cache: reader, batch: tc.batch}
+			h.Update(context.Background(), event.UpdateEvent{ObjectOld: tc.pod, ObjectNew: tc.pod}, q)
+			if got := q.Len(); got != tc.wantReady {
+				t.Errorf("requests ready at once = %d, want %d", got, tc.wantReady)
+			}
+		})
+	}
+}

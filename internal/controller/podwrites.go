@@ -1,0 +1,218 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
+)
+
+const (
+	// actWorkers bounds the pod writes of one reconcile in flight at once.
+	actWorkers = 16
+	// DefaultConcurrentPodWrites bounds the pod writes in flight across all
+	// reconciles. Every pod write is an event that kube-apiserver hands to
+	// every pod watcher (scheduler, kubelets, controllers) through a buffer
+	// that can be as small as 10 events; a burst that overflows a slow
+	// watcher's buffer makes the API server close that watch, and the watcher
+	// then lists or re-watches all pods. Bounding the writes in flight keeps
+	// the operator's bursts within what the watchers drain.
+	DefaultConcurrentPodWrites = 8
+)
+
+// act carries out the plan's pod work, which refers only to facts already
+// observed in the ledger: create committed launches, release finalizers of
+// committed outcomes, delete pods that must stop.
+func (r *SafeJobReconciler) act(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *ledger.Plan, info *podSetInfo) error {
+	key := client.ObjectKeyFromObject(sj)
+	r.tracker.forgetLastSeen(key, sj.UID, plan.Forget)
+	var errs []error
+	var mu sync.Mutex
+	fail := func(err error) {
+		if err == nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		errs = append(errs, err)
+	}
+	var created []string
+	fail(r.parallel(ctx, len(plan.Create), func(i int) {
+		ok, err := r.createPod(ctx, sj, plan.Create[i], info)
+		if err != nil {
+			fail(err)
+		}
+		if ok {
+			mu.Lock()
+			created = append(created, plan.Create[i].Name)
+			mu.Unlock()
+		}
+	}))
+	r.recordCreates(sj, created)
+	release := r.tracker.unreleased(key, sj.UID, plan.Release, r.Clock.Now())
+	fail(r.parallel(ctx, len(release), func(i int) {
+		if err := r.releaseFinalizer(ctx, sj.Namespace, release[i]); err != nil {
+			fail(err)
+			return
+		}
+		r.tracker.released(key, sj.UID, release[i], r.Clock.Now())
+	}))
+	fail(r.parallel(ctx, len(plan.Delete), func(i int) {
+		if err := r.deletePod(ctx, sj.Namespace, plan.Delete[i]); err != nil {
+			fail(err)
+		}
+	}))
+	return errors.Join(errs...)
+}
+
+// recordCreates reports the pods one reconcile created in one event (one
+// event per pod would be as many writes to the API server as pods).
+func (r *SafeJobReconciler) recordCreates(sj *batchv1alpha1.SafeJob, created []string) {
+	switch {
+	case len(created) == 0:
+	case len(created) == 1:
+		r.Recorder.Eventf(sj, nil, corev1.EventTypeNormal, "SuccessfulCreate", "CreatePod", "Created pod: %s", created[0])
+	default:
+		slices.Sort(created)
+		names := strings.Join(created[:min(len(created), 10)], ", ")
+		if len(created) > 10 {
+			names += fmt.Sprintf(" and %d more", len(created)-10)
+		}
+		r.Recorder.Eventf(sj, nil, corev1.EventTypeNormal, "SuccessfulCreate", "CreatePod", "Created %d pods: %s", len(created), names)
+	}
+}
+
+// createPod creates the pod of an observed launch and reports whether it
+// did. It is the one place a pod create is issued, and it keeps the fence
+// (ledger.Fence): no create starts once the launch's window has passed, and
+// each one carries a deadline of the window plus the create timeout, so that
+// none can land after the launch may be declared Lost. AlreadyExists ends
+// the launch's creating here: names are deterministic, so a repeat can never
+// duplicate, and a name held by a stranger is found by the live read that
+// precedes Lost.
+func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.SafeJob, ref ledger.PodRef, info *podSetInfo) (bool, error) {
+	key := client.ObjectKeyFromObject(sj)
+	fence := r.fence()
+	if !fence.MayCreate(ref, r.Clock.Now()) {
+		// Waited too long for a write slot: the launch goes Lost after its
+		// grace and runs again.
+		r.tracker.created(key, sj.UID, ref.Name)
+		r.Metrics.CreatesExpired.Inc()
+		log.FromContext(ctx).Info("Pod create window passed; the launch will be recorded Lost and run again", "pod", ref.Name)
+		return false, nil
+	}
+	ctx, cancel := context.WithDeadline(ctx, ref.Time.Add(fence.CreateWindow+fence.CreateTimeout))
+	defer cancel()
+	pod := newPod(sj, ref)
+	info.apply(pod)
+	err := r.Client.Create(ctx, pod)
+	switch {
+	case err == nil:
+		r.tracker.created(key, sj.UID, ref.Name)
+		r.Metrics.PodsCreated.Inc()
+		return true, nil
+	case apierrors.IsAlreadyExists(err):
+		r.tracker.created(key, sj.UID, ref.Name)
+		return false, nil
+	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
+		// Refused for sure: the launch stays pending and is retried with backoff.
+		r.Recorder.Eventf(sj, nil, corev1.EventTypeWarning, "FailedCreate", "CreatePod", "Error creating pod %s: %v", ref.Name, err)
+		return false, fmt.Errorf("creating pod %s: %w", ref.Name, err)
+	default:
+		// The pod may or may not exist: a live read settles it later.
+		r.tracker.created(key, sj.UID, ref.Name)
+		return false, fmt.Errorf("creating pod %s: %w", ref.Name, err)
+	}
+}
+
+// fence is the reconciler's fence, or the default.
+func (r *SafeJobReconciler) fence() ledger.Fence {
+	if r.Fence.CreateWindow <= 0 || r.Fence.CreateTimeout <= 0 {
+		return ledger.DefaultFence
+	}
+	return r.Fence
+}
+
+func (r *SafeJobReconciler) deletePod(ctx context.Context, namespace, name string) error {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	if err := r.Client.Delete(ctx, pod); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting pod %s: %w", name, err)
+	}
+	return nil
+}
+
+// parallel runs f(0..n-1) on up to actWorkers goroutines, each call
+// holding one of the process-wide pod-write slots. Items not started when
+// ctx ends are skipped and counted in the returned error: the next
+// reconcile plans them again.
+func (r *SafeJobReconciler) parallel(ctx context.Context, n int, f func(int)) error {
+	if n == 0 {
+		return nil
+	}
+	work := make(chan int)
+	var wg sync.WaitGroup
+	var skipped atomic.Int32
+	for range min(n, actWorkers) {
+		wg.Go(func() {
+			for i := range work {
+				if !r.podWrites.acquire(ctx) {
+					skipped.Add(1)
+					continue
+				}
+				f(i)
+				r.podWrites.release()
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if k := skipped.Load(); k > 0 {
+		return fmt.Errorf("%d of %d pod writes not started: %w", k, n, context.Cause(ctx))
+	}
+	return nil
+}
+
+// slots bounds how many callers hold a slot at once; a nil slots is
+// unbounded.
+type slots chan struct{}
+
+func newSlots(n int) slots {
+	if n <= 0 {
+		return nil
+	}
+	return make(slots, n)
+}
+
+// acquire takes a slot, waiting for one; it reports false if ctx ends first.
+func (s slots) acquire(ctx context.Context) bool {
+	if s == nil {
+		return ctx.Err() == nil
+	}
+	select {
+	case s <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (s slots) release() {
+	if s != nil {
+		<-s
+	}
+}

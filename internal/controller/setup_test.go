@@ -1,0 +1,60 @@
+package controller
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
+)
+
+func TestIndexPodOwner(t *testing.T) {
+	owned := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{{
+		APIVersion: batchv1alpha1.GroupVersion.String(), Kind: "SafeJob", Name: "a", UID: "u", Controller: ptr.To(true)}}}}
+	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{{
+		APIVersion: "batch/v1", Kind: "Job", Name: "a", UID: "u", Controller: ptr.To(true)}}}}
+	if diff := cmp.Diff([]string{"u"}, indexPodOwner(owned)); diff != "" {
+		t.Errorf("owned (-want,+got):\n%s", diff)
+	}
+	if got := indexPodOwner(other); got != nil {
+		t.Errorf("pod of a Job indexed as %v", got)
+	}
+}
+
+func TestIndexActivePodOwner(t *testing.T) {
+	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "uid-1"}}
+	pod := func(phase corev1.PodPhase, finalizer bool) *corev1.Pod {
+		p := newPod(sj, ledger.PodRef{Name: "a-0-0"})
+		p.Status.Phase = phase
+		if !finalizer {
+			p.Finalizers = nil
+		}
+		return p
+	}
+	cases := []struct {
+		name string
+		pod  *corev1.Pod
+		want []string
+	}{
+		{"running", pod(corev1.PodRunning, true), []string{"uid-1"}},
+		{"running, finalizer stripped", pod(corev1.PodRunning, false), []string{"uid-1"}},
+		{"succeeded, not yet released", pod(corev1.PodSucceeded, true), []string{"uid-1"}},
+		{"failed, not yet released", pod(corev1.PodFailed, true), []string{"uid-1"}},
+		{"succeeded and released", pod(corev1.PodSucceeded, false), nil},
+		{"failed and released", pod(corev1.PodFailed, false), nil},
+	}
+	for _, tc := range cases {
+		if diff := cmp.Diff(tc.want, indexActivePodOwner(tc.pod)); diff != "" {
+			t.Errorf("%s: index (-want,+got):\n%s", tc.name, diff)
+		}
+	}
+	other := pod(corev1.PodRunning, true)
+	other.OwnerReferences = nil
+	if got := indexActivePodOwner(other); got != nil {
+		t.Errorf("a pod no SafeJob controls is indexed under %v", got)
+	}
+}
