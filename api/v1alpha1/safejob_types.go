@@ -249,6 +249,7 @@ const (
 	ReasonInvalidSchedule          = "InvalidSchedule"
 	ReasonWaitingForRun            = "WaitingForEarlierRun"
 	ReasonTooManyMissedTimes       = "TooManyMissedTimes"
+	ReasonTooManyActiveRuns        = "TooManyActiveRuns"
 	ReasonMissedSchedule           = "MissedSchedule"
 	ReasonNoMissedRuns             = "NoMissedRuns"
 	ReasonAdmitted                 = "Admitted"

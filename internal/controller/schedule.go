@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -83,17 +84,17 @@ func (r *SafeJobReconciler) gatherRuns(ctx context.Context, sj *batchv1alpha1.Sa
 	in := &ledger.RunInput{
 		Name:      sj.Name,
 		Namespace: sj.Namespace,
-		Created: sj.CreationTimestamp.Time,
-		Spec:    &sj.Spec,
-		Status:  &sj.Status,
-		Runs:    map[string]*batchv1alpha1.SafeJob{},
-		Busy:    map[string]int{},
-		Seen:    r.tracker.seenRuns(key, sj.UID),
-		Issued:  r.tracker.issuedRuns(key, sj.UID),
-		Gone:    map[string]bool{},
-		Taken:   map[string]bool{},
-		Fence:   r.fence(),
-		Now:     r.Clock.Now(),
+		Created:   sj.CreationTimestamp.Time,
+		Spec:      &sj.Spec,
+		Status:    &sj.Status,
+		Runs:      map[string]*batchv1alpha1.SafeJob{},
+		Busy:      map[string]int{},
+		Seen:      r.tracker.seenRuns(key, sj.UID),
+		Issued:    r.tracker.issuedRuns(key, sj.UID),
+		Gone:      map[string]bool{},
+		Taken:     map[string]bool{},
+		Fence:     r.fence(),
+		Now:       r.Clock.Now(),
 	}
 	for i := range runs.Items {
 		in.Runs[runs.Items[i].Name] = &runs.Items[i]
@@ -279,6 +280,14 @@ func (r *SafeJobReconciler) writeParentStatus(ctx context.Context, sj *batchv1al
 	updated, err := r.updateStatus(ctx, sj, plan.Status, plan.Append)
 	if err != nil || updated == nil {
 		return err
+	}
+	// Reaching the cap of open runs is said once, when it begins.
+	if c := meta.FindStatusCondition(plan.Status.Conditions, batchv1alpha1.ConditionScheduling); c != nil &&
+		c.Reason == batchv1alpha1.ReasonTooManyActiveRuns {
+		if prev := meta.FindStatusCondition(sj.Status.Conditions, batchv1alpha1.ConditionScheduling); prev == nil || prev.Reason != c.Reason {
+			log.FromContext(ctx).Info("Too many active runs: due times do not start", "max", ledger.MaxOpenRuns)
+			r.Recorder.Eventf(updated, nil, corev1.EventTypeWarning, batchv1alpha1.ReasonTooManyActiveRuns, "Schedule", "%s", c.Message)
+		}
 	}
 	for _, e := range plan.Append {
 		at := e.ScheduledTime.UTC().Format(time.RFC3339)

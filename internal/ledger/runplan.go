@@ -18,6 +18,16 @@ import (
 // reported as TooManyMissedTimes. Scheduling never stops because of it.
 const MissedStall = 100
 
+// MaxOpenRuns is the most runs a scheduled SafeJob has open at once (from
+// a run's commit until its outcome is recorded). Every open run is listed
+// in the ledger and in status.activeRuns, about 400 bytes in all with long
+// names, so however long its runs take a parent's status stays near 40 KB
+// (TestRunsCap), far below what the API server stores. At the cap a due
+// time does not start: it is reported (Scheduling TooManyActiveRuns,
+// MissedRuns, an event) and counted missed when a run starts again, once
+// runs finish.
+const MaxOpenRuns = 100
+
 // RunInput is everything the controller gathered for one scheduled SafeJob.
 type RunInput struct {
 	// Name is the parent's name; run names derive from it. Namespace is
@@ -161,54 +171,69 @@ func finished(run *batchv1alpha1.SafeJob) *metav1.Condition {
 // recordOutcomes appends the outcome of every open run that finished, is
 // being deleted, vanished, or was never created.
 func (d *runDecision) recordOutcomes() {
-	replace := d.policy() == batchv1alpha1.ReplaceConcurrent
 	// Under Replace a run being deleted while a newer time is due was
 	// deleted to make way for it.
 	_, replacing := d.dueNow()
 	for k, r := range d.open {
-		e := batchv1alpha1.LedgerEntry{Run: r.Name, ScheduledTime: ptr.To(metav1.NewTime(r.ScheduledTime))}
-		run := d.in.Runs[r.Name]
 		later := k < len(d.open)-1
-		switch {
-		case run == nil && replace && later:
-			// Replaced before it started: a newer run supersedes it.
-			e.Type, e.Reason = batchv1alpha1.EntryEvicted, RunReasonReplaced
-		case run == nil && d.in.Taken[r.Name]:
-			// Someone else holds the name: this run never ran here.
-			e.Type, e.Reason = batchv1alpha1.EntryLost, LostReasonNameTaken
-		case run == nil && d.in.Gone[r.Name]:
-			// Past its create window and absent: no create can land any
-			// more. A run this process saw or created, or whose UID the
-			// parent recorded, existed and was removed by someone else.
-			e.Type, e.Reason = batchv1alpha1.EntryLost, RunReasonNotCreated
-			if d.in.Issued[r.Name] || d.runUID(r.Name) != "" {
-				e.Reason = RunReasonVanished
-			}
-		case run == nil:
-			continue // not created yet, or not observed yet
-		case finished(run) != nil:
-			c := finished(run)
-			e.Type, e.Reason = batchv1alpha1.EntryFailed, c.Reason
-			if c.Type == batchv1alpha1.ConditionComplete {
-				e.Type = batchv1alpha1.EntrySucceeded
-				if t := run.Status.CompletionTime; t != nil && t.After(d.lastSuccess) {
-					d.lastSuccess = t.Time
-				}
-			}
-		case run.DeletionTimestamp != nil:
-			e.Type, e.Reason = batchv1alpha1.EntryEvicted, RunReasonDeleted
-			if replace && (later || replacing) {
-				e.Reason = RunReasonReplaced
-			}
-		default:
-			continue // running
+		var typ batchv1alpha1.EntryType
+		var reason string
+		if run := d.in.Runs[r.Name]; run == nil {
+			typ, reason = d.absentOutcome(r.Name, later)
+		} else {
+			typ, reason = d.presentOutcome(run, later || replacing)
+		}
+		if typ == "" {
+			continue
 		}
 		// The UID stays in the ledger so that the run's pods are still
 		// matched once the run is gone (RunUIDs).
-		e.UID = string(d.runUID(r.Name))
 		d.closing[r.Name] = true
-		d.add(e)
+		d.add(batchv1alpha1.LedgerEntry{Type: typ, Reason: reason, Run: r.Name,
+			ScheduledTime: ptr.To(metav1.NewTime(r.ScheduledTime)), UID: string(d.runUID(r.Name))})
 	}
+}
+
+// absentOutcome is the outcome of an open run the parent does not observe
+// ("" while there is none yet): later says a newer run is open.
+func (d *runDecision) absentOutcome(name string, later bool) (batchv1alpha1.EntryType, string) {
+	switch {
+	case later && d.policy() == batchv1alpha1.ReplaceConcurrent:
+		// Replaced before it started: a newer run supersedes it.
+		return batchv1alpha1.EntryEvicted, RunReasonReplaced
+	case d.in.Taken[name]:
+		// Someone else holds the name: this run never ran here.
+		return batchv1alpha1.EntryLost, LostReasonNameTaken
+	case d.in.Gone[name] && (d.in.Issued[name] || d.runUID(name) != ""):
+		// Past its create window and absent: no create can land any more.
+		// A run this process saw or created, or whose UID the parent
+		// recorded, existed and was removed by someone else.
+		return batchv1alpha1.EntryLost, RunReasonVanished
+	case d.in.Gone[name]:
+		return batchv1alpha1.EntryLost, RunReasonNotCreated
+	}
+	return "", "" // not created yet, or not observed yet
+}
+
+// presentOutcome is the outcome of an open run the parent observes ("" while
+// it runs): superseded says a newer run is open or due.
+func (d *runDecision) presentOutcome(run *batchv1alpha1.SafeJob, superseded bool) (batchv1alpha1.EntryType, string) {
+	if c := finished(run); c != nil {
+		if c.Type != batchv1alpha1.ConditionComplete {
+			return batchv1alpha1.EntryFailed, c.Reason
+		}
+		if t := run.Status.CompletionTime; t != nil && t.After(d.lastSuccess) {
+			d.lastSuccess = t.Time
+		}
+		return batchv1alpha1.EntrySucceeded, c.Reason
+	}
+	if run.DeletionTimestamp == nil {
+		return "", "" // running
+	}
+	if superseded && d.policy() == batchv1alpha1.ReplaceConcurrent {
+		return batchv1alpha1.EntryEvicted, RunReasonReplaced
+	}
+	return batchv1alpha1.EntryEvicted, RunReasonDeleted
 }
 
 // activeRef is the reference status.activeRuns last gave an open run (empty
@@ -405,6 +430,9 @@ func (d *runDecision) schedule() {
 		d.setCond(batchv1alpha1.ConditionScheduling, metav1.ConditionTrue, batchv1alpha1.ReasonScheduled, nextMsg)
 		return
 	}
+	if d.atCap(recent, missed, nextMsg) {
+		return
+	}
 	if d.waitForEarlier(recent) {
 		return
 	}
@@ -443,6 +471,28 @@ func (d *runDecision) earliest() time.Time {
 		earliest = since
 	}
 	return earliest
+}
+
+// atCap reports that MaxOpenRuns runs are open, so that the run due at
+// recent does not start, and says so. The time stays uncommitted: the next
+// run that starts counts it missed, with the times before it.
+func (d *runDecision) atCap(recent time.Time, missed int64, nextMsg string) bool {
+	open := 0
+	for _, r := range d.open {
+		if !d.closing[r.Name] {
+			open++
+		}
+	}
+	if open < MaxOpenRuns {
+		return false
+	}
+	at := recent.UTC().Format(time.RFC3339)
+	d.setCond(batchv1alpha1.ConditionScheduling, metav1.ConditionFalse, batchv1alpha1.ReasonTooManyActiveRuns,
+		fmt.Sprintf("%d runs are active, the most a schedule keeps at once (%d): the run due at %s does not start; "+
+			"scheduling resumes when a run finishes; %s", open, MaxOpenRuns, at, nextMsg))
+	d.reportMissed(missed+1, fmt.Sprintf("%d scheduled time(s) up to %s not run: %d runs active, the most a schedule keeps at once",
+		missed+1, at, open))
+	return true
 }
 
 // dueNow returns the scheduled time that would start now, if any: not

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -147,6 +148,27 @@ func entryKinds(es []batchv1alpha1.LedgerEntry) []string {
 	return out
 }
 
+// decideCase is one case of TestDecideRuns: the input and what the plan must hold.
+type decideCase struct {
+	spec        *batchv1alpha1.SafeJobSpec
+	status      batchv1alpha1.SafeJobStatus
+	runs        []*batchv1alpha1.SafeJob
+	busy        map[string]int
+	seen        []string
+	issued      []string
+	gone        []string
+	taken       []string
+	now         time.Time
+	wantAppend  []string
+	wantCreate  []string
+	wantDelete  []string
+	wantRelease []string
+	wantMissed  int64
+	wantReason  string            // of the last appended entry
+	wantUID     string            // of the last appended entry
+	wantCond    map[string]string // type -> reason
+}
+
 func TestDecideRuns(t *testing.T) {
 	every := time.Minute
 	tick := func(k int) time.Time { return r0.Add(time.Duration(k) * every) }
@@ -155,25 +177,7 @@ func TestDecideRuns(t *testing.T) {
 		l := Append(&batchv1alpha1.Ledger{}, es)
 		return batchv1alpha1.SafeJobStatus{Ledger: l}
 	}
-	cases := map[string]struct {
-		spec        *batchv1alpha1.SafeJobSpec
-		status      batchv1alpha1.SafeJobStatus
-		runs        []*batchv1alpha1.SafeJob
-		busy        map[string]int
-		seen        []string
-		issued      []string
-		gone        []string
-		taken       []string
-		now         time.Time
-		wantAppend  []string
-		wantCreate  []string
-		wantDelete  []string
-		wantRelease []string
-		wantMissed  int64
-		wantReason  string            // of the last appended entry
-		wantUID     string            // of the last appended entry
-		wantCond    map[string]string // type -> reason
-	}{
+	cases := map[string]decideCase{
 		"first tick commits, creates nothing yet": {
 			spec: parentSpec("* * * * *", ""), now: tick(1).Add(time.Second),
 			wantAppend: []string{"Scheduled:" + name(1)},
@@ -388,62 +392,156 @@ func TestDecideRuns(t *testing.T) {
 		},
 	}
 	for desc, tc := range cases {
-		t.Run(desc, func(t *testing.T) {
-			in := &RunInput{Name: "p", Created: r0, Spec: tc.spec, Status: &tc.status, Runs: map[string]*batchv1alpha1.SafeJob{},
-				Busy: tc.busy, Seen: map[string]k8stypes.UID{}, Now: tc.now}
-			for _, r := range tc.runs {
-				in.Runs[r.Name] = r
-			}
-			for _, s := range tc.seen {
-				in.Seen[s] = k8stypes.UID("uid-" + s)
-			}
-			in.Issued, in.Gone = map[string]bool{}, map[string]bool{}
-			for _, s := range tc.issued {
-				in.Issued[s] = true
-			}
-			for _, s := range tc.gone {
-				in.Gone[s] = true
-			}
-			in.Taken = map[string]bool{}
-			for _, s := range tc.taken {
-				in.Taken[s] = true
-			}
-			plan, err := DecideRuns(in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var creates []string
-			for _, c := range plan.Create {
-				creates = append(creates, c.Name)
-			}
-			check := func(what string, got, want []string) {
-				if !slices.Equal(got, want) {
-					t.Errorf("%s = %v, want %v", what, got, want)
-				}
-			}
-			check("appended", entryKinds(plan.Append), tc.wantAppend)
-			check("created", creates, tc.wantCreate)
-			check("deleted", plan.Delete, tc.wantDelete)
-			check("released", plan.Release, tc.wantRelease)
-			if n := len(plan.Append); tc.wantReason != "" && (n == 0 || plan.Append[n-1].Reason != tc.wantReason) {
-				t.Errorf("appended %+v, want the last with reason %s", plan.Append, tc.wantReason)
-			}
-			if n := len(plan.Append); tc.wantUID != "" && (n == 0 || plan.Append[n-1].UID != tc.wantUID) {
-				t.Errorf("appended %+v, want the last with uid %s", plan.Append, tc.wantUID)
-			}
-			if got := plan.Status.MissedRuns; got != tc.wantMissed {
-				t.Errorf("missedRuns = %d, want %d", got, tc.wantMissed)
-			}
-			for typ, reason := range tc.wantCond {
-				c := findCond(plan.Status.Conditions, typ)
-				if c == nil || c.Reason != reason {
-					t.Errorf("condition %s = %+v, want reason %s", typ, c, reason)
-				}
-			}
-			if _, err := ReplayRuns(&plan.Status.Ledger); err != nil {
-				t.Errorf("planned ledger does not replay: %v", err)
-			}
-		})
+		t.Run(desc, func(t *testing.T) { tc.run(t) })
+	}
+}
+
+// input builds the RunInput of a case.
+func (tc *decideCase) input() *RunInput {
+	in := &RunInput{Name: "p", Created: r0, Spec: tc.spec, Status: &tc.status, Runs: map[string]*batchv1alpha1.SafeJob{},
+		Busy: tc.busy, Seen: map[string]k8stypes.UID{}, Now: tc.now}
+	for _, r := range tc.runs {
+		in.Runs[r.Name] = r
+	}
+	for _, s := range tc.seen {
+		in.Seen[s] = k8stypes.UID("uid-" + s)
+	}
+	in.Issued, in.Gone, in.Taken = set(tc.issued), set(tc.gone), set(tc.taken)
+	return in
+}
+
+func set(names []string) map[string]bool {
+	out := map[string]bool{}
+	for _, n := range names {
+		out[n] = true
+	}
+	return out
+}
+
+// run decides the case and checks the plan.
+func (tc *decideCase) run(t *testing.T) {
+	t.Helper()
+	in := tc.input()
+	plan, err := DecideRuns(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var creates []string
+	for _, c := range plan.Create {
+		creates = append(creates, c.Name)
+	}
+	check := func(what string, got, want []string) {
+		if !slices.Equal(got, want) {
+			t.Errorf("%s = %v, want %v", what, got, want)
+		}
+	}
+	check("appended", entryKinds(plan.Append), tc.wantAppend)
+	check("created", creates, tc.wantCreate)
+	check("deleted", plan.Delete, tc.wantDelete)
+	check("released", plan.Release, tc.wantRelease)
+	if n := len(plan.Append); tc.wantReason != "" && (n == 0 || plan.Append[n-1].Reason != tc.wantReason) {
+		t.Errorf("appended %+v, want the last with reason %s", plan.Append, tc.wantReason)
+	}
+	if n := len(plan.Append); tc.wantUID != "" && (n == 0 || plan.Append[n-1].UID != tc.wantUID) {
+		t.Errorf("appended %+v, want the last with uid %s", plan.Append, tc.wantUID)
+	}
+	if got := plan.Status.MissedRuns; got != tc.wantMissed {
+		t.Errorf("missedRuns = %d, want %d", got, tc.wantMissed)
+	}
+	for typ, reason := range tc.wantCond {
+		c := findCond(plan.Status.Conditions, typ)
+		if c == nil || c.Reason != reason {
+			t.Errorf("condition %s = %+v, want reason %s", typ, c, reason)
+		}
+	}
+	if _, err := ReplayRuns(&plan.Status.Ledger); err != nil {
+		t.Errorf("planned ledger does not replay: %v", err)
+	}
+}
+
+// TestRunsCap: a parent under Allow whose runs never finish keeps at most
+// MaxOpenRuns open; a due time at the cap does not start, is reported and
+// is counted missed when a run starts again, once a run has finished. At
+// the cap, with long names, the status stays small.
+func TestRunsCap(t *testing.T) {
+	c := newCapParent()
+	plan := c.decide(t, c.tick(MaxOpenRuns+1).Add(time.Second))
+	checkCapped(t, plan, "1 scheduled time(s)")
+	c.status = plan.Status
+	raw, err := json.Marshal(c.status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.status.ActiveRuns) != MaxOpenRuns || len(raw) > 48<<10 {
+		t.Errorf("status at the cap: %d active runs, %d bytes (want %d, at most 48 KiB)", len(c.status.ActiveRuns), len(raw), MaxOpenRuns)
+	}
+	t.Logf("status at the cap of %d open runs: %d bytes", MaxOpenRuns, len(raw))
+	checkCapped(t, c.decide(t, c.tick(MaxOpenRuns+2).Add(time.Second)), "2 scheduled time(s)")
+
+	// The first run finishes: the due time starts, the one before counted missed.
+	c.runs[c.name(1)] = child(c.name(1), c.tick(1), batchv1alpha1.ConditionComplete)
+	plan = c.decide(t, c.tick(MaxOpenRuns+2).Add(2*time.Second))
+	want := []string{"Succeeded:" + c.name(1), "Scheduled:" + c.name(MaxOpenRuns+2)}
+	if got := entryKinds(plan.Append); !slices.Equal(got, want) || plan.Append[1].Missed != 1 || plan.Status.MissedRuns != 1 {
+		t.Errorf("after a run finished: appended %+v (missedRuns %d), want %v with 1 missed", plan.Append, plan.Status.MissedRuns, want)
+	}
+	if cond := findCond(plan.Status.Conditions, batchv1alpha1.ConditionScheduling); cond == nil ||
+		cond.Reason != batchv1alpha1.ReasonScheduled {
+		t.Errorf("Scheduling = %+v, want Scheduled", cond)
+	}
+}
+
+// capParent is a per-minute parent under Allow, with a long name and
+// namespace, whose MaxOpenRuns runs all run.
+type capParent struct {
+	parent string
+	name   func(k int) string
+	tick   func(k int) time.Time
+	runs   map[string]*batchv1alpha1.SafeJob
+	status batchv1alpha1.SafeJobStatus
+}
+
+const capNamespace = "team-reports-production"
+
+func newCapParent() *capParent {
+	parent := strings.Repeat("nightly-report-", 3) + "x" // 46 characters
+	c := &capParent{parent: parent, runs: map[string]*batchv1alpha1.SafeJob{}}
+	c.tick = func(k int) time.Time { return r0.Add(time.Duration(k) * time.Minute) }
+	c.name = func(k int) string { return RunName(parent, c.tick(k)) }
+	for k := 1; k <= MaxOpenRuns; k++ {
+		c.status.Ledger = Append(&c.status.Ledger, []batchv1alpha1.LedgerEntry{scheduled(0, c.name(k), c.tick(k), 0)})
+		run := child(c.name(k), c.tick(k), "")
+		run.Namespace, run.UID = capNamespace, k8stypes.UID(fmt.Sprintf("6f1c2d3e-4a5b-4c6d-8e9f-%012d", k))
+		c.runs[c.name(k)] = run
+	}
+	return c
+}
+
+func (c *capParent) decide(t *testing.T, now time.Time) *RunPlan {
+	t.Helper()
+	in := &RunInput{Name: c.parent, Namespace: capNamespace,
+		Created: r0, Spec: parentSpec("* * * * *", ""), Status: &c.status, Runs: c.runs, Now: now}
+	plan, err := DecideRuns(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan
+}
+
+// checkCapped checks a plan made at the cap: nothing starts, and the due
+// times are reported as missed.
+func checkCapped(t *testing.T, plan *RunPlan, missed string) {
+	t.Helper()
+	if len(plan.Append) != 0 || len(plan.Create) != 0 {
+		t.Errorf("at the cap: appended %v, created %v", entryKinds(plan.Append), plan.Create)
+	}
+	if c := findCond(plan.Status.Conditions, batchv1alpha1.ConditionScheduling); c == nil ||
+		c.Reason != batchv1alpha1.ReasonTooManyActiveRuns || c.Status != metav1.ConditionFalse {
+		t.Errorf("Scheduling = %+v, want False TooManyActiveRuns", c)
+	}
+	if c := findCond(plan.Status.Conditions, batchv1alpha1.ConditionMissedRuns); c == nil ||
+		c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, missed) {
+		t.Errorf("MissedRuns = %+v, want True saying %q", c, missed)
 	}
 }
 
@@ -496,12 +594,17 @@ func findCond(cs []metav1.Condition, t string) *metav1.Condition {
 // is left open that does not exist.
 func TestRunsWorldModel(t *testing.T) {
 	outcomes := map[string]int{}
+	capped := 0
 	for seed := range uint64(200) {
 		policies := []batchv1alpha1.ConcurrencyPolicy{batchv1alpha1.AllowConcurrent, batchv1alpha1.ForbidConcurrent, batchv1alpha1.ReplaceConcurrent}
 		policy := policies[seed%3]
 		t.Run(fmt.Sprintf("seed%d-%s", seed, policy), func(t *testing.T) {
-			for k, n := range runWorld(t, rand.New(rand.NewPCG(seed, 7)), policy).outcomes {
+			w := runWorld(t, rand.New(rand.NewPCG(seed, 7)), policy, seed%9 == 0)
+			for k, n := range w.outcomes {
 				outcomes[k] += n
+			}
+			if w.maxOpen == MaxOpenRuns {
+				capped++
 			}
 		})
 	}
@@ -512,7 +615,10 @@ func TestRunsWorldModel(t *testing.T) {
 			t.Errorf("no run recorded Lost (%s) in any seed: %v", reason, outcomes)
 		}
 	}
-	t.Logf("outcomes: %v", outcomes)
+	if capped == 0 {
+		t.Error("no seed reached MaxOpenRuns open runs")
+	}
+	t.Logf("outcomes: %v; %d seeds reached the cap of open runs", outcomes, capped)
 }
 
 type worldRun struct {
@@ -552,39 +658,64 @@ type runsWorld struct {
 	issued map[string]bool
 	calm   bool
 	now    time.Time
+	// stuck runs never finish (under Allow they pile up to the cap).
+	stuck bool
+	// maxOpen is the most open runs any written ledger had.
+	maxOpen int
 	// outcomes counts the committed outcomes by type/reason.
 	outcomes map[string]int
 }
 
-func runWorld(t *testing.T, rng *rand.Rand, policy batchv1alpha1.ConcurrencyPolicy) *runsWorld {
+func runWorld(t *testing.T, rng *rand.Rand, policy batchv1alpha1.ConcurrencyPolicy, stuck bool) *runsWorld {
 	w := &runsWorld{t: t, rng: rng, spec: parentSpec("@every 5s", policy), runs: map[string]*worldRun{},
 		created: map[string]int{}, deleted: map[string]bool{}, byHand: map[string]bool{}, seen: map[string]k8stypes.UID{},
 		issued: map[string]bool{}, outcomes: map[string]int{}, strangers: map[string]bool{},
-		pods: map[k8stypes.UID]time.Time{"stranger": r0.Add(100 * time.Hour)}, now: r0}
+		pods: map[k8stypes.UID]time.Time{"stranger": r0.Add(100 * time.Hour)}, stuck: stuck, now: r0}
 	w.spec.SuccessfulRunsHistoryLimit, w.spec.FailedRunsHistoryLimit = ptr.To[int32](int32(rng.IntN(2))), ptr.To[int32](0)
 	for step := range 500 {
 		w.calm = step >= 400 // no faults: every open run must settle
-		w.now = w.now.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
-		w.land(step)
-		w.finishRuns()
-		if w.calm || rng.IntN(3) > 0 { // the cache catches up most of the time
-			w.cached = *w.status.DeepCopy()
-		}
-		if !w.calm && rng.IntN(40) == 0 { // restart: the process's memory is gone
-			w.seen, w.issued = map[string]k8stypes.UID{}, map[string]bool{}
-		}
-		if !w.calm && rng.IntN(25) == 0 {
-			w.removeByHand()
-		}
-		if !w.calm && rng.IntN(30) == 0 {
-			w.takeName()
-		}
-		plan := w.decide(step)
-		if !w.calm && rng.IntN(8) == 0 {
-			continue // crashed before acting: nothing of the plan happens
-		}
-		w.act(step, plan)
+		w.step(step)
 	}
+	w.checkEnd()
+	return w
+}
+
+// step advances the clock, lets the world move and the faults strike, and
+// runs one reconcile of the parent.
+func (w *runsWorld) step(step int) {
+	w.now = w.now.Add(time.Duration(w.rng.IntN(3000)) * time.Millisecond)
+	w.land(step)
+	w.finishRuns()
+	if w.calm || w.rng.IntN(3) > 0 { // the cache catches up most of the time
+		w.cached = *w.status.DeepCopy()
+	}
+	if !w.calm {
+		w.strike()
+	}
+	plan := w.decide(step)
+	if !w.calm && w.rng.IntN(8) == 0 {
+		return // crashed before acting: nothing of the plan happens
+	}
+	w.act(step, plan)
+}
+
+// strike brings the faults: restarts, runs removed by hand, strangers
+// taking names.
+func (w *runsWorld) strike() {
+	if w.rng.IntN(40) == 0 { // restart: the process's memory is gone
+		w.seen, w.issued = map[string]k8stypes.UID{}, map[string]bool{}
+	}
+	if w.rng.IntN(25) == 0 {
+		w.removeByHand()
+	}
+	if w.rng.IntN(30) == 0 {
+		w.takeName()
+	}
+}
+
+// checkEnd checks the world after the calm phase.
+func (w *runsWorld) checkEnd() {
+	t := w.t
 	for name, n := range w.created {
 		if n > 1 {
 			t.Errorf("run %s created %d times", name, n)
@@ -597,13 +728,18 @@ func runWorld(t *testing.T, rng *rand.Rand, policy batchv1alpha1.ConcurrencyPoli
 	if final.Runs+int64(len(final.Open)) == 0 {
 		t.Error("no run was ever scheduled")
 	}
+	// No time is dropped silently: every time up to the last one scheduled
+	// is a run or counted missed.
+	if times := int64(final.LastScheduled.Sub(r0) / (5 * time.Second)); final.Runs+int64(len(final.Open))+final.Missed != times {
+		t.Errorf("%d scheduled times up to %s, but %d runs, %d open and %d missed", times, final.LastScheduled,
+			final.Runs, len(final.Open), final.Missed)
+	}
 	settle := DefaultFence.LostGrace() + 10*time.Second
 	for name, r := range final.Open {
 		if w.runs[name] == nil && w.now.Sub(r.Time) > settle {
 			t.Errorf("run %s committed at %s is still open at %s and does not exist", name, r.Time, w.now)
 		}
 	}
-	return w
 }
 
 // land carries out the creates whose time has come, and checks the fence:
@@ -622,10 +758,25 @@ func (w *runsWorld) land(step int) {
 }
 
 // create makes the run in the API server at time at, unless its name exists.
-func (w *runsWorld) create(step int, ref RunRef, at time.Time) bool {
+func (w *runsWorld) create(step int, ref RunRef, at time.Time) {
 	if w.runs[ref.Name] != nil || w.strangers[ref.Name] {
-		return false // AlreadyExists
+		return // AlreadyExists
 	}
+	w.checkCreate(step, ref, at)
+	w.created[ref.Name]++
+	obj := child(ref.Name, ref.ScheduledTime, "")
+	obj.UID = k8stypes.UID(fmt.Sprintf("uid-%s-%d", obj.Name, w.created[ref.Name]))
+	d := time.Duration(1+w.rng.IntN(15)) * time.Second
+	if w.stuck {
+		d = 100 * time.Hour
+	}
+	w.runs[ref.Name] = &worldRun{obj: obj, finishAt: at.Add(d),
+		visibleAt: at.Add(time.Duration(w.rng.IntN(2000)) * time.Millisecond)}
+	w.pods[obj.UID] = at.Add(d + time.Second)
+}
+
+// checkCreate checks the fence on a create that lands at time at.
+func (w *runsWorld) checkCreate(step int, ref RunRef, at time.Time) {
 	if !at.Before(DefaultFence.RunCreateDeadline(ref)) {
 		w.t.Fatalf("step %d: run %s created at %s, past its deadline %s", step, ref.Name, at, DefaultFence.RunCreateDeadline(ref))
 	}
@@ -647,14 +798,6 @@ func (w *runsWorld) create(step int, ref RunRef, at time.Time) bool {
 			w.t.Fatalf("step %d: run %s created after its outcome %+v was recorded", step, ref.Name, w.outcome(ref.Name))
 		}
 	}
-	w.created[ref.Name]++
-	obj := child(ref.Name, ref.ScheduledTime, "")
-	obj.UID = k8stypes.UID("uid-" + obj.Name)
-	d := time.Duration(1+w.rng.IntN(15)) * time.Second
-	w.runs[ref.Name] = &worldRun{obj: obj, finishAt: at.Add(d),
-		visibleAt: at.Add(time.Duration(w.rng.IntN(2000)) * time.Millisecond)}
-	w.pods[obj.UID] = at.Add(d + time.Second)
-	return true
 }
 
 func (w *runsWorld) outcome(name string) batchv1alpha1.LedgerEntry {
@@ -712,8 +855,20 @@ func (w *runsWorld) finishRuns() {
 // the unobserved ones), runs DecideRuns, and checks I8 and no re-run on the
 // plan's creates.
 func (w *runsWorld) decide(step int) *RunPlan {
+	in := w.gather(step)
+	plan, err := DecideRuns(in)
+	if err != nil {
+		w.t.Fatalf("step %d: %v", step, err)
+	}
+	w.checkPlan(step, plan)
+	return plan
+}
+
+// gather builds the input as the controller does: the cached runs, the
+// process's memory, a live read of the unobserved runs past their fence,
+// and the pods of the runs whose UID the parent knows.
+func (w *runsWorld) gather(step int) *RunInput {
 	obsRuns := map[string]*batchv1alpha1.SafeJob{}
-	busy := map[string]int{}
 	for name, r := range w.runs {
 		if w.now.Before(r.visibleAt) {
 			continue // not in the cache yet
@@ -721,7 +876,7 @@ func (w *runsWorld) decide(step int) *RunPlan {
 		obsRuns[name] = r.obj.DeepCopy()
 		w.seen[name] = r.obj.UID
 	}
-	in := &RunInput{Name: "p", Created: r0, Spec: w.spec, Status: &w.cached, Runs: obsRuns, Busy: busy,
+	in := &RunInput{Name: "p", Created: r0, Spec: w.spec, Status: &w.cached, Runs: obsRuns, Busy: map[string]int{},
 		Seen: maps.Clone(w.seen), Issued: maps.Clone(w.issued), Gone: map[string]bool{}, Now: w.now}
 	unobserved, _, err := UnobservedRuns(in)
 	if err != nil {
@@ -740,13 +895,14 @@ func (w *runsWorld) decide(step int) *RunPlan {
 	}
 	for uid, name := range RunUIDs(in) {
 		if w.now.Before(w.pods[uid]) {
-			busy[name]++
+			in.Busy[name]++
 		}
 	}
-	plan, err := DecideRuns(in)
-	if err != nil {
-		w.t.Fatalf("step %d: %v", step, err)
-	}
+	return in
+}
+
+// checkPlan checks I8, the fence and ownership on a plan.
+func (w *runsWorld) checkPlan(step int, plan *RunPlan) {
 	observed, err := ReplayRuns(&w.cached.Ledger)
 	if err != nil {
 		w.t.Fatal(err)
@@ -769,38 +925,19 @@ func (w *runsWorld) decide(step int) *RunPlan {
 			w.t.Fatalf("step %d: run %s planned for creation past its window", step, c.Name)
 		}
 	}
-	return plan
 }
 
 // act carries the plan out, lets TTL delete some finished runs, and writes
 // status if the plan was made on the current version. A create is answered
 // at once, or lands later before its deadline, or never.
 func (w *runsWorld) act(step int, plan *RunPlan) {
-	for _, c := range plan.Create {
-		switch k := w.rng.IntN(10); {
-		case w.calm || k < 7:
-			w.create(step, c, w.now)
-			w.issued[c.Name] = true
-		case k < 9:
-			deadline := DefaultFence.RunCreateDeadline(c)
-			w.late = append(w.late, lateCreate{ref: c, landAt: w.now.Add(time.Duration(w.rng.Int64N(int64(deadline.Sub(w.now)))))})
-		default: // lost on the way
-		}
-	}
+	w.issue(step, plan.Create)
 	for _, name := range plan.Release {
 		if r := w.runs[name]; r != nil {
 			r.obj.Finalizers = nil
 		}
 	}
-	for _, name := range plan.Delete {
-		if r := w.runs[name]; r != nil && r.obj.DeletionTimestamp == nil {
-			r.obj.DeletionTimestamp = ptr.To(metav1.NewTime(w.now))
-			// Its pods are stopped: they terminate within a few seconds.
-			if till := w.now.Add(time.Duration(w.rng.IntN(4000)) * time.Millisecond); till.Before(w.pods[r.obj.UID]) {
-				w.pods[r.obj.UID] = till
-			}
-		}
-	}
+	w.deleteRuns(plan.Delete)
 	for _, r := range w.runs {
 		if finished(r.obj) != nil && w.rng.IntN(5) == 0 && r.obj.DeletionTimestamp == nil {
 			r.obj.DeletionTimestamp = ptr.To(metav1.NewTime(w.now)) // TTL
@@ -813,6 +950,34 @@ func (w *runsWorld) act(step int, plan *RunPlan) {
 		}
 	}
 	w.commit(step, plan)
+}
+
+// issue sends the creates of a plan: each is answered at once, or lands
+// later before its deadline, or never.
+func (w *runsWorld) issue(step int, creates []RunRef) {
+	for _, c := range creates {
+		switch k := w.rng.IntN(10); {
+		case w.calm || k < 7:
+			w.create(step, c, w.now)
+			w.issued[c.Name] = true
+		case k < 9:
+			deadline := DefaultFence.RunCreateDeadline(c)
+			w.late = append(w.late, lateCreate{ref: c, landAt: w.now.Add(time.Duration(w.rng.Int64N(int64(deadline.Sub(w.now)))))})
+		default: // lost on the way
+		}
+	}
+}
+
+// deleteRuns marks runs deleted; their pods terminate within a few seconds.
+func (w *runsWorld) deleteRuns(names []string) {
+	for _, name := range names {
+		if r := w.runs[name]; r != nil && r.obj.DeletionTimestamp == nil {
+			r.obj.DeletionTimestamp = ptr.To(metav1.NewTime(w.now))
+			if till := w.now.Add(time.Duration(w.rng.IntN(4000)) * time.Millisecond); till.Before(w.pods[r.obj.UID]) {
+				w.pods[r.obj.UID] = till
+			}
+		}
+	}
 }
 
 // commit writes the plan's status if it was made on the current version.
@@ -829,6 +994,10 @@ func (w *runsWorld) commit(step int, plan *RunPlan) {
 	if err := next.Covers(prev); err != nil {
 		w.t.Fatalf("step %d: I4: %v", step, err)
 	}
+	if len(next.Open) > MaxOpenRuns {
+		w.t.Fatalf("step %d: %d runs open, more than %d", step, len(next.Open), MaxOpenRuns)
+	}
+	w.maxOpen = max(w.maxOpen, len(next.Open))
 	for _, e := range plan.Append {
 		if e.Type != batchv1alpha1.EntryScheduled {
 			w.outcomes[string(e.Type)+"/"+e.Reason]++

@@ -405,20 +405,7 @@ func TestScheduleNameTaken(t *testing.T) {
 	parent := testutil.MakeSafeJob("taken", ns).Schedule("* * * * *").ConcurrencyPolicy(batchv1alpha1.ForbidConcurrent).
 		HistoryLimits(0, 0).Obj()
 	s.create(t, parent)
-	stranger := testutil.MakeSafeJob(s.runName(0), ns).Obj()
-	stranger.Finalizers = []string{batchv1alpha1.RunFinalizer}
-	leftover := testutil.MakeSafeJob(s.runName(1), ns).Obj()
-	leftover.Finalizers = []string{batchv1alpha1.RunFinalizer}
-	leftover.OwnerReferences = []metav1.OwnerReference{{APIVersion: batchv1alpha1.GroupVersion.String(), Kind: "SafeJob",
-		Name: parent.Name, UID: "0a1b2c3d-earlier-parent", Controller: ptr.To(true)}}
-	held := map[string]*batchv1alpha1.SafeJob{}
-	for _, sj := range []*batchv1alpha1.SafeJob{stranger, leftover} {
-		if err := k8s.Create(context.Background(), sj); err != nil {
-			t.Fatal(err)
-		}
-		held[sj.Name] = sj
-		waitFinished(t, client.ObjectKeyFromObject(sj), 30*time.Second) // finished: tempting to count and prune
-	}
+	held := s.holdRunNames(t)
 
 	for k := range 2 {
 		s.at(t, s.minute(k))
@@ -450,6 +437,28 @@ func TestScheduleNameTaken(t *testing.T) {
 		t.Errorf("SafeJob creates %v: want the two held names by the test and run 2 once", got)
 	}
 	s.watch.Check(t)
+}
+
+// holdRunNames creates, under the names of the parent's runs 0 and 1,
+// finished SafeJobs it does not control: a stranger's, and one controlled by
+// an earlier parent of the same name. Both carry the run finalizer.
+func (s *scheduleHarness) holdRunNames(t *testing.T) map[string]*batchv1alpha1.SafeJob {
+	t.Helper()
+	stranger := testutil.MakeSafeJob(s.runName(0), s.ns).Obj()
+	stranger.Finalizers = []string{batchv1alpha1.RunFinalizer}
+	leftover := testutil.MakeSafeJob(s.runName(1), s.ns).Obj()
+	leftover.Finalizers = []string{batchv1alpha1.RunFinalizer}
+	leftover.OwnerReferences = []metav1.OwnerReference{{APIVersion: batchv1alpha1.GroupVersion.String(), Kind: "SafeJob",
+		Name: s.parent.Name, UID: "0a1b2c3d-earlier-parent", Controller: ptr.To(true)}}
+	held := map[string]*batchv1alpha1.SafeJob{}
+	for _, sj := range []*batchv1alpha1.SafeJob{stranger, leftover} {
+		if err := k8s.Create(context.Background(), sj); err != nil {
+			t.Fatal(err)
+		}
+		held[sj.Name] = sj
+		waitFinished(t, client.ObjectKeyFromObject(sj), 30*time.Second) // finished: tempting to count and prune
+	}
+	return held
 }
 
 // TestScheduleForbid: no run starts while an earlier run, or a pod of it,
@@ -518,7 +527,7 @@ func TestScheduleForbidIgnoresStrangerPods(t *testing.T) {
 	s.create(t, testutil.MakeSafeJob("lookalike", ns).Schedule("* * * * *").ConcurrencyPolicy(batchv1alpha1.ForbidConcurrent).Obj())
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "lookalike-pod", Namespace: ns,
-			Labels: map[string]string{batchv1alpha1.ParentLabel: s.parent.Name, batchv1alpha1.SafeJobNameLabel: s.runName(0)},
+			Labels:      map[string]string{batchv1alpha1.ParentLabel: s.parent.Name, batchv1alpha1.SafeJobNameLabel: s.runName(0)},
 			Annotations: map[string]string{batchv1alpha1.ParentLabel: s.parent.Name}},
 		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
 	}
@@ -571,6 +580,51 @@ func TestScheduleReplace(t *testing.T) {
 	}
 	s.waitLedger(t, batchv1alpha1.EntrySucceeded, s.runName(1))
 	s.checkOnce(t, s.runName(0), s.runName(1))
+}
+
+// TestScheduleTooManyActiveRuns: under Allow, runs that never finish (here
+// at parallelism 0) pile up to MaxOpenRuns. The next due times do not
+// start: they are reported (Scheduling TooManyActiveRuns, MissedRuns, an
+// event) and, once a run finishes and scheduling resumes, counted missed.
+func TestScheduleTooManyActiveRuns(t *testing.T) {
+	t.Parallel()
+	s, ns := newScheduleHarness(t)
+	startManager(t, ns, managerOptions{clock: s.clock})
+	s.create(t, testutil.MakeSafeJob("pileup", ns).Schedule("* * * * *").Parallelism(0).Obj())
+	var names []string
+	for k := range ledger.MaxOpenRuns {
+		s.at(t, s.minute(k))
+		s.waitRun(t, s.runName(k)) // created before the clock moves on past its create window
+		names = append(names, s.runName(k))
+	}
+	capped := ledger.MaxOpenRuns
+	s.at(t, s.minute(capped))
+	s.waitCondition(t, batchv1alpha1.ConditionScheduling, batchv1alpha1.ReasonTooManyActiveRuns,
+		s.minute(capped).UTC().Format(time.RFC3339))
+	s.waitCondition(t, batchv1alpha1.ConditionMissedRuns, batchv1alpha1.ReasonMissedSchedule, "1 scheduled time(s)")
+	waitForEvent(t, ns, s.parent.Name, batchv1alpha1.ReasonTooManyActiveRuns)
+	s.at(t, s.minute(capped+1))
+	s.waitCondition(t, batchv1alpha1.ConditionMissedRuns, batchv1alpha1.ReasonMissedSchedule, "2 scheduled time(s)")
+	p := s.getParent(t)
+	if st, err := ledger.ReplayRuns(&p.Status.Ledger); err != nil || len(st.Open) != capped || len(p.Status.ActiveRuns) != capped {
+		t.Fatalf("at the cap: ledger %v (%v), %d active runs; want %d open", st, err, len(p.Status.ActiveRuns), capped)
+	}
+
+	// Run 0 finishes: the due time starts, the one before it counted missed.
+	patch := []byte(`{"spec":{"parallelism":1}}`)
+	if err := k8s.Patch(context.Background(), s.run(t, s.runName(0)), client.RawPatch("application/merge-patch+json", patch)); err != nil {
+		t.Fatal(err)
+	}
+	s.waitLedger(t, batchv1alpha1.EntrySucceeded, s.runName(0))
+	if e := s.waitLedger(t, batchv1alpha1.EntryScheduled, s.runName(capped+1)); e.Missed != 1 {
+		t.Errorf("run %d scheduled with %d missed, want 1", capped+1, e.Missed)
+	}
+	s.waitRun(t, s.runName(capped+1))
+	s.waitCondition(t, batchv1alpha1.ConditionScheduling, batchv1alpha1.ReasonScheduled, "")
+	if got := s.getParent(t).Status.MissedRuns; got != 1 {
+		t.Errorf("missedRuns = %d, want 1", got)
+	}
+	s.checkOnce(t, append(names, s.runName(capped+1))...)
 }
 
 // TestScheduleTooManyMissed: three hours of a per-minute schedule missed at
