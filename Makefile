@@ -94,7 +94,7 @@ chaos: ## Soak every fault scenario (larger, longer) and print the SafeJob/batch
 
 .PHONY: fuzz
 fuzz: ## Fuzz the ledger's decoding and folding for a minute.
-	go test ./internal/ledger -run '^$$' -fuzz FuzzReplayFold -fuzztime 60s
+	go test ./internal/ledger/jobs -run '^$$' -fuzz FuzzReplayFold -fuzztime 60s
 
 ##@ Build
 

@@ -102,7 +102,7 @@ func render(rows []row, took time.Duration) string {
 	fmt.Fprintln(&b, beginMarker)
 	fmt.Fprintln(&b, "## The ledger decision at every size")
 	fmt.Fprintln(&b)
-	fmt.Fprintln(&b, "What one completion costs in the pure decision (`ledger.Decide`) and in status writes, driving one")
+	fmt.Fprintln(&b, "What one completion costs in the pure decision (`jobs.Decide`) and in status writes, driving one")
 	fmt.Fprintln(&b, "SafeJob from start to `Complete` the way the controller does: launches committed in waves, pods")
 	fmt.Fprintln(&b, "created once their commit is observed, run until the parallelism is reached, succeed, and are")
 	fmt.Fprintln(&b, "deleted once released. The cost must not grow with completions: the ledger lists what is in flight")

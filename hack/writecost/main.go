@@ -32,6 +32,7 @@ import (
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 	"github.com/safejob/safejob/test/cluster"
 )
 
@@ -216,7 +217,7 @@ func safeJob(n int, now metav1.Time) *batchv1alpha1.SafeJob {
 		if k%2 == 1 {
 			typ = batchv1alpha1.EntrySucceeded
 		}
-		entries = append(entries, batchv1alpha1.LedgerEntry{Type: typ, Pod: ledger.PodName(name, index, 0), Index: index, Time: now})
+		entries = append(entries, batchv1alpha1.LedgerEntry{Type: typ, Pod: jobs.PodName(name, index, 0), Index: index, Time: now})
 	}
 	sj.Status = batchv1alpha1.SafeJobStatus{
 		Ledger:    ledger.Append(&batchv1alpha1.Ledger{}, entries),

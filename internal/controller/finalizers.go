@@ -17,6 +17,7 @@ import (
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
 // releaseFinalizer removes the ledger finalizer of a pod.
@@ -217,5 +218,5 @@ func (r *SafeJobReconciler) releaseWorkloads(ctx context.Context, req reconcile.
 func madeFor(wl *kueue.Workload, name string) bool {
 	ref := metav1.GetControllerOfNoCopy(wl)
 	return ref != nil && isSafeJobRef(ref) && ref.Name == name && ref.UID != "" &&
-		wl.Labels[JobUIDLabel] == string(ref.UID) && slices.Contains(ledger.WorkloadNames(ref.Name, ref.UID), wl.Name)
+		wl.Labels[JobUIDLabel] == string(ref.UID) && slices.Contains(jobs.WorkloadNames(ref.Name, ref.UID), wl.Name)
 }

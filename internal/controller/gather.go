@@ -11,12 +11,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
-	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
 // gatherAll brings the SafeJob's Workload up to date when it is queued and
 // gathers the ledger input, with the queue's gate.
-func (r *SafeJobReconciler) gatherAll(ctx context.Context, sj *batchv1alpha1.SafeJob) (*queued, *ledger.Input, time.Duration, error) {
+func (r *SafeJobReconciler) gatherAll(ctx context.Context, sj *batchv1alpha1.SafeJob) (*queued, *jobs.Input, time.Duration, error) {
 	q := &queued{}
 	if queueName(sj) != "" {
 		var err error
@@ -35,13 +35,13 @@ func (r *SafeJobReconciler) gatherAll(ctx context.Context, sj *batchv1alpha1.Saf
 // gather builds the ledger input: the cached pods, the terminal states seen
 // of vanished pods, this process's pending creates and, for launches that
 // none of these explain, a live read of the API server.
-func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJob) (*ledger.Input, time.Duration, error) {
+func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJob) (*jobs.Input, time.Duration, error) {
 	pods, err := r.listPods(ctx, sj)
 	if err != nil {
 		return nil, 0, err
 	}
 	key := client.ObjectKeyFromObject(sj)
-	in := &ledger.Input{
+	in := &jobs.Input{
 		Name:     sj.Name,
 		Spec:     &sj.Spec,
 		Status:   &sj.Status,
@@ -53,7 +53,7 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 		Fence:    r.Fence,
 		Now:      r.Clock.Now(),
 	}
-	unaccounted, wait, err := ledger.Unaccounted(in)
+	unaccounted, wait, err := jobs.Unaccounted(in)
 	if err != nil {
 		return in, 0, nil // Decide reports the invalid ledger
 	}
@@ -70,7 +70,7 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 			// earlier SafeJob's of the same name, or anyone's): it never
 			// counts here, and the launch runs again under a new name.
 			in.Taken[ref.Name] = true
-		case ledger.IsTerminal(pod):
+		case jobs.IsTerminal(pod):
 			// Not listed: terminal and stripped of the finalizer by someone
 			// else while no handler of this process saw it. Its state decides.
 			in.Pods = append(in.Pods, pod)

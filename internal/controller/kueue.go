@@ -20,7 +20,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
-	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
 // Keys Kueue defines for the jobs it queues.
@@ -54,12 +54,12 @@ func WorkloadName(sj *batchv1alpha1.SafeJob) string { return WorkloadNames(sj)[0
 // WorkloadNames are the names the SafeJob's Workload may have, in order of
 // preference: the next is used only while a Workload the SafeJob does not
 // control holds the one before.
-func WorkloadNames(sj *batchv1alpha1.SafeJob) []string { return ledger.WorkloadNames(sj.Name, sj.UID) }
+func WorkloadNames(sj *batchv1alpha1.SafeJob) []string { return jobs.WorkloadNames(sj.Name, sj.UID) }
 
 // queued is what the Kueue side gathered for one queued SafeJob.
 type queued struct {
 	wl   *kueue.Workload // nil when there is none
-	gate *ledger.QueueGate
+	gate *jobs.QueueGate
 	// podInfo is applied to every pod created while admitted.
 	podInfo *podSetInfo
 	// namesTaken lists the names held by Workloads the SafeJob does not
@@ -69,7 +69,7 @@ type queued struct {
 
 // syncWorkload makes sure a queued SafeJob has its Workload and says whether
 // pods may run: only while the Workload is Admitted and not Evicted, and no
-// more of them than it admitted. The decisions are ledger.DecideWorkload's;
+// more of them than it admitted. The decisions are jobs.DecideWorkload's;
 // this reads and writes.
 func (r *SafeJobReconciler) syncWorkload(ctx context.Context, sj *batchv1alpha1.SafeJob) (*queued, error) {
 	in := r.workloadInput(sj)
@@ -80,14 +80,14 @@ func (r *SafeJobReconciler) syncWorkload(ctx context.Context, sj *batchv1alpha1.
 		}
 		in.Workload = wl
 	}
-	wp := ledger.DecideWorkload(in)
+	wp := jobs.DecideWorkload(in)
 	if wp.Create {
 		wl, taken, err := r.createWorkload(ctx, sj, wp.Count)
 		if err != nil {
 			return nil, err
 		}
 		in.Workload, in.Created, in.NamesTaken = wl, wl != nil, taken
-		wp = ledger.DecideWorkload(in)
+		wp = jobs.DecideWorkload(in)
 	}
 	q := &queued{wl: in.Workload, gate: wp.Gate, namesTaken: in.NamesTaken}
 	if wp.Event != nil {
@@ -108,12 +108,12 @@ func (r *SafeJobReconciler) syncWorkload(ctx context.Context, sj *batchv1alpha1.
 }
 
 // workloadInput starts the Workload decision's input from the SafeJob.
-func (r *SafeJobReconciler) workloadInput(sj *batchv1alpha1.SafeJob) *ledger.WorkloadInput {
-	return &ledger.WorkloadInput{Served: r.Kueue, Queue: queueName(sj), Spec: &sj.Spec, Status: &sj.Status, Now: r.Clock.Now()}
+func (r *SafeJobReconciler) workloadInput(sj *batchv1alpha1.SafeJob) *jobs.WorkloadInput {
+	return &jobs.WorkloadInput{Served: r.Kueue, Queue: queueName(sj), Spec: &sj.Spec, Status: &sj.Status, Now: r.Clock.Now()}
 }
 
 // event records an event the Workload decision asked for.
-func (r *SafeJobReconciler) event(sj *batchv1alpha1.SafeJob, wl *kueue.Workload, e *ledger.WorkloadEvent) {
+func (r *SafeJobReconciler) event(sj *batchv1alpha1.SafeJob, wl *kueue.Workload, e *jobs.WorkloadEvent) {
 	typ := corev1.EventTypeNormal
 	if e.Warning {
 		typ = corev1.EventTypeWarning
@@ -129,7 +129,7 @@ func (r *SafeJobReconciler) ownWorkload(ctx context.Context, sj *batchv1alpha1.S
 	if err != nil {
 		return nil, err
 	}
-	own, drop := ledger.OwnWorkload(sj.UID, WorkloadNames(sj), list)
+	own, drop := jobs.OwnWorkload(sj.UID, WorkloadNames(sj), list)
 	var errs []error
 	for _, wl := range drop {
 		errs = append(errs, r.dropWorkload(ctx, wl))
@@ -202,7 +202,7 @@ func (r *SafeJobReconciler) createWorkload(ctx context.Context, sj *batchv1alpha
 			r.Recorder.Eventf(sj, attempt, corev1.EventTypeNormal, "CreatedWorkload", "Queue", "Created Workload %s in LocalQueue %s",
 				attempt.Name, queueName(sj))
 			if len(taken) > 0 {
-				r.Recorder.Eventf(sj, attempt, corev1.EventTypeWarning, ledger.ReasonWorkloadNameTaken, "Queue",
+				r.Recorder.Eventf(sj, attempt, corev1.EventTypeWarning, jobs.ReasonWorkloadNameTaken, "Queue",
 					"Workload %s is not the SafeJob's; its Workload is %s", strings.Join(taken, ", "), attempt.Name)
 			}
 			return attempt, nil, nil
@@ -262,12 +262,12 @@ func (r *SafeJobReconciler) updateWorkloadSpec(ctx context.Context, wl *kueue.Wo
 }
 
 // afterDecide updates the Workload from what this reconcile decided and
-// wrote (ledger.DecideWorkload after the pods): the reservation is given
+// wrote (jobs.DecideWorkload after the pods): the reservation is given
 // back once an evicted SafeJob has no pod left, PodsReady and
 // reclaimablePods follow the pods, Finished follows the SafeJob, a finished
 // or deleted Workload loses its finalizer, and one finished early or too
 // small for the SafeJob is replaced once no pod runs.
-func (r *SafeJobReconciler) afterDecide(ctx context.Context, sj *batchv1alpha1.SafeJob, q *queued, plan *ledger.Plan) error {
+func (r *SafeJobReconciler) afterDecide(ctx context.Context, sj *batchv1alpha1.SafeJob, q *queued, plan *jobs.Plan) error {
 	if q.wl == nil {
 		if len(q.namesTaken) > 0 {
 			// Nothing watches the Workloads holding the names: come back.
@@ -278,7 +278,7 @@ func (r *SafeJobReconciler) afterDecide(ctx context.Context, sj *batchv1alpha1.S
 	}
 	in := r.workloadInput(sj)
 	in.Workload, in.Decided = q.wl, plan
-	wp := ledger.DecideWorkload(in)
+	wp := jobs.DecideWorkload(in)
 	if wp.Event != nil {
 		r.event(sj, q.wl, wp.Event)
 	}

@@ -14,10 +14,11 @@ import (
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
 // newPod builds the pod of one launch from the SafeJob's template.
-func newPod(sj *batchv1alpha1.SafeJob, ref ledger.PodRef) *corev1.Pod {
+func newPod(sj *batchv1alpha1.SafeJob, ref jobs.PodRef) *corev1.Pod {
 	tmpl := sj.Spec.Template.DeepCopy()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{

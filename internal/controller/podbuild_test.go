@@ -9,7 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
-	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
 func TestNewPod(t *testing.T) {
@@ -25,7 +25,7 @@ func TestNewPod(t *testing.T) {
 			},
 		},
 	}
-	pod := newPod(sj, ledger.PodRef{Name: "train-3-1", Index: 3, Attempt: 1})
+	pod := newPod(sj, jobs.PodRef{Name: "train-3-1", Index: 3, Attempt: 1})
 	wantLabels := map[string]string{"app": "x", batchv1alpha1.SafeJobNameLabel: "train",
 		batchv1alpha1.CompletionIndexLabel: "3", batchv1alpha1.AttemptLabel: "1", batchv1alpha1.ControllerUIDLabel: "uid-1"}
 	if diff := cmp.Diff(wantLabels, pod.Labels); diff != "" {
@@ -53,7 +53,7 @@ func TestNewPod(t *testing.T) {
 	}
 
 	sj.Spec.CompletionMode = batchv1alpha1.NonIndexedCompletion
-	plain := newPod(sj, ledger.PodRef{Name: "train-0-0"})
+	plain := newPod(sj, jobs.PodRef{Name: "train-0-0"})
 	if _, ok := plain.Annotations[batchv1alpha1.JobCompletionIndexAnnotation]; ok || len(plain.Spec.Containers[0].Env) != 1 {
 		t.Error("NonIndexed pod got the completion index annotation or env")
 	}

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
-	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
 // podHandler enqueues a pod's SafeJob and keeps the terminal state of pods
@@ -56,7 +56,7 @@ func stray(pod *corev1.Pod) bool {
 }
 
 func (h *podHandler) Delete(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	if pod, ok := e.Object.(*corev1.Pod); ok && ledger.IsTerminal(pod) {
+	if pod, ok := e.Object.(*corev1.Pod); ok && jobs.IsTerminal(pod) {
 		h.remember(pod)
 	}
 	h.enqueueOwner(e.Object, q)

@@ -17,6 +17,7 @@ import (
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
 const (
@@ -35,7 +36,7 @@ const (
 // act carries out the plan's pod work, which refers only to facts already
 // observed in the ledger: create committed launches, release finalizers of
 // committed outcomes, delete pods that must stop.
-func (r *SafeJobReconciler) act(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *ledger.Plan, info *podSetInfo) error {
+func (r *SafeJobReconciler) act(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *jobs.Plan, info *podSetInfo) error {
 	key := client.ObjectKeyFromObject(sj)
 	r.tracker.forgetLastSeen(key, sj.UID, plan.Forget)
 	var errs []error
@@ -102,10 +103,10 @@ func (r *SafeJobReconciler) recordCreates(sj *batchv1alpha1.SafeJob, created []s
 // the launch's creating here: names are deterministic, so a repeat can never
 // duplicate, and a name held by a stranger is found by the live read that
 // precedes Lost.
-func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.SafeJob, ref ledger.PodRef, info *podSetInfo) (bool, error) {
+func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.SafeJob, ref jobs.PodRef, info *podSetInfo) (bool, error) {
 	key := client.ObjectKeyFromObject(sj)
 	fence := r.fence()
-	if !fence.MayCreate(ref, r.Clock.Now()) {
+	if !fence.MayCreate(ref.Time, r.Clock.Now()) {
 		// Waited too long for a write slot: the launch goes Lost after its
 		// grace and runs again.
 		r.tracker.created(key, sj.UID, ref.Name)
@@ -113,7 +114,7 @@ func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.Saf
 		log.FromContext(ctx).Info("Pod create window passed; the launch will be recorded Lost and run again", "pod", ref.Name)
 		return false, nil
 	}
-	ctx, cancel := context.WithDeadline(ctx, ref.Time.Add(fence.CreateWindow+fence.CreateTimeout))
+	ctx, cancel := context.WithDeadline(ctx, fence.CreateDeadline(ref.Time))
 	defer cancel()
 	pod := newPod(sj, ref)
 	info.apply(pod)
@@ -138,12 +139,7 @@ func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.Saf
 }
 
 // fence is the reconciler's fence, or the default.
-func (r *SafeJobReconciler) fence() ledger.Fence {
-	if r.Fence.CreateWindow <= 0 || r.Fence.CreateTimeout <= 0 {
-		return ledger.DefaultFence
-	}
-	return r.Fence
-}
+func (r *SafeJobReconciler) fence() ledger.Fence { return r.Fence.OrDefault() }
 
 func (r *SafeJobReconciler) deletePod(ctx context.Context, namespace, name string) error {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}

@@ -8,7 +8,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
-	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
 // TestReadyOnlyWritesWaitLongerWhileBacklogged checks that a change of the
@@ -20,7 +20,7 @@ func TestReadyOnlyWritesWaitLongerWhileBacklogged(t *testing.T) {
 	r := &SafeJobReconciler{Clock: clk, ReadyBatchPeriod: time.Second, ReadyBusyPeriod: 5 * time.Second,
 		tracker: newTracker(), waiting: func() int { return waiting }}
 	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "u1"}}
-	readyOnly := &ledger.Plan{Status: batchv1alpha1.SafeJobStatus{Ready: 2}}
+	readyOnly := &jobs.Plan{Status: batchv1alpha1.SafeJobStatus{Ready: 2}}
 	step := func(after time.Duration, backlog int, want time.Duration) {
 		t.Helper()
 		clk.SetTime(clk.Now().Add(after))
@@ -37,7 +37,7 @@ func TestReadyOnlyWritesWaitLongerWhileBacklogged(t *testing.T) {
 
 	// A ledger fact is never held, backlog or not.
 	waiting = 3
-	withFact := &ledger.Plan{Status: batchv1alpha1.SafeJobStatus{Ready: 2},
+	withFact := &jobs.Plan{Status: batchv1alpha1.SafeJobStatus{Ready: 2},
 		Append: []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntrySucceeded, Pod: "a-0-0"}}}
 	if got := r.deferReadyOnly(sj, withFact); got != 0 {
 		t.Errorf("a write with a ledger fact is held %s while backlogged, want 0", got)

@@ -1,5 +1,6 @@
 // Package controller runs SafeJobs: it gathers what the cluster shows, lets
-// internal/ledger decide, and carries out the plan.
+// internal/ledger/jobs and internal/ledger/runs decide, and carries out the
+// plan.
 package controller
 
 import (
@@ -21,6 +22,7 @@ import (
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
 // SafeJobReconciler reconciles SafeJob objects.
@@ -184,7 +186,7 @@ func (r *SafeJobReconciler) reconcileJob(ctx context.Context, sj *batchv1alpha1.
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	plan, err := ledger.Decide(in)
+	plan, err := jobs.Decide(in)
 	if err != nil {
 		return reconcile.Result{}, r.markLedgerInvalid(ctx, sj, err)
 	}
@@ -217,7 +219,7 @@ func (r *SafeJobReconciler) reconcileJob(ctx context.Context, sj *batchv1alpha1.
 // ledger of a SafeJob running several pods at once, so that it writes at
 // most once per PodBatchPeriod: the outcomes of pods that finish meanwhile
 // join the next write instead of costing one each. 0 means write now.
-func (r *SafeJobReconciler) spaceWrites(sj *batchv1alpha1.SafeJob, plan *ledger.Plan) time.Duration {
+func (r *SafeJobReconciler) spaceWrites(sj *batchv1alpha1.SafeJob, plan *jobs.Plan) time.Duration {
 	if r.PodBatchPeriod <= 0 || len(plan.Append) == 0 || ptr.Deref(sj.Spec.Parallelism, 1) <= 1 {
 		return 0
 	}
@@ -241,7 +243,7 @@ func (r *SafeJobReconciler) statusWriteFailed(ctx context.Context, err error) er
 
 // deferReadyOnly returns how long to hold a status write whose only change
 // is the ready count; 0 means write now.
-func (r *SafeJobReconciler) deferReadyOnly(sj *batchv1alpha1.SafeJob, plan *ledger.Plan) time.Duration {
+func (r *SafeJobReconciler) deferReadyOnly(sj *batchv1alpha1.SafeJob, plan *jobs.Plan) time.Duration {
 	if r.ReadyBatchPeriod <= 0 || len(plan.Append) > 0 || plan.Status.Ready == sj.Status.Ready {
 		return 0
 	}
@@ -264,7 +266,7 @@ func (r *SafeJobReconciler) backlogged() bool {
 
 // writeStatus writes the plan's status with the resourceVersion the plan
 // was made from; events follow only a successful write.
-func (r *SafeJobReconciler) writeStatus(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *ledger.Plan) error {
+func (r *SafeJobReconciler) writeStatus(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *jobs.Plan) error {
 	updated, err := r.updateStatus(ctx, sj, plan.Status, plan.Append)
 	if err != nil || updated == nil {
 		return err

@@ -21,6 +21,8 @@ import (
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
+	"github.com/safejob/safejob/internal/ledger/runs"
 )
 
 // ownerUIDIndexSJ indexes SafeJobs by the UID of the SafeJob that controls them.
@@ -38,11 +40,11 @@ func (r *SafeJobReconciler) reconcileParent(ctx context.Context, sj *batchv1alph
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	plan, err := ledger.DecideRuns(in)
+	plan, err := runs.Decide(in)
 	if err != nil {
 		return reconcile.Result{}, r.markLedgerInvalid(ctx, sj, err)
 	}
-	st, _ := ledger.ReplayRuns(&sj.Status.Ledger) // valid: DecideRuns read it
+	st, _ := runs.Replay(&sj.Status.Ledger) // valid: runs.Decide read it
 	open := map[string]bool{}
 	for name := range st.Open {
 		open[name] = true
@@ -70,18 +72,18 @@ func (r *SafeJobReconciler) reconcileParent(ctx context.Context, sj *batchv1alph
 	return reconcile.Result{RequeueAfter: plan.RequeueAfter}, nil
 }
 
-// gatherRuns builds the input of DecideRuns from the cache: the parent's
+// gatherRuns builds the input of runs.Decide from the cache: the parent's
 // runs, the runs seen and created before, for open runs the cache does not
 // show once no create of them can land a live read of the API server, and
 // the pods of its runs that still run.
-func (r *SafeJobReconciler) gatherRuns(ctx context.Context, sj *batchv1alpha1.SafeJob) (*ledger.RunInput, error) {
-	var runs batchv1alpha1.SafeJobList
-	if err := r.Client.List(ctx, &runs, client.InNamespace(sj.Namespace),
+func (r *SafeJobReconciler) gatherRuns(ctx context.Context, sj *batchv1alpha1.SafeJob) (*runs.Input, error) {
+	var children batchv1alpha1.SafeJobList
+	if err := r.Client.List(ctx, &children, client.InNamespace(sj.Namespace),
 		client.MatchingFields{ownerUIDIndexSJ: string(sj.UID)}); err != nil {
 		return nil, fmt.Errorf("listing runs: %w", err)
 	}
 	key := client.ObjectKeyFromObject(sj)
-	in := &ledger.RunInput{
+	in := &runs.Input{
 		Name:      sj.Name,
 		Namespace: sj.Namespace,
 		Created:   sj.CreationTimestamp.Time,
@@ -96,8 +98,8 @@ func (r *SafeJobReconciler) gatherRuns(ctx context.Context, sj *batchv1alpha1.Sa
 		Fence:     r.fence(),
 		Now:       r.Clock.Now(),
 	}
-	for i := range runs.Items {
-		in.Runs[runs.Items[i].Name] = &runs.Items[i]
+	for i := range children.Items {
+		in.Runs[children.Items[i].Name] = &children.Items[i]
 	}
 	if err := r.confirmRuns(ctx, sj, in); err != nil {
 		return nil, err
@@ -109,17 +111,17 @@ func (r *SafeJobReconciler) gatherRuns(ctx context.Context, sj *batchv1alpha1.Sa
 }
 
 // countBusy counts, by run, the pods still running or terminating of the
-// runs the parent knows (ledger.RunUIDs), found by their controller's UID:
+// runs the parent knows (runs.UIDs), found by their controller's UID:
 // a pod that merely carries the parent's label or annotation never counts.
-func (r *SafeJobReconciler) countBusy(ctx context.Context, sj *batchv1alpha1.SafeJob, in *ledger.RunInput) error {
-	for uid, name := range ledger.RunUIDs(in) {
+func (r *SafeJobReconciler) countBusy(ctx context.Context, sj *batchv1alpha1.SafeJob, in *runs.Input) error {
+	for uid, name := range runs.UIDs(in) {
 		var pods corev1.PodList
 		if err := r.Client.List(ctx, &pods, client.InNamespace(sj.Namespace),
 			client.MatchingFields{ownerUIDIndex: string(uid)}, client.UnsafeDisableDeepCopy); err != nil {
 			return fmt.Errorf("listing pods of run %s: %w", name, err)
 		}
 		for i := range pods.Items {
-			if !ledger.IsTerminal(&pods.Items[i]) {
+			if !jobs.IsTerminal(&pods.Items[i]) {
 				in.Busy[name]++
 			}
 		}
@@ -130,11 +132,11 @@ func (r *SafeJobReconciler) countBusy(ctx context.Context, sj *batchv1alpha1.Saf
 // confirmRuns reads live the open runs the cache does not show once their
 // create window, create timeout and clock margin have passed: a run found
 // absent then can never be created any more (every create of it carries an
-// earlier deadline), so DecideRuns may close it.
-func (r *SafeJobReconciler) confirmRuns(ctx context.Context, sj *batchv1alpha1.SafeJob, in *ledger.RunInput) error {
-	unobserved, _, err := ledger.UnobservedRuns(in)
+// earlier deadline), so runs.Decide may close it.
+func (r *SafeJobReconciler) confirmRuns(ctx context.Context, sj *batchv1alpha1.SafeJob, in *runs.Input) error {
+	unobserved, _, err := runs.Unobserved(in)
 	if err != nil {
-		return nil // DecideRuns reports the invalid ledger
+		return nil // runs.Decide reports the invalid ledger
 	}
 	for _, ref := range unobserved {
 		run := &batchv1alpha1.SafeJob{}
@@ -159,19 +161,19 @@ func (r *SafeJobReconciler) confirmRuns(ctx context.Context, sj *batchv1alpha1.S
 
 // actRuns carries out the plan's run work: release the finalizers of runs
 // whose outcome is committed, delete runs, create committed runs. Releases
-// and deletes act only on the runs the parent controls (runs, from its UID),
+// and deletes act only on the runs the parent controls (children, from its UID),
 // each under that run's UID: an object that took the name meanwhile is
 // never touched.
-func (r *SafeJobReconciler) actRuns(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *ledger.RunPlan,
-	runs map[string]*batchv1alpha1.SafeJob) error {
+func (r *SafeJobReconciler) actRuns(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *runs.Plan,
+	children map[string]*batchv1alpha1.SafeJob) error {
 	var errs []error
 	for _, name := range plan.Release {
-		if run := runs[name]; run != nil && metav1.IsControlledBy(run, sj) {
+		if run := children[name]; run != nil && metav1.IsControlledBy(run, sj) {
 			errs = append(errs, r.removeRunFinalizer(ctx, client.ObjectKeyFromObject(run), run.UID))
 		}
 	}
 	for _, name := range plan.Delete {
-		run := runs[name]
+		run := children[name]
 		if run == nil || !metav1.IsControlledBy(run, sj) {
 			continue
 		}
@@ -200,15 +202,15 @@ func (r *SafeJobReconciler) actRuns(ctx context.Context, sj *batchv1alpha1.SafeJ
 // (confirmRuns). A create the API server answered is not issued again by
 // this process, so a run removed by hand right after it was created is not
 // created a second time.
-func (r *SafeJobReconciler) createRun(ctx context.Context, sj *batchv1alpha1.SafeJob, ref ledger.RunRef) error {
+func (r *SafeJobReconciler) createRun(ctx context.Context, sj *batchv1alpha1.SafeJob, ref runs.Ref) error {
 	key := client.ObjectKeyFromObject(sj)
 	fence := r.fence()
 	logger := log.FromContext(ctx).WithValues("run", ref.Name)
-	if !fence.MayCreateRun(ref, r.Clock.Now()) {
+	if !fence.MayCreate(ref.Time, r.Clock.Now()) {
 		logger.Info("Run create window passed; the run will be recorded Lost once it is confirmed absent")
 		return nil
 	}
-	ctx, cancel := context.WithDeadline(ctx, fence.RunCreateDeadline(ref))
+	ctx, cancel := context.WithDeadline(ctx, fence.CreateDeadline(ref.Time))
 	defer cancel()
 	run := newRun(sj, ref)
 	err := r.Client.Create(ctx, run)
@@ -235,7 +237,7 @@ func (r *SafeJobReconciler) createRun(ctx context.Context, sj *batchv1alpha1.Saf
 // newRun builds the child SafeJob of one scheduled time: the parent's job
 // fields and labels, without the schedule, owned by the parent and held by
 // the run finalizer until the parent has recorded its outcome.
-func newRun(parent *batchv1alpha1.SafeJob, ref ledger.RunRef) *batchv1alpha1.SafeJob {
+func newRun(parent *batchv1alpha1.SafeJob, ref runs.Ref) *batchv1alpha1.SafeJob {
 	spec := parent.Spec.DeepCopy()
 	spec.Schedule, spec.TimeZone, spec.ConcurrencyPolicy, spec.StartingDeadlineSeconds = nil, nil, "", nil
 	spec.SuccessfulRunsHistoryLimit, spec.FailedRunsHistoryLimit, spec.Suspend = nil, nil, nil
@@ -276,7 +278,7 @@ func newRun(parent *batchv1alpha1.SafeJob, ref ledger.RunRef) *batchv1alpha1.Saf
 
 // writeParentStatus writes the plan's status under the resourceVersion the
 // plan was made from, then reports what it committed.
-func (r *SafeJobReconciler) writeParentStatus(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *ledger.RunPlan) error {
+func (r *SafeJobReconciler) writeParentStatus(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *runs.Plan) error {
 	updated, err := r.updateStatus(ctx, sj, plan.Status, plan.Append)
 	if err != nil || updated == nil {
 		return err
@@ -285,7 +287,7 @@ func (r *SafeJobReconciler) writeParentStatus(ctx context.Context, sj *batchv1al
 	if c := meta.FindStatusCondition(plan.Status.Conditions, batchv1alpha1.ConditionScheduling); c != nil &&
 		c.Reason == batchv1alpha1.ReasonTooManyActiveRuns {
 		if prev := meta.FindStatusCondition(sj.Status.Conditions, batchv1alpha1.ConditionScheduling); prev == nil || prev.Reason != c.Reason {
-			log.FromContext(ctx).Info("Too many active runs: due times do not start", "max", ledger.MaxOpenRuns)
+			log.FromContext(ctx).Info("Too many active runs: due times do not start", "max", runs.MaxOpen)
 			r.Recorder.Eventf(updated, nil, corev1.EventTypeWarning, batchv1alpha1.ReasonTooManyActiveRuns, "Schedule", "%s", c.Message)
 		}
 	}
@@ -297,7 +299,7 @@ func (r *SafeJobReconciler) writeParentStatus(ctx context.Context, sj *batchv1al
 				"Run %s scheduled for %s", e.Run, at)
 			if e.Missed > 0 {
 				reason := batchv1alpha1.ReasonMissedSchedule
-				if e.Missed > ledger.MissedStall {
+				if e.Missed > runs.MissedStall {
 					reason = batchv1alpha1.ReasonTooManyMissedTimes
 				}
 				r.Recorder.Eventf(updated, nil, corev1.EventTypeWarning, reason, "Schedule",

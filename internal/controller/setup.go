@@ -21,7 +21,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
-	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
 // ownerUIDIndex indexes pods by the UID of the SafeJob that controls them
@@ -32,7 +32,7 @@ const ownerUIDIndex = "metadata.ownerReferences.safejobUID"
 // finalizer: its outcome is committed, or someone else stripped the
 // finalizer, and the pod handler then keeps its last state.
 func settled(pod *corev1.Pod) bool {
-	return ledger.IsTerminal(pod) && !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer)
+	return jobs.IsTerminal(pod) && !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer)
 }
 
 // indexActivePodOwner indexes a pod under its SafeJob while the pod can

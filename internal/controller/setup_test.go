@@ -9,7 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
-	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
 func TestIndexPodOwner(t *testing.T) {
@@ -28,7 +28,7 @@ func TestIndexPodOwner(t *testing.T) {
 func TestIndexActivePodOwner(t *testing.T) {
 	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "uid-1"}}
 	pod := func(phase corev1.PodPhase, finalizer bool) *corev1.Pod {
-		p := newPod(sj, ledger.PodRef{Name: "a-0-0"})
+		p := newPod(sj, jobs.PodRef{Name: "a-0-0"})
 		p.Status.Phase = phase
 		if !finalizer {
 			p.Finalizers = nil

@@ -9,12 +9,12 @@ import (
 	"k8s.io/klog/v2"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
-	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
 // recordEvents reports, after a successful status write, the outcomes it
 // committed and a finish it reached.
-func (r *SafeJobReconciler) recordEvents(updated, old *batchv1alpha1.SafeJob, plan *ledger.Plan) {
+func (r *SafeJobReconciler) recordEvents(updated, old *batchv1alpha1.SafeJob, plan *jobs.Plan) {
 	for _, e := range plan.Append {
 		switch {
 		case e.Type == batchv1alpha1.EntryFailed && e.Reason != batchv1alpha1.FailReasonIgnored:

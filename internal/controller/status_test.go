@@ -9,7 +9,7 @@ import (
 	"k8s.io/client-go/tools/events"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
-	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
 func TestRecordEvents(t *testing.T) {
@@ -19,7 +19,7 @@ func TestRecordEvents(t *testing.T) {
 	updated := &batchv1alpha1.SafeJob{Status: batchv1alpha1.SafeJobStatus{Conditions: []metav1.Condition{
 		{Type: batchv1alpha1.ConditionFailed, Status: metav1.ConditionTrue, Reason: batchv1alpha1.ReasonBackoffLimitExceeded,
 			Message: "Job has reached the specified backoff limit"}}}}
-	r.recordEvents(updated, old, &ledger.Plan{Append: []batchv1alpha1.LedgerEntry{
+	r.recordEvents(updated, old, &jobs.Plan{Append: []batchv1alpha1.LedgerEntry{
 		{Type: batchv1alpha1.EntryFailed, Pod: "a-0-0", Reason: batchv1alpha1.FailReasonCounted},
 		{Type: batchv1alpha1.EntryFailed, Pod: "a-0-1", Reason: batchv1alpha1.FailReasonIgnored},
 		{Type: batchv1alpha1.EntryLost, Pod: "a-0-2"},

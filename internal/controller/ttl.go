@@ -10,13 +10,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
-	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
 // ttlResult reports whether a finished SafeJob's ttlSecondsAfterFinished has
 // run out, or when it will.
 func (r *SafeJobReconciler) ttlResult(sj *batchv1alpha1.SafeJob) (bool, reconcile.Result) {
-	left, ok := ledger.TTLLeft(&sj.Spec, &sj.Status, r.Clock.Now())
+	left, ok := jobs.TTLLeft(&sj.Spec, &sj.Status, r.Clock.Now())
 	if !ok {
 		return false, reconcile.Result{}
 	}

@@ -27,7 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
-	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 	"github.com/safejob/safejob/test/cluster"
 	"github.com/safejob/safejob/test/testutil"
 )
@@ -345,7 +345,7 @@ func (e *env) podsHoldingFinalizer(ns string) int {
 // checkLedgers asserts that every final ledger replays and matches its counters.
 func (e *env) checkLedgers(items []batchv1alpha1.SafeJob) {
 	for _, sj := range items {
-		st, err := ledger.Replay(&sj.Status.Ledger)
+		st, err := jobs.Replay(&sj.Status.Ledger)
 		if err != nil {
 			e.t.Errorf("%s: ledger does not replay: %v", sj.Name, err)
 			continue

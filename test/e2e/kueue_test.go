@@ -18,7 +18,8 @@ import (
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/controller"
-	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
+	"github.com/safejob/safejob/internal/ledger/runs"
 	"github.com/safejob/safejob/test/cluster"
 	"github.com/safejob/safejob/test/testutil"
 )
@@ -194,7 +195,7 @@ func (k *kueueEnv) testPreemption(t *testing.T) {
 	k.waitComplete(t, "high", "low")
 	sj := k.get(t, "low")
 	evicted := 0
-	st, err := ledger.Replay(&sj.Status.Ledger)
+	st, err := jobs.Replay(&sj.Status.Ledger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +295,7 @@ func (k *kueueEnv) testScheduleTeardown(t *testing.T) {
 	})
 	waitUntil(t, 2*time.Minute, "three runs to succeed", func() bool {
 		p := k.get(t, "nightly")
-		st, err := ledger.ReplayRuns(&p.Status.Ledger)
+		st, err := runs.Replay(&p.Status.Ledger)
 		return err == nil && st.Runs >= 3
 	})
 	k.checkOneWorkloadPerRun(t, "nightly-")

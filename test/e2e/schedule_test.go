@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
-	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/runs"
 	"github.com/safejob/safejob/test/cluster"
 	"github.com/safejob/safejob/test/testutil"
 )
@@ -105,7 +105,7 @@ func tearDown(e *env, parent *batchv1alpha1.SafeJob) time.Time {
 // created.
 func checkRuns(t *testing.T, e *env, final *batchv1alpha1.SafeJob, gone time.Time) (ran, missed int64) {
 	t.Helper()
-	st, err := ledger.ReplayRuns(&final.Status.Ledger)
+	st, err := runs.Replay(&final.Status.Ledger)
 	if err != nil {
 		t.Fatalf("final ledger: %v", err)
 	}
@@ -113,7 +113,7 @@ func checkRuns(t *testing.T, e *env, final *batchv1alpha1.SafeJob, gone time.Tim
 		t.Fatalf("ledger folded (%d entries): this test reads every entry", len(final.Status.Ledger.Entries))
 	}
 	created := runCreates(t, e, final.Name, gone)
-	sched, err := ledger.ParseSchedule(*final.Spec.Schedule, "")
+	sched, err := runs.ParseSchedule(*final.Spec.Schedule, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func checkRuns(t *testing.T, e *env, final *batchv1alpha1.SafeJob, gone time.Tim
 		if want := map[bool]int{false: 1, true: 0}[notCreated[entry.Run]]; created[entry.Run] != want {
 			t.Errorf("run %s created %d times (audit log), want %d", entry.Run, created[entry.Run], want)
 		}
-		if entry.Run != ledger.RunName(final.Name, at) {
+		if entry.Run != runs.Name(final.Name, at) {
 			t.Errorf("run %s is not named for its time %s", entry.Run, at)
 		}
 		prev = at
@@ -168,7 +168,7 @@ func checkOnePodPerRun(t *testing.T, e *env, runs int64) {
 func notCreatedRuns(final *batchv1alpha1.SafeJob) map[string]bool {
 	out := map[string]bool{}
 	for _, entry := range final.Status.Ledger.Entries {
-		if entry.Type == batchv1alpha1.EntryLost && entry.Reason == ledger.RunReasonNotCreated {
+		if entry.Type == batchv1alpha1.EntryLost && entry.Reason == runs.ReasonNotCreated {
 			out[entry.Run] = true
 		}
 	}

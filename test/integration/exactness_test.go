@@ -12,6 +12,7 @@ import (
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 	"github.com/safejob/safejob/test/testutil"
 )
 
@@ -58,11 +59,11 @@ func waitPodPhase(t *testing.T, key client.ObjectKey, phase corev1.PodPhase) *co
 func TestStrangerPodNeverCounts(t *testing.T) {
 	t.Parallel()
 	holdStrangers := func(p *corev1.Pod) testutil.Fate {
-		return testutil.Fate{Hold: metav1.GetControllerOf(p) == nil && p.Name == ledger.PodName("etl-held", 0, 0)}
+		return testutil.Fate{Hold: metav1.GetControllerOf(p) == nil && p.Name == jobs.PodName("etl-held", 0, 0)}
 	}
 	h := newHarness(t, holdStrangers, false)
-	done := strangerPod(t, h.ns, ledger.PodName("etl", 0, 0))
-	running := strangerPod(t, h.ns, ledger.PodName("etl-held", 0, 0))
+	done := strangerPod(t, h.ns, jobs.PodName("etl", 0, 0))
+	running := strangerPod(t, h.ns, jobs.PodName("etl-held", 0, 0))
 	done = waitPodPhase(t, client.ObjectKeyFromObject(done), corev1.PodSucceeded)
 	running = waitPodPhase(t, client.ObjectKeyFromObject(running), corev1.PodRunning)
 	startManager(t, h.ns, managerOptions{fence: shortFence})
@@ -78,7 +79,7 @@ func TestStrangerPodNeverCounts(t *testing.T) {
 				name, got.Status.Succeeded, got.Status.Failed, got.Status.Conditions)
 		}
 		creates := h.finalCheck(t, got)
-		taken, own := ledger.PodName(name, 0, 0), ledger.PodName(name, 0, 1)
+		taken, own := jobs.PodName(name, 0, 0), jobs.PodName(name, 0, 1)
 		// The audit log counts successful creates: the stranger's own, and
 		// the SafeJob's under the next name.
 		if creates[own] != 1 || creates[taken] != 1 {
@@ -115,7 +116,7 @@ func TestQuickResumeNeverChargesStoppedPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := client.ObjectKeyFromObject(sj)
-	first := ledger.PodName("quick", 0, 0)
+	first := jobs.PodName("quick", 0, 0)
 	waitPodPhase(t, client.ObjectKey{Namespace: h.ns, Name: first}, corev1.PodRunning)
 	setSuspend(t, key, true)
 	waitFor(t, 30*time.Second, "the stopped pod to be terminating", func() (bool, error) {

@@ -19,6 +19,7 @@ import (
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/runs"
 	"github.com/safejob/safejob/test/testutil"
 )
 
@@ -46,7 +47,7 @@ func (s *scheduleHarness) create(t *testing.T, parent *batchv1alpha1.SafeJob) {
 		t.Fatal(err)
 	}
 	s.parent = parent
-	sched, err := ledger.ParseSchedule(*parent.Spec.Schedule, "")
+	sched, err := runs.ParseSchedule(*parent.Spec.Schedule, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func (s *scheduleHarness) pastFence(t *testing.T, k int) {
 	s.poke(t)
 }
 
-func (s *scheduleHarness) runName(k int) string { return ledger.RunName(s.parent.Name, s.minute(k)) }
+func (s *scheduleHarness) runName(k int) string { return runs.Name(s.parent.Name, s.minute(k)) }
 
 func (s *scheduleHarness) getParent(t *testing.T) *batchv1alpha1.SafeJob {
 	t.Helper()
@@ -376,8 +377,8 @@ func TestScheduleRemovedRunNeverRecreated(t *testing.T) {
 	startManager(t, ns, managerOptions{clock: s.clock})
 	s.poke(t)
 	e := s.waitLedger(t, batchv1alpha1.EntryLost, s.runName(0))
-	if e.Reason != ledger.RunReasonVanished {
-		t.Errorf("run 0 recorded Lost with reason %q, want %q", e.Reason, ledger.RunReasonVanished)
+	if e.Reason != runs.ReasonVanished {
+		t.Errorf("run 0 recorded Lost with reason %q, want %q", e.Reason, runs.ReasonVanished)
 	}
 	s.at(t, s.minute(1))
 	s.waitLedger(t, batchv1alpha1.EntrySucceeded, s.runName(1))
@@ -412,8 +413,8 @@ func TestScheduleNameTaken(t *testing.T) {
 		s.waitLedger(t, batchv1alpha1.EntryScheduled, s.runName(k))
 		s.pastFence(t, k)
 		e := s.waitLedger(t, batchv1alpha1.EntryLost, s.runName(k))
-		if e.Reason != ledger.LostReasonNameTaken {
-			t.Errorf("run %d recorded Lost with reason %q, want %q", k, e.Reason, ledger.LostReasonNameTaken)
+		if e.Reason != ledger.ReasonNameTaken {
+			t.Errorf("run %d recorded Lost with reason %q, want %q", k, e.Reason, ledger.ReasonNameTaken)
 		}
 	}
 	s.at(t, s.minute(2))
@@ -422,7 +423,7 @@ func TestScheduleNameTaken(t *testing.T) {
 	s.waitGone(t, s.runName(2)) // history 0: the parent's own run is pruned
 
 	p := s.getParent(t)
-	if st, err := ledger.ReplayRuns(&p.Status.Ledger); err != nil || p.Status.LastSuccessfulTime == nil ||
+	if st, err := runs.Replay(&p.Status.Ledger); err != nil || p.Status.LastSuccessfulTime == nil ||
 		!p.Status.LastSuccessfulTime.After(s.minute(2)) || len(st.Open) != 0 {
 		t.Errorf("parent status: lastSuccessfulTime %v, ledger %+v (%v)", p.Status.LastSuccessfulTime, p.Status.Ledger.Entries, err)
 	}
@@ -565,8 +566,8 @@ func TestScheduleReplace(t *testing.T) {
 	})
 	s.at(t, s.minute(1))
 	e := s.waitLedger(t, batchv1alpha1.EntryEvicted, s.runName(0))
-	if e.Reason != ledger.RunReasonReplaced {
-		t.Errorf("run 0 closed with reason %q, want %q", e.Reason, ledger.RunReasonReplaced)
+	if e.Reason != runs.ReasonReplaced {
+		t.Errorf("run 0 closed with reason %q, want %q", e.Reason, runs.ReasonReplaced)
 	}
 	s.waitGone(t, s.runName(0))
 	s.waitCondition(t, batchv1alpha1.ConditionScheduling, batchv1alpha1.ReasonWaitingForRun, s.runName(0))
@@ -583,7 +584,7 @@ func TestScheduleReplace(t *testing.T) {
 }
 
 // TestScheduleTooManyActiveRuns: under Allow, runs that never finish (here
-// at parallelism 0) pile up to MaxOpenRuns. The next due times do not
+// at parallelism 0) pile up to runs.MaxOpen. The next due times do not
 // start: they are reported (Scheduling TooManyActiveRuns, MissedRuns, an
 // event) and, once a run finishes and scheduling resumes, counted missed.
 func TestScheduleTooManyActiveRuns(t *testing.T) {
@@ -592,12 +593,12 @@ func TestScheduleTooManyActiveRuns(t *testing.T) {
 	startManager(t, ns, managerOptions{clock: s.clock})
 	s.create(t, testutil.MakeSafeJob("pileup", ns).Schedule("* * * * *").Parallelism(0).Obj())
 	var names []string
-	for k := range ledger.MaxOpenRuns {
+	for k := range runs.MaxOpen {
 		s.at(t, s.minute(k))
 		s.waitRun(t, s.runName(k)) // created before the clock moves on past its create window
 		names = append(names, s.runName(k))
 	}
-	capped := ledger.MaxOpenRuns
+	capped := runs.MaxOpen
 	s.at(t, s.minute(capped))
 	s.waitCondition(t, batchv1alpha1.ConditionScheduling, batchv1alpha1.ReasonTooManyActiveRuns,
 		s.minute(capped).UTC().Format(time.RFC3339))
@@ -606,7 +607,7 @@ func TestScheduleTooManyActiveRuns(t *testing.T) {
 	s.at(t, s.minute(capped+1))
 	s.waitCondition(t, batchv1alpha1.ConditionMissedRuns, batchv1alpha1.ReasonMissedSchedule, "2 scheduled time(s)")
 	p := s.getParent(t)
-	if st, err := ledger.ReplayRuns(&p.Status.Ledger); err != nil || len(st.Open) != capped || len(p.Status.ActiveRuns) != capped {
+	if st, err := runs.Replay(&p.Status.Ledger); err != nil || len(st.Open) != capped || len(p.Status.ActiveRuns) != capped {
 		t.Fatalf("at the cap: ledger %v (%v), %d active runs; want %d open", st, err, len(p.Status.ActiveRuns), capped)
 	}
 

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
-	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 	"github.com/safejob/safejob/test/testutil"
 )
 
@@ -91,13 +91,13 @@ func TestWorstCaseStatusFits(t *testing.T) {
 	seq := status.Ledger.Checkpoint.Seq
 	for i := range int32(maxParallelism) {
 		index, attempt := maxCompletions-1-i, int32(1<<30)
-		pod := ledger.PodName(name, index, attempt)
+		pod := jobs.PodName(name, index, attempt)
 		seq++
 		status.Ledger.Entries = append(status.Ledger.Entries, batchv1alpha1.LedgerEntry{Seq: seq,
 			Type: batchv1alpha1.EntryLaunched, Pod: pod, Index: index, Attempt: attempt, Time: now})
 		seq++
 		status.Ledger.Entries = append(status.Ledger.Entries, batchv1alpha1.LedgerEntry{Seq: seq,
-			Type: batchv1alpha1.EntryStopping, Pod: pod, Index: index, Attempt: attempt, Time: now, Reason: ledger.EvictReasonScaledDown})
+			Type: batchv1alpha1.EntryStopping, Pod: pod, Index: index, Attempt: attempt, Time: now, Reason: jobs.EvictReasonScaledDown})
 	}
 	status.Ledger.Seq = seq
 	for _, typ := range []string{batchv1alpha1.ConditionSuspended, batchv1alpha1.ConditionLedgerValid, batchv1alpha1.ConditionAdmitted,
@@ -106,7 +106,7 @@ func TestWorstCaseStatusFits(t *testing.T) {
 			Reason: "WorstCase", Message: strings.Repeat("m", 1024), LastTransitionTime: now})
 	}
 	status.Active = maxParallelism
-	if _, err := ledger.Replay(&status.Ledger); err != nil {
+	if _, err := jobs.Replay(&status.Ledger); err != nil {
 		t.Fatalf("the worst-case ledger does not replay: %v", err)
 	}
 	size, limit := testutil.StatusBytes(status, maxParallelism)

@@ -19,7 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
-	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
+	"github.com/safejob/safejob/internal/ledger/runs"
 )
 
 // ReleaseTimeout bounds how long the pods of a finished SafeJob may keep the
@@ -75,8 +76,8 @@ func StatusBytes(status *batchv1alpha1.SafeJobStatus, par int32) (size, limit in
 // holds its Scheduled entry (one watch stream orders both by resourceVersion).
 type LedgerWatch struct {
 	mu         sync.Mutex
-	last       map[string]*ledger.State
-	lastRuns   map[string]*ledger.RunState
+	last       map[string]*jobs.State
+	lastRuns   map[string]*runs.State
 	runs       map[string]bool
 	runsSeen   int
 	violations []string
@@ -87,7 +88,7 @@ type LedgerWatch struct {
 // WatchLedgers starts a LedgerWatch for namespace ns until the test ends.
 func WatchLedgers(t *testing.T, cfg *rest.Config, scheme *runtime.Scheme, ns string) *LedgerWatch {
 	t.Helper()
-	w := &LedgerWatch{last: map[string]*ledger.State{}, lastRuns: map[string]*ledger.RunState{}, runs: map[string]bool{}}
+	w := &LedgerWatch{last: map[string]*jobs.State{}, lastRuns: map[string]*runs.State{}, runs: map[string]bool{}}
 	informers, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
 	if err != nil {
 		t.Fatalf("ledger watch cache: %v", err)
@@ -128,7 +129,7 @@ func (w *LedgerWatch) see(sj *batchv1alpha1.SafeJob) {
 		w.seeParent(sj)
 		return
 	}
-	st, err := ledger.Replay(&sj.Status.Ledger)
+	st, err := jobs.Replay(&sj.Status.Ledger)
 	if err != nil {
 		w.fail("I4: %s ledger does not replay: %v", sj.Name, err)
 		return
@@ -148,8 +149,8 @@ func (w *LedgerWatch) see(sj *batchv1alpha1.SafeJob) {
 				launched++
 			}
 		}
-		if launched > ledger.WaveSize {
-			w.fail("I6: %s: one status write launched %d pods, more than a wave of %d", sj.Name, launched, ledger.WaveSize)
+		if launched > jobs.WaveSize {
+			w.fail("I6: %s: one status write launched %d pods, more than a wave of %d", sj.Name, launched, jobs.WaveSize)
 		}
 	}
 	w.last[sj.Name] = st
@@ -157,7 +158,7 @@ func (w *LedgerWatch) see(sj *batchv1alpha1.SafeJob) {
 
 // seeParent checks a scheduled SafeJob's ledger (I4).
 func (w *LedgerWatch) seeParent(sj *batchv1alpha1.SafeJob) {
-	st, err := ledger.ReplayRuns(&sj.Status.Ledger)
+	st, err := runs.Replay(&sj.Status.Ledger)
 	if err != nil {
 		w.fail("I4: %s ledger does not replay: %v", sj.Name, err)
 		return
@@ -213,7 +214,7 @@ func (w *LedgerWatch) Check(t *testing.T) {
 // ledger finalizer).
 func CheckPods(t *testing.T, c client.Client, sj *batchv1alpha1.SafeJob, creates map[string]int, succeeded map[string]bool) {
 	t.Helper()
-	st, err := ledger.Replay(&sj.Status.Ledger)
+	st, err := jobs.Replay(&sj.Status.Ledger)
 	if err != nil {
 		t.Fatalf("final ledger: %v", err)
 	}
@@ -265,7 +266,7 @@ func checkReleased(t *testing.T, c client.Client, namespace string) map[string]*
 func ownedBy[V any](safeJob string, m map[string]V) map[string]V {
 	out := map[string]V{}
 	for name, v := range m {
-		if ref, ok := parseRef(nil, name); ok && ledger.PodName(safeJob, ref.Index, ref.Attempt) == name {
+		if ref, ok := parseRef(nil, name); ok && jobs.PodName(safeJob, ref.Index, ref.Attempt) == name {
 			out[name] = v
 		}
 	}
@@ -274,9 +275,9 @@ func ownedBy[V any](safeJob string, m map[string]V) map[string]V {
 
 // parseRef reads the index and attempt of a pod, from the object when there
 // is one, else from the deterministic name "<safejob>-<index>-<attempt>".
-func parseRef(pod *corev1.Pod, name string) (ledger.PodRef, bool) {
+func parseRef(pod *corev1.Pod, name string) (jobs.PodRef, bool) {
 	if pod != nil {
-		return ledger.RefFromPod(pod)
+		return jobs.RefFromPod(pod)
 	}
 	var idx, att int32
 	k := len(name)
@@ -286,11 +287,11 @@ func parseRef(pod *corev1.Pod, name string) (ledger.PodRef, bool) {
 			j--
 		}
 		if j < 0 {
-			return ledger.PodRef{}, false
+			return jobs.PodRef{}, false
 		}
 		var v int32
 		if _, err := fmt.Sscanf(name[j+1:k], "%d", &v); err != nil {
-			return ledger.PodRef{}, false
+			return jobs.PodRef{}, false
 		}
 		if n == 0 {
 			att = v
@@ -299,5 +300,5 @@ func parseRef(pod *corev1.Pod, name string) (ledger.PodRef, bool) {
 		}
 		k = j
 	}
-	return ledger.PodRef{Name: name, Index: idx, Attempt: att}, true
+	return jobs.PodRef{Name: name, Index: idx, Attempt: att}, true
 }

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
 // Fate is what the fake kubelet does with a running pod.
@@ -128,7 +128,7 @@ func (k *Kubelet) Succeeded() map[string]bool {
 
 func (k *Kubelet) observe(pod *corev1.Pod, deleted bool) {
 	k.mu.Lock()
-	if deleted || ledger.IsTerminal(pod) {
+	if deleted || jobs.IsTerminal(pod) {
 		delete(k.active, pod.Name)
 	} else {
 		k.active[pod.Name] = true
@@ -165,7 +165,7 @@ func (k *Kubelet) step(ctx context.Context, key types.NamespacedName) error {
 	fate := k.fate(pod)
 	k.mu.Unlock()
 	switch {
-	case ledger.IsTerminal(pod):
+	case jobs.IsTerminal(pod):
 		if k.DeleteTerminal && pod.DeletionTimestamp == nil {
 			return client.IgnoreNotFound(k.Client.Delete(ctx, pod))
 		}

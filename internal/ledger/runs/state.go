@@ -1,4 +1,4 @@
-package ledger
+package runs
 
 import (
 	"fmt"
@@ -7,55 +7,56 @@ import (
 	"time"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
 )
 
 // Reasons of run outcomes written by the controller itself.
 const (
-	// RunReasonReplaced: the run was stopped by concurrencyPolicy Replace.
-	RunReasonReplaced = "Replaced"
-	// RunReasonDeleted: the run was deleted before it finished.
-	RunReasonDeleted = "Deleted"
-	// RunReasonVanished: the run disappeared without its finalizer being
+	// ReasonReplaced: the run was stopped by concurrencyPolicy Replace.
+	ReasonReplaced = "Replaced"
+	// ReasonDeleted: the run was deleted before it finished.
+	ReasonDeleted = "Deleted"
+	// ReasonVanished: the run disappeared without its finalizer being
 	// released by the parent (someone removed it).
-	RunReasonVanished = "Vanished"
-	// RunReasonNotCreated: the run's create window passed and a live read
+	ReasonVanished = "Vanished"
+	// ReasonNotCreated: the run's create window passed and a live read
 	// found no run of that name; nothing shows it ever existed, and no
-	// create of it can land any more (Fence).
-	RunReasonNotCreated = "NotCreated"
+	// create of it can land any more (ledger.Fence).
+	ReasonNotCreated = "NotCreated"
 )
 
-// RunRef identifies one run of a scheduled SafeJob.
-type RunRef struct {
+// Ref identifies one run of a scheduled SafeJob.
+type Ref struct {
 	Name          string
 	ScheduledTime time.Time
 	// Seq and Time are those of the Scheduled entry: Time is when the run
-	// was committed, from which its create window runs (Fence).
+	// was committed, from which its create window runs (ledger.Fence).
 	Seq  int64
 	Time time.Time
 }
 
-// RunState is what a scheduled SafeJob's ledger means.
-type RunState struct {
+// State is what a scheduled SafeJob's ledger means.
+type State struct {
 	// Seq is the ledger's seq.
 	Seq int64
 	// LastScheduled is the latest scheduled time ever committed; no time at
 	// or before it is ever scheduled again.
 	LastScheduled time.Time
 	// Open holds the runs whose outcome is not recorded, by name.
-	Open map[string]RunRef
+	Open map[string]Ref
 	// Closed holds the listed runs whose outcome is recorded, by name.
-	Closed map[string]RunRef
+	Closed map[string]Ref
 	// Folded is the latest scheduled time of a run folded into the checkpoint.
 	Folded time.Time
 	// Runs counts the recorded outcomes; Missed the scheduled times not run.
 	Runs, Missed int64
 }
 
-// ReplayRuns reads the ledger of a scheduled SafeJob: Scheduled entries,
+// Replay reads the ledger of a scheduled SafeJob: Scheduled entries,
 // each for a later time than every Scheduled entry before it, and at most
 // one outcome (Succeeded, Failed, Evicted or Lost) for each.
-func ReplayRuns(l *batchv1alpha1.Ledger) (*RunState, error) {
-	st := &RunState{Seq: l.Seq, Open: map[string]RunRef{}, Closed: map[string]RunRef{}}
+func Replay(l *batchv1alpha1.Ledger) (*State, error) {
+	st := &State{Seq: l.Seq, Open: map[string]Ref{}, Closed: map[string]Ref{}}
 	var cpSeq int64
 	if cp := l.Checkpoint; cp != nil {
 		if err := st.loadCheckpoint(cp); err != nil {
@@ -63,33 +64,21 @@ func ReplayRuns(l *batchv1alpha1.Ledger) (*RunState, error) {
 		}
 		cpSeq = cp.Seq
 	}
-	last := cpSeq
-	var prevSeq int64
 	var prevTime time.Time
-	for k := range l.Entries {
-		e := &l.Entries[k]
-		if e.Seq <= prevSeq {
-			return nil, fmt.Errorf("entry %d: seq %d not above %d", k, e.Seq, prevSeq)
+	err := ledger.Walk(l, func(e *batchv1alpha1.LedgerEntry) error {
+		if e.Type != batchv1alpha1.EntryScheduled {
+			return st.applyOutcome(e)
 		}
-		prevSeq, last = e.Seq, max(last, e.Seq)
-		var err error
-		if e.Type == batchv1alpha1.EntryScheduled {
-			err = st.applyScheduled(e, prevTime, e.Seq > cpSeq)
-			prevTime = e.ScheduledTime.Time
-		} else {
-			err = st.applyRunOutcome(e)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("entry %d (seq %d): %w", k, e.Seq, err)
-		}
-	}
-	if l.Seq < last {
-		return nil, fmt.Errorf("ledger seq %d is below its last entry %d", l.Seq, last)
+		defer func() { prevTime = e.ScheduledTime.Time }()
+		return st.applyScheduled(e, prevTime, e.Seq > cpSeq)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return st, nil
 }
 
-func (st *RunState) loadCheckpoint(cp *batchv1alpha1.LedgerCheckpoint) error {
+func (st *State) loadCheckpoint(cp *batchv1alpha1.LedgerCheckpoint) error {
 	if cp.SucceededIndexes != "" || cp.FailedIndexes != "" || len(cp.Indexes) > 0 || cp.Failed+cp.Lost+cp.Evicted+cp.Ignored != 0 {
 		return fmt.Errorf("pod counts in the ledger of a scheduled SafeJob")
 	}
@@ -103,7 +92,7 @@ func (st *RunState) loadCheckpoint(cp *batchv1alpha1.LedgerCheckpoint) error {
 	return nil
 }
 
-func checkRunEntry(e *batchv1alpha1.LedgerEntry) error {
+func checkEntry(e *batchv1alpha1.LedgerEntry) error {
 	if e.Pod != "" || e.Run == "" || e.ScheduledTime == nil {
 		return fmt.Errorf("a run entry names a run and its scheduled time, and no pod")
 	}
@@ -112,8 +101,8 @@ func checkRunEntry(e *batchv1alpha1.LedgerEntry) error {
 
 // applyScheduled opens a run. Times only move forward: past the previous
 // listed Scheduled entry, and past the checkpoint for entries after it.
-func (st *RunState) applyScheduled(e *batchv1alpha1.LedgerEntry, prevTime time.Time, afterCheckpoint bool) error {
-	if err := checkRunEntry(e); err != nil {
+func (st *State) applyScheduled(e *batchv1alpha1.LedgerEntry, prevTime time.Time, afterCheckpoint bool) error {
+	if err := checkEntry(e); err != nil {
 		return err
 	}
 	at := e.ScheduledTime.Time
@@ -129,13 +118,13 @@ func (st *RunState) applyScheduled(e *batchv1alpha1.LedgerEntry, prevTime time.T
 		st.LastScheduled = at
 	}
 	st.Missed += e.Missed
-	st.Open[e.Run] = RunRef{Name: e.Run, ScheduledTime: at, Seq: e.Seq, Time: e.Time.Time}
+	st.Open[e.Run] = Ref{Name: e.Run, ScheduledTime: at, Seq: e.Seq, Time: e.Time.Time}
 	return nil
 }
 
-// applyRunOutcome closes an open run.
-func (st *RunState) applyRunOutcome(e *batchv1alpha1.LedgerEntry) error {
-	if err := checkRunEntry(e); err != nil {
+// applyOutcome closes an open run.
+func (st *State) applyOutcome(e *batchv1alpha1.LedgerEntry) error {
+	if err := checkEntry(e); err != nil {
 		return err
 	}
 	switch e.Type {
@@ -153,44 +142,30 @@ func (st *RunState) applyRunOutcome(e *batchv1alpha1.LedgerEntry) error {
 	return nil
 }
 
-// MayCreateRun reports whether a run may still be created at now: only within
-// the fence's create window after its Scheduled entry was committed, the
-// same window as a pod's after its Launched entry.
-func (f Fence) MayCreateRun(ref RunRef, now time.Time) bool {
-	return f.orDefault().MayCreate(PodRef{Name: ref.Name, Seq: ref.Seq, Time: ref.Time}, now)
-}
-
-// RunCreateDeadline is the deadline every create request of a run carries:
-// its create window plus the create timeout, so that none lands later.
-func (f Fence) RunCreateDeadline(ref RunRef) time.Time {
-	f = f.orDefault()
-	return ref.Time.Add(f.CreateWindow + f.CreateTimeout)
-}
-
-// SortedRuns returns runs in scheduled-time order.
-func SortedRuns(m map[string]RunRef) []RunRef {
-	out := make([]RunRef, 0, len(m))
+// Sorted returns runs in scheduled-time order.
+func Sorted(m map[string]Ref) []Ref {
+	out := make([]Ref, 0, len(m))
 	for _, r := range m {
 		out = append(out, r)
 	}
-	slices.SortFunc(out, func(a, b RunRef) int { return a.ScheduledTime.Compare(b.ScheduledTime) })
+	slices.SortFunc(out, func(a, b Ref) int { return a.ScheduledTime.Compare(b.ScheduledTime) })
 	return out
 }
 
-// FoldRuns moves every closed run but the newest keep into the checkpoint.
+// Fold moves every closed run but the newest keep into the checkpoint.
 // Open runs stay listed. The result replays to the same LastScheduled,
 // Open, Runs and Missed.
-func FoldRuns(l *batchv1alpha1.Ledger, keep int) (batchv1alpha1.Ledger, error) {
-	return foldRuns(l, keep, nil)
+func Fold(l *batchv1alpha1.Ledger, keep int) (batchv1alpha1.Ledger, error) {
+	return fold(l, keep, nil)
 }
 
-// foldRuns is FoldRuns that also keeps listed the closed runs hold reports.
-func foldRuns(l *batchv1alpha1.Ledger, keep int, hold func(RunRef) bool) (batchv1alpha1.Ledger, error) {
-	st, err := ReplayRuns(l)
+// fold is Fold that also keeps listed the closed runs hold reports.
+func fold(l *batchv1alpha1.Ledger, keep int, hold func(Ref) bool) (batchv1alpha1.Ledger, error) {
+	st, err := Replay(l)
 	if err != nil {
 		return batchv1alpha1.Ledger{}, err
 	}
-	closed := SortedRuns(st.Closed)
+	closed := Sorted(st.Closed)
 	if len(closed) <= keep {
 		return *l.DeepCopy(), nil
 	}
@@ -224,7 +199,7 @@ func foldRuns(l *batchv1alpha1.Ledger, keep int, hold func(RunRef) bool) (batchv
 
 // Covers reports how st fails to keep every fact of prev (nil when it keeps
 // them all): I4 for the ledger of a scheduled SafeJob.
-func (st *RunState) Covers(prev *RunState) error {
+func (st *State) Covers(prev *State) error {
 	if st.Seq < prev.Seq {
 		return fmt.Errorf("seq went from %d to %d", prev.Seq, st.Seq)
 	}
@@ -249,15 +224,15 @@ func (st *RunState) Covers(prev *RunState) error {
 	return nil
 }
 
-// RunName is the deterministic name of the run scheduled for t:
+// Name is the deterministic name of the run scheduled for t:
 // "<parent>-<minutes since the epoch>", as CronJob names its Jobs, or
 // "<parent>-<seconds since the epoch>" for times that are not on a whole
 // minute (@every schedules). The parent's name is shortened, with a hash,
 // so that the run's name stays a valid label value.
-func RunName(parent string, t time.Time) string {
+func Name(parent string, t time.Time) string {
 	suffix := "-" + strconv.FormatInt(t.Unix()/60, 10)
 	if t.Unix()%60 != 0 {
 		suffix = "-" + strconv.FormatInt(t.Unix(), 10)
 	}
-	return ShortName(parent, maxPodNameLen-len(suffix)) + suffix
+	return ledger.ShortName(parent, ledger.MaxNameLen-len(suffix)) + suffix
 }

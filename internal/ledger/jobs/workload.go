@@ -1,4 +1,4 @@
-package ledger
+package jobs
 
 import (
 	"crypto/sha1" //nolint:gosec // the Workload name hash of Kueue, not a security use
@@ -16,6 +16,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
 )
 
 // Reasons of the Admitted condition of a queued SafeJob beyond Kueue's own;
@@ -197,7 +198,7 @@ func DecideWorkload(in *WorkloadInput) *WorkloadPlan {
 		p.Gate = &QueueGate{Reason: ReasonWorkloadNameTaken,
 			Message: fmt.Sprintf("Workloads the SafeJob does not control hold every name its Workload may have (%s); "+
 				"it queues once one of them is free", strings.Join(in.NamesTaken, ", "))}
-	case wl == nil && finishedStatus(in.Status) != nil:
+	case wl == nil && ledger.Finished(in.Status.Conditions) != nil:
 		// nothing left to queue
 	case wl == nil:
 		p.Create, p.Count = true, WorkloadCount(in.Spec, in.Status)
@@ -250,7 +251,7 @@ func gate(in *WorkloadInput) *QueueGate {
 func resized(in *WorkloadInput) (need, holds int32, ok bool) {
 	wl := in.Workload
 	if wl.Status.Admission == nil || meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) ||
-		meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished) || finishedStatus(in.Status) != nil {
+		meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished) || ledger.Finished(in.Status.Conditions) != nil {
 		return 0, 0, false
 	}
 	need, holds = WorkloadCount(in.Spec, in.Status), podSetCount(wl)
@@ -340,7 +341,7 @@ func settle(in *WorkloadInput) *WorkloadPlan {
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason,
 			Message: msg, LastTransitionTime: metav1.NewTime(in.Now), ObservedGeneration: wl.Generation})
 	}
-	switch c := finishedStatus(&plan.Status); {
+	switch c := ledger.Finished(plan.Status.Conditions); {
 	case c != nil:
 		reason := kueue.WorkloadFinishedReasonSucceeded
 		if c.Type == batchv1alpha1.ConditionFailed {
@@ -366,7 +367,7 @@ func settleEnded(in *WorkloadInput, p *WorkloadPlan) bool {
 	wl, stopped := in.Workload, in.Decided.Stopped
 	finished := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadFinished)
 	switch {
-	case finished != nil && finished.Status == metav1.ConditionTrue && finishedStatus(in.Status) != nil:
+	case finished != nil && finished.Status == metav1.ConditionTrue && ledger.Finished(in.Status.Conditions) != nil:
 		p.Release = true
 	case finished != nil && finished.Status == metav1.ConditionTrue && stopped:
 		p.Drop = true
@@ -448,14 +449,4 @@ func sameStatus(a, b *kueue.WorkloadStatus) bool {
 		return x.Type == y.Type && x.Status == y.Status && x.Reason == y.Reason && x.Message == y.Message
 	}) && (a.Admission == nil) == (b.Admission == nil) &&
 		slices.Equal(a.ReclaimablePods, b.ReclaimablePods)
-}
-
-// finishedStatus returns the Complete or Failed condition when True.
-func finishedStatus(s *batchv1alpha1.SafeJobStatus) *metav1.Condition {
-	for _, t := range []string{batchv1alpha1.ConditionComplete, batchv1alpha1.ConditionFailed} {
-		if c := meta.FindStatusCondition(s.Conditions, t); c != nil && c.Status == metav1.ConditionTrue {
-			return c
-		}
-	}
-	return nil
 }

@@ -1,4 +1,4 @@
-package ledger
+package jobs
 
 import (
 	"fmt"
@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
 )
 
 // world is a model cluster: an API server holding one SafeJob's status and
@@ -46,7 +47,7 @@ type world struct {
 
 // fence is the model controllers' fence: short, so that creates expire and
 // launches go Lost within a run.
-var fence = Fence{CreateWindow: 10 * time.Second, CreateTimeout: 4 * time.Second}
+var fence = ledger.Fence{CreateWindow: 10 * time.Second, CreateTimeout: 4 * time.Second}
 
 // inflightCreate is a pod create on its way: waiting for a write slot
 // until sendAt, then sent (if its window has not passed) with a deadline.
@@ -185,7 +186,7 @@ func (w *world) written(c *modelController, plan *Plan) {
 func (w *world) act(c *modelController, plan *Plan) {
 	for _, ref := range plan.Create {
 		delete(c.pending, ref.Name)
-		if !fence.MayCreate(ref, w.now) {
+		if !fence.MayCreate(ref.Time, w.now) {
 			w.t.Fatalf("fence: create of %s planned %s after its launch", ref.Name, w.now.Sub(ref.Time))
 		}
 		// A create may wait for a write slot, and once sent it may land at
@@ -243,7 +244,7 @@ func (w *world) deliver() {
 				keep = append(keep, f)
 				continue
 			}
-			if !fence.MayCreate(f.ref, w.now) {
+			if !fence.MayCreate(f.ref.Time, w.now) {
 				continue
 			}
 			f.sent, f.deadline = true, f.ref.Time.Add(fence.CreateWindow+fence.CreateTimeout)
@@ -308,7 +309,7 @@ func (w *world) maybeRemove(name string) {
 // a pod being deleted to Failed.
 func (w *world) kubelet() {
 	var names []string
-	for _, name := range sortedKeys(w.pods) {
+	for _, name := range ledger.SortedKeys(w.pods) {
 		if !IsTerminal(w.pods[name]) {
 			names = append(names, name)
 		}
@@ -342,7 +343,7 @@ func (w *world) finish(p *corev1.Pod, phase corev1.PodPhase, code int32) {
 
 // podGC deletes a terminal pod, as --terminated-pod-gc-threshold=1 would.
 func (w *world) podGC() {
-	for _, name := range sortedKeys(w.pods) {
+	for _, name := range ledger.SortedKeys(w.pods) {
 		if p := w.pods[name]; IsTerminal(p) && p.DeletionTimestamp == nil {
 			p.DeletionTimestamp = ptr.To(metav1.NewTime(w.now))
 			w.maybeRemove(name)
@@ -368,7 +369,7 @@ func launchedSince(l *batchv1alpha1.Ledger, seq int64) bool {
 
 // forceDelete removes a random pod outright, finalizer and all.
 func (w *world) forceDelete() {
-	names := sortedKeys(w.pods)
+	names := ledger.SortedKeys(w.pods)
 	if len(names) > 0 {
 		name := names[w.rng.IntN(len(names))]
 		w.exempt[name] = true
@@ -418,7 +419,7 @@ func (w *world) check() {
 	// One pod per index at a time: no index ever has two pods that have
 	// not ended (a pod being deleted has not ended), whatever was late.
 	busy := map[int32]string{}
-	for _, name := range sortedKeys(w.pods) {
+	for _, name := range ledger.SortedKeys(w.pods) {
 		p := w.pods[name]
 		if w.foreign[name] || IsTerminal(p) {
 			continue
@@ -529,7 +530,7 @@ func (w *world) calm(t *testing.T, steps int) {
 	}
 	cur := w.current()
 	var pods []string
-	for _, name := range sortedKeys(w.pods) {
+	for _, name := range ledger.SortedKeys(w.pods) {
 		p := w.pods[name]
 		pods = append(pods, fmt.Sprintf("%s:%s:del=%v:fin=%v:foreign=%v", name, p.Status.Phase, p.DeletionTimestamp != nil, p.Finalizers, w.foreign[name]))
 	}

@@ -1,4 +1,4 @@
-package ledger
+package runs
 
 import (
 	"fmt"
@@ -12,13 +12,14 @@ import (
 	"k8s.io/utils/ptr"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
 )
 
 // MissedStall is the number of missed times above which the miss is
 // reported as TooManyMissedTimes. Scheduling never stops because of it.
 const MissedStall = 100
 
-// MaxOpenRuns is the most runs a scheduled SafeJob has open at once (from
+// MaxOpen is the most runs a scheduled SafeJob has open at once (from
 // a run's commit until its outcome is recorded). Every open run is listed
 // in the ledger and in status.activeRuns, about 400 bytes in all with long
 // names, so however long its runs take a parent's status stays near 40 KB
@@ -26,10 +27,18 @@ const MissedStall = 100
 // time does not start: it is reported (Scheduling TooManyActiveRuns,
 // MissedRuns, an event) and counted missed when a run starts again, once
 // runs finish.
-const MaxOpenRuns = 100
+const MaxOpen = 100
 
-// RunInput is everything the controller gathered for one scheduled SafeJob.
-type RunInput struct {
+const (
+	// FoldAbove is the number of listed entries of a scheduled SafeJob's run
+	// ledger above which closed runs are folded into the checkpoint.
+	FoldAbove = 100
+	// KeepAfterFold is the number of newest runs left listed by a fold.
+	KeepAfterFold = 20
+)
+
+// Input is everything the controller gathered for one scheduled SafeJob.
+type Input struct {
 	// Name is the parent's name; run names derive from it. Namespace is
 	// the parent's, and its runs'.
 	Name, Namespace string
@@ -42,7 +51,7 @@ type RunInput struct {
 	Runs map[string]*batchv1alpha1.SafeJob
 	// Busy counts, by run name, the pods of the parent's runs that are still
 	// running or terminating, whether or not their run still exists: pods
-	// controlled by one of the UIDs RunUIDs knows, never matched by labels.
+	// controlled by one of the UIDs UIDs knows, never matched by labels.
 	Busy map[string]int
 	// Seen holds the runs this process has observed before, or created,
 	// with their UIDs: an open run that was seen and is then found gone
@@ -53,7 +62,7 @@ type RunInput struct {
 	// created again here.
 	Issued map[string]bool
 	// Gone holds the open runs that a live read found absent, read only once
-	// their create window has passed (UnobservedRuns).
+	// their create window has passed (Unobserved).
 	Gone map[string]bool
 	// Taken holds the open runs whose name a live read found held by an
 	// object the parent does not control (a stranger's SafeJob, or one left
@@ -61,21 +70,21 @@ type RunInput struct {
 	// deleted or released, and the run is recorded Lost (NameTaken).
 	Taken map[string]bool
 	// Fence bounds when a run may be created and when its absence is
-	// trusted, as for pods; the zero Fence is DefaultFence.
-	Fence Fence
+	// trusted, as for pods; the zero Fence is ledger.DefaultFence.
+	Fence ledger.Fence
 	// Now is the current time.
 	Now time.Time
 }
 
-// RunPlan is what to do for one scheduled SafeJob. Creates, releases and
+// Plan is what to do for one scheduled SafeJob. Creates, releases and
 // deletes refer to the observed ledger only.
-type RunPlan struct {
+type Plan struct {
 	// Append are the entries appended by this plan, with their seqs.
 	Append []batchv1alpha1.LedgerEntry
 	// Status is the status to write.
 	Status batchv1alpha1.SafeJobStatus
 	// Create lists the committed, observed runs to create now.
-	Create []RunRef
+	Create []Ref
 	// Delete lists runs to delete: beyond the history limits, or replaced.
 	Delete []string
 	// Release lists runs whose outcome is committed and observed and that
@@ -86,25 +95,25 @@ type RunPlan struct {
 	RequeueAfter time.Duration
 }
 
-// UnobservedRuns lists the open runs that the cache does not show and that
+// Unobserved lists the open runs that the cache does not show and that
 // were committed at least the fence's LostGrace ago: no create of them can
-// land any more. The controller reads each live before DecideRuns; only
+// land any more. The controller reads each live before Decide; only
 // then may a run's absence close it, whether or not it was ever seen. The
 // duration is when the next open run becomes due for that check.
-func UnobservedRuns(in *RunInput) ([]RunRef, time.Duration, error) {
-	st, err := ReplayRuns(&in.Status.Ledger)
+func Unobserved(in *Input) ([]Ref, time.Duration, error) {
+	st, err := Replay(&in.Status.Ledger)
 	if err != nil {
 		return nil, 0, err
 	}
-	grace := in.Fence.orDefault().LostGrace()
-	var out []RunRef
+	grace := in.Fence.OrDefault().LostGrace()
+	var out []Ref
 	var wait time.Duration
-	for _, r := range SortedRuns(st.Open) {
+	for _, r := range Sorted(st.Open) {
 		if in.Runs[r.Name] != nil || in.Gone[r.Name] || in.Taken[r.Name] {
 			continue
 		}
 		if due := r.Time.Add(grace).Sub(in.Now); due > 0 {
-			wait = MinPositive(wait, due)
+			wait = ledger.MinPositive(wait, due)
 			continue
 		}
 		out = append(out, r)
@@ -112,15 +121,15 @@ func UnobservedRuns(in *RunInput) ([]RunRef, time.Duration, error) {
 	return out, wait, nil
 }
 
-// DecideRuns computes the plan for one scheduled SafeJob. An error means the
+// Decide computes the plan for one scheduled SafeJob. An error means the
 // observed ledger is invalid and nothing may be done.
-func DecideRuns(in *RunInput) (*RunPlan, error) {
-	st, err := ReplayRuns(&in.Status.Ledger)
+func Decide(in *Input) (*Plan, error) {
+	st, err := Replay(&in.Status.Ledger)
 	if err != nil {
 		return nil, err
 	}
-	d := &runDecision{in: in, st: st, plan: &RunPlan{}, closing: map[string]bool{}, open: SortedRuns(st.Open),
-		fence: in.Fence.orDefault()}
+	d := &decision{in: in, st: st, plan: &Plan{}, closing: map[string]bool{}, open: Sorted(st.Open),
+		fence: in.Fence.OrDefault()}
 	d.status = *in.Status.DeepCopy()
 	d.recordOutcomes()
 	d.cleanUp()
@@ -132,45 +141,35 @@ func DecideRuns(in *RunInput) (*RunPlan, error) {
 	return d.plan, nil
 }
 
-type runDecision struct {
-	in     *RunInput
-	st     *RunState
-	plan   *RunPlan
+type decision struct {
+	in     *Input
+	st     *State
+	plan   *Plan
 	status batchv1alpha1.SafeJobStatus
 	// open are the observed open runs in scheduled-time order.
-	open []RunRef
+	open []Ref
 	// closing holds the open runs whose outcome this plan appends.
 	closing map[string]bool
 	// lastSuccess is the completion time of the latest successful run seen.
 	lastSuccess time.Time
-	fence       Fence
+	fence       ledger.Fence
 }
 
-func (d *runDecision) policy() batchv1alpha1.ConcurrencyPolicy {
+func (d *decision) policy() batchv1alpha1.ConcurrencyPolicy {
 	if d.in.Spec.ConcurrencyPolicy == "" {
 		return batchv1alpha1.AllowConcurrent
 	}
 	return d.in.Spec.ConcurrencyPolicy
 }
 
-func (d *runDecision) add(e batchv1alpha1.LedgerEntry) {
+func (d *decision) add(e batchv1alpha1.LedgerEntry) {
 	e.Time = metav1.NewTime(d.in.Now)
 	d.plan.Append = append(d.plan.Append, e)
 }
 
-// finished returns the terminal condition of a run, if it has one.
-func finished(run *batchv1alpha1.SafeJob) *metav1.Condition {
-	for _, t := range []string{batchv1alpha1.ConditionComplete, batchv1alpha1.ConditionFailed} {
-		if c := meta.FindStatusCondition(run.Status.Conditions, t); c != nil && c.Status == metav1.ConditionTrue {
-			return c
-		}
-	}
-	return nil
-}
-
 // recordOutcomes appends the outcome of every open run that finished, is
 // being deleted, vanished, or was never created.
-func (d *runDecision) recordOutcomes() {
+func (d *decision) recordOutcomes() {
 	// Under Replace a run being deleted while a newer time is due was
 	// deleted to make way for it.
 	_, replacing := d.dueNow()
@@ -187,7 +186,7 @@ func (d *runDecision) recordOutcomes() {
 			continue
 		}
 		// The UID stays in the ledger so that the run's pods are still
-		// matched once the run is gone (RunUIDs).
+		// matched once the run is gone (UIDs).
 		d.closing[r.Name] = true
 		d.add(batchv1alpha1.LedgerEntry{Type: typ, Reason: reason, Run: r.Name,
 			ScheduledTime: ptr.To(metav1.NewTime(r.ScheduledTime)), UID: string(d.runUID(r.Name))})
@@ -196,29 +195,29 @@ func (d *runDecision) recordOutcomes() {
 
 // absentOutcome is the outcome of an open run the parent does not observe
 // ("" while there is none yet): later says a newer run is open.
-func (d *runDecision) absentOutcome(name string, later bool) (batchv1alpha1.EntryType, string) {
+func (d *decision) absentOutcome(name string, later bool) (batchv1alpha1.EntryType, string) {
 	switch {
 	case later && d.policy() == batchv1alpha1.ReplaceConcurrent:
 		// Replaced before it started: a newer run supersedes it.
-		return batchv1alpha1.EntryEvicted, RunReasonReplaced
+		return batchv1alpha1.EntryEvicted, ReasonReplaced
 	case d.in.Taken[name]:
 		// Someone else holds the name: this run never ran here.
-		return batchv1alpha1.EntryLost, LostReasonNameTaken
+		return batchv1alpha1.EntryLost, ledger.ReasonNameTaken
 	case d.in.Gone[name] && (d.in.Issued[name] || d.runUID(name) != ""):
 		// Past its create window and absent: no create can land any more.
 		// A run this process saw or created, or whose UID the parent
 		// recorded, existed and was removed by someone else.
-		return batchv1alpha1.EntryLost, RunReasonVanished
+		return batchv1alpha1.EntryLost, ReasonVanished
 	case d.in.Gone[name]:
-		return batchv1alpha1.EntryLost, RunReasonNotCreated
+		return batchv1alpha1.EntryLost, ReasonNotCreated
 	}
 	return "", "" // not created yet, or not observed yet
 }
 
 // presentOutcome is the outcome of an open run the parent observes ("" while
 // it runs): superseded says a newer run is open or due.
-func (d *runDecision) presentOutcome(run *batchv1alpha1.SafeJob, superseded bool) (batchv1alpha1.EntryType, string) {
-	if c := finished(run); c != nil {
+func (d *decision) presentOutcome(run *batchv1alpha1.SafeJob, superseded bool) (batchv1alpha1.EntryType, string) {
+	if c := ledger.Finished(run.Status.Conditions); c != nil {
 		if c.Type != batchv1alpha1.ConditionComplete {
 			return batchv1alpha1.EntryFailed, c.Reason
 		}
@@ -231,14 +230,14 @@ func (d *runDecision) presentOutcome(run *batchv1alpha1.SafeJob, superseded bool
 		return "", "" // running
 	}
 	if superseded && d.policy() == batchv1alpha1.ReplaceConcurrent {
-		return batchv1alpha1.EntryEvicted, RunReasonReplaced
+		return batchv1alpha1.EntryEvicted, ReasonReplaced
 	}
-	return batchv1alpha1.EntryEvicted, RunReasonDeleted
+	return batchv1alpha1.EntryEvicted, ReasonDeleted
 }
 
 // activeRef is the reference status.activeRuns last gave an open run (empty
 // when it has none): it keeps the run's UID once the run was observed.
-func (d *runDecision) activeRef(name string) corev1.ObjectReference {
+func (d *decision) activeRef(name string) corev1.ObjectReference {
 	return activeRef(d.in.Status, name)
 }
 
@@ -254,7 +253,7 @@ func activeRef(status *batchv1alpha1.SafeJobStatus, name string) corev1.ObjectRe
 // runUID is the UID of an open run as far as the parent knows it: observed
 // now, seen or created by this process, or recorded in status.activeRuns
 // ("" when it never learned it).
-func (d *runDecision) runUID(name string) types.UID {
+func (d *decision) runUID(name string) types.UID {
 	if run := d.in.Runs[name]; run != nil {
 		return run.UID
 	}
@@ -264,7 +263,7 @@ func (d *runDecision) runUID(name string) types.UID {
 	return d.activeRef(name).UID
 }
 
-// RunUIDs maps the UID of every run of the parent it knows to the run's
+// UIDs maps the UID of every run of the parent it knows to the run's
 // name: the runs it controls (Runs), the runs this process saw or created,
 // the open runs status.activeRuns records, and the listed outcome entries.
 // Only a pod controlled by one of these UIDs can hold back a run under
@@ -272,7 +271,7 @@ func (d *runDecision) runUID(name string) types.UID {
 // run folded into the checkpoint is no longer known, nor are its pods:
 // under Forbid and Replace no run is committed while a pod of a known
 // earlier run is left, so a run is folded only after its pods were gone.
-func RunUIDs(in *RunInput) map[types.UID]string {
+func UIDs(in *Input) map[types.UID]string {
 	out := map[types.UID]string{}
 	for _, e := range in.Status.Ledger.Entries {
 		if e.UID != "" && e.Run != "" {
@@ -297,19 +296,19 @@ func RunUIDs(in *RunInput) map[types.UID]string {
 
 // isClosed reports whether the observed ledger records the run's outcome,
 // listed or folded.
-func (d *runDecision) isClosed(run *batchv1alpha1.SafeJob) bool {
+func (d *decision) isClosed(run *batchv1alpha1.SafeJob) bool {
 	if _, ok := d.st.Closed[run.Name]; ok {
 		return true
 	}
 	if _, ok := d.st.Open[run.Name]; ok {
 		return false
 	}
-	t, ok := RunScheduledTime(run)
+	t, ok := ScheduledTime(run)
 	return ok && !t.After(d.st.Folded)
 }
 
-// RunScheduledTime reads a run's scheduled time from its annotation.
-func RunScheduledTime(run *batchv1alpha1.SafeJob) (time.Time, bool) {
+// ScheduledTime reads a run's scheduled time from its annotation.
+func ScheduledTime(run *batchv1alpha1.SafeJob) (time.Time, bool) {
 	t, err := time.Parse(time.RFC3339, run.Annotations[batchv1alpha1.ScheduledTimeAnnotation])
 	return t, err == nil
 }
@@ -318,7 +317,7 @@ func RunScheduledTime(run *batchv1alpha1.SafeJob) (time.Time, bool) {
 // create window, create timeout and clock margin have passed since its
 // Scheduled entry was committed. A run folded into the checkpoint was held
 // listed until then.
-func (d *runDecision) fenceClosed(name string) bool {
+func (d *decision) fenceClosed(name string) bool {
 	ref, listed := d.st.Closed[name]
 	if !listed {
 		ref, listed = d.st.Open[name]
@@ -328,7 +327,7 @@ func (d *runDecision) fenceClosed(name string) bool {
 	}
 	due := ref.Time.Add(d.fence.LostGrace()).Sub(d.in.Now)
 	if due > 0 {
-		d.plan.RequeueAfter = MinPositive(d.plan.RequeueAfter, due)
+		d.plan.RequeueAfter = ledger.MinPositive(d.plan.RequeueAfter, due)
 	}
 	return due <= 0
 }
@@ -338,13 +337,13 @@ func (d *runDecision) fenceClosed(name string) bool {
 // finalizer is released only once no create of the run can land any more
 // (fenceClosed): until then the run cannot disappear through the parent, so
 // a create still in flight meets AlreadyExists and never makes it again.
-func (d *runDecision) cleanUp() {
+func (d *decision) cleanUp() {
 	type kept struct {
 		name string
 		at   time.Time
 	}
 	var succeeded, failed []kept
-	for _, name := range sortedKeys(d.in.Runs) {
+	for _, name := range ledger.SortedKeys(d.in.Runs) {
 		run := d.in.Runs[name]
 		if !d.isClosed(run) {
 			continue
@@ -352,7 +351,7 @@ func (d *runDecision) cleanUp() {
 		if slices.Contains(run.Finalizers, batchv1alpha1.RunFinalizer) && d.fenceClosed(name) {
 			d.plan.Release = append(d.plan.Release, name)
 		}
-		c := finished(run)
+		c := ledger.Finished(run.Status.Conditions)
 		if run.DeletionTimestamp != nil {
 			continue
 		}
@@ -362,7 +361,7 @@ func (d *runDecision) cleanUp() {
 			d.deleteRun(name)
 			continue
 		}
-		at, _ := RunScheduledTime(run)
+		at, _ := ScheduledTime(run)
 		if c.Type == batchv1alpha1.ConditionComplete {
 			succeeded = append(succeeded, kept{name, at})
 		} else {
@@ -383,13 +382,13 @@ func (d *runDecision) cleanUp() {
 
 // busy names an earlier run that keeps a new one from starting under Forbid
 // or Replace: one still open, or one with a pod still running or terminating.
-func (d *runDecision) busy(except string) string {
+func (d *decision) busy(except string) string {
 	for _, r := range d.open {
 		if r.Name != except && !d.closing[r.Name] {
 			return r.Name
 		}
 	}
-	for _, name := range sortedKeys(d.in.Busy) {
+	for _, name := range ledger.SortedKeys(d.in.Busy) {
 		if name != except && d.in.Busy[name] > 0 {
 			return name
 		}
@@ -398,7 +397,7 @@ func (d *runDecision) busy(except string) string {
 }
 
 // schedule commits the most recent due time as a run, or says why not.
-func (d *runDecision) schedule() {
+func (d *decision) schedule() {
 	spec := d.in.Spec
 	if ptr.Deref(spec.Suspend, false) {
 		d.setCond(batchv1alpha1.ConditionScheduling, metav1.ConditionFalse, batchv1alpha1.ReasonScheduleSuspended,
@@ -412,7 +411,7 @@ func (d *runDecision) schedule() {
 	}
 	recent, missed, next, ok := sched.MostRecent(d.earliest(), d.in.Now)
 	if !next.IsZero() {
-		d.plan.RequeueAfter = MinPositive(d.plan.RequeueAfter, next.Sub(d.in.Now))
+		d.plan.RequeueAfter = ledger.MinPositive(d.plan.RequeueAfter, next.Sub(d.in.Now))
 	}
 	nextMsg := "no scheduled time is left"
 	if !next.IsZero() {
@@ -436,7 +435,7 @@ func (d *runDecision) schedule() {
 	if d.waitForEarlier(recent) {
 		return
 	}
-	name := RunName(d.in.Name, recent)
+	name := Name(d.in.Name, recent)
 	d.add(batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryScheduled, Run: name,
 		ScheduledTime: ptr.To(metav1.NewTime(recent)), Missed: missed})
 	switch c := meta.FindStatusCondition(d.status.Conditions, batchv1alpha1.ConditionMissedRuns); {
@@ -455,7 +454,7 @@ func (d *runDecision) schedule() {
 // or when the schedule took effect. An edited schedule applies from its
 // first time after the edit was seen: no time that passed before the edit
 // runs by surprise.
-func (d *runDecision) earliest() time.Time {
+func (d *decision) earliest() time.Time {
 	spec := d.in.Spec
 	obs := d.status.ObservedSchedule
 	if obs == nil || obs.Schedule != *spec.Schedule || obs.TimeZone != ptr.Deref(spec.TimeZone, "") {
@@ -473,23 +472,23 @@ func (d *runDecision) earliest() time.Time {
 	return earliest
 }
 
-// atCap reports that MaxOpenRuns runs are open, so that the run due at
+// atCap reports that MaxOpen runs are open, so that the run due at
 // recent does not start, and says so. The time stays uncommitted: the next
 // run that starts counts it missed, with the times before it.
-func (d *runDecision) atCap(recent time.Time, missed int64, nextMsg string) bool {
+func (d *decision) atCap(recent time.Time, missed int64, nextMsg string) bool {
 	open := 0
 	for _, r := range d.open {
 		if !d.closing[r.Name] {
 			open++
 		}
 	}
-	if open < MaxOpenRuns {
+	if open < MaxOpen {
 		return false
 	}
 	at := recent.UTC().Format(time.RFC3339)
 	d.setCond(batchv1alpha1.ConditionScheduling, metav1.ConditionFalse, batchv1alpha1.ReasonTooManyActiveRuns,
 		fmt.Sprintf("%d runs are active, the most a schedule keeps at once (%d): the run due at %s does not start; "+
-			"scheduling resumes when a run finishes; %s", open, MaxOpenRuns, at, nextMsg))
+			"scheduling resumes when a run finishes; %s", open, MaxOpen, at, nextMsg))
 	d.reportMissed(missed+1, fmt.Sprintf("%d scheduled time(s) up to %s not run: %d runs active, the most a schedule keeps at once",
 		missed+1, at, open))
 	return true
@@ -497,7 +496,7 @@ func (d *runDecision) atCap(recent time.Time, missed int64, nextMsg string) bool
 
 // dueNow returns the scheduled time that would start now, if any: not
 // suspended, a valid schedule, a time due and within startingDeadlineSeconds.
-func (d *runDecision) dueNow() (time.Time, bool) {
+func (d *decision) dueNow() (time.Time, bool) {
 	spec := d.in.Spec
 	if ptr.Deref(spec.Suspend, false) {
 		return time.Time{}, false
@@ -522,7 +521,7 @@ func (d *runDecision) dueNow() (time.Time, bool) {
 // nothing is in its way, so that the run is created at once, within its
 // create window; until then it stays uncommitted, as under
 // startingDeadlineSeconds, and a later time supersedes it.
-func (d *runDecision) waitForEarlier(recent time.Time) bool {
+func (d *decision) waitForEarlier(recent time.Time) bool {
 	policy := d.policy()
 	if policy == batchv1alpha1.AllowConcurrent {
 		return false
@@ -547,14 +546,14 @@ func (d *runDecision) waitForEarlier(recent time.Time) bool {
 }
 
 // deleteRun adds a run to the plan's deletes once.
-func (d *runDecision) deleteRun(name string) {
+func (d *decision) deleteRun(name string) {
 	if !slices.Contains(d.plan.Delete, name) {
 		d.plan.Delete = append(d.plan.Delete, name)
 	}
 }
 
 // reportMissed sets MissedRuns: how many times were missed and up to when.
-func (d *runDecision) reportMissed(n int64, msg string) {
+func (d *decision) reportMissed(n int64, msg string) {
 	reason := batchv1alpha1.ReasonMissedSchedule
 	if n > MissedStall {
 		reason = batchv1alpha1.ReasonTooManyMissedTimes
@@ -563,12 +562,12 @@ func (d *runDecision) reportMissed(n int64, msg string) {
 }
 
 // create lists the open runs to create now. A run is created only from the
-// observed ledger (I8), only within its create window (Fence), and not
+// observed ledger (I8), only within its create window (ledger.Fence), and not
 // again by the process that created or saw it; under Forbid and Replace only once
 // no earlier run is open or has a pod left, and Replace deletes the earlier
 // runs. An open run not observed is due for a live read once no create of
 // it can land any more.
-func (d *runDecision) create() {
+func (d *decision) create() {
 	open := d.open
 	grace := d.fence.LostGrace()
 	for k, r := range open {
@@ -576,9 +575,9 @@ func (d *runDecision) create() {
 			continue
 		}
 		if due := r.Time.Add(grace).Sub(d.in.Now); due > 0 {
-			d.plan.RequeueAfter = MinPositive(d.plan.RequeueAfter, due)
+			d.plan.RequeueAfter = ledger.MinPositive(d.plan.RequeueAfter, due)
 		}
-		if d.in.Seen[r.Name] != "" || d.in.Issued[r.Name] || !d.fence.MayCreateRun(r, d.in.Now) {
+		if d.in.Seen[r.Name] != "" || d.in.Issued[r.Name] || !d.fence.MayCreate(r.Time, d.in.Now) {
 			continue // it existed: removed by someone, or the cache lags
 		}
 		if d.policy() != batchv1alpha1.AllowConcurrent {
@@ -599,24 +598,23 @@ func (d *runDecision) create() {
 	}
 }
 
-func (d *runDecision) setCond(t string, s metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&d.status.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason,
-		Message: msg, LastTransitionTime: metav1.NewTime(d.in.Now)})
+func (d *decision) setCond(t string, s metav1.ConditionStatus, reason, msg string) {
+	ledger.SetCondition(&d.status.Conditions, t, s, reason, msg, d.in.Now)
 }
 
 // writeStatus derives the parent's status from the ledger and folds it if long.
-func (d *runDecision) writeStatus() error {
-	l := Append(&d.in.Status.Ledger, d.plan.Append)
+func (d *decision) writeStatus() error {
+	l := ledger.Append(&d.in.Status.Ledger, d.plan.Append)
 	if len(l.Entries) > FoldAbove {
 		// A closed run stays listed while a create of it may still land, so
 		// that its finalizer is held until then (fenceClosed).
 		grace := d.fence.LostGrace()
 		var err error
-		if l, err = foldRuns(&l, KeepAfterFold, func(r RunRef) bool { return d.in.Now.Before(r.Time.Add(grace)) }); err != nil {
+		if l, err = fold(&l, KeepAfterFold, func(r Ref) bool { return d.in.Now.Before(r.Time.Add(grace)) }); err != nil {
 			return err
 		}
 	}
-	st, err := ReplayRuns(&l)
+	st, err := Replay(&l)
 	if err != nil {
 		return fmt.Errorf("ledger after this plan: %w", err)
 	}
@@ -629,7 +627,7 @@ func (d *runDecision) writeStatus() error {
 		s.LastSuccessfulTime = ptr.To(metav1.NewTime(d.lastSuccess))
 	}
 	s.ActiveRuns = nil
-	for _, r := range SortedRuns(st.Open) {
+	for _, r := range Sorted(st.Open) {
 		ref := corev1.ObjectReference{APIVersion: batchv1alpha1.GroupVersion.String(), Kind: "SafeJob", Name: r.Name}
 		if run := d.in.Runs[r.Name]; run != nil {
 			ref.Namespace, ref.UID = run.Namespace, run.UID
@@ -640,9 +638,7 @@ func (d *runDecision) writeStatus() error {
 		s.ActiveRuns = append(s.ActiveRuns, ref)
 	}
 	s.MissedRuns = st.Missed
-	if c := meta.FindStatusCondition(s.Conditions, batchv1alpha1.ConditionLedgerValid); c != nil && c.Status != metav1.ConditionTrue {
-		d.setCond(batchv1alpha1.ConditionLedgerValid, metav1.ConditionTrue, batchv1alpha1.ReasonLedgerOK, "Ledger is valid")
-	}
+	ledger.MarkLedgerValid(&s.Conditions, d.in.Now)
 	d.plan.Status = *s
 	return nil
 }

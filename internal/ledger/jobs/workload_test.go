@@ -1,4 +1,4 @@
-package ledger
+package jobs
 
 import (
 	"crypto/sha1" //nolint:gosec // recomputes Kueue's naming scheme

@@ -1,4 +1,4 @@
-package ledger
+package jobs
 
 import (
 	"testing"
@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
 )
 
 // gateWorld is one queued SafeJob whose every plan is written back.
@@ -120,7 +121,7 @@ func expectEvictedOnly(t *testing.T, plan *Plan, status *batchv1alpha1.SafeJobSt
 // only LostGrace after it, which outlasts any create that may still land.
 func TestFence(t *testing.T) {
 	s := spec(1, 1)
-	f := Fence{CreateWindow: 10 * time.Second, CreateTimeout: 4 * time.Second}
+	f := ledger.Fence{CreateWindow: 10 * time.Second, CreateTimeout: 4 * time.Second}
 	if f.LostGrace() <= f.CreateWindow+f.CreateTimeout {
 		t.Fatalf("LostGrace %s does not outlast window %s plus timeout %s", f.LostGrace(), f.CreateWindow, f.CreateTimeout)
 	}
@@ -151,7 +152,7 @@ func TestFence(t *testing.T) {
 	late.Taken = map[string]bool{"sj-0-0": true}
 	late.Pods = nil
 	plan := decide(t, late)
-	want := []batchv1alpha1.LedgerEntry{outcome(2, batchv1alpha1.EntryLost, 0, 0, LostReasonNameTaken), launched(3, 0, 1)}
+	want := []batchv1alpha1.LedgerEntry{outcome(2, batchv1alpha1.EntryLost, 0, 0, ledger.ReasonNameTaken), launched(3, 0, 1)}
 	if diff := cmp.Diff(want, plan.Append, cmpopts.IgnoreFields(batchv1alpha1.LedgerEntry{}, "Time")); diff != "" {
 		t.Errorf("name taken: appends (-want +got):\n%s", diff)
 	}

@@ -1,4 +1,4 @@
-package ledger
+package runs
 
 import (
 	"encoding/json"
@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
 )
 
 var r0 = time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
@@ -31,7 +32,7 @@ func runOutcome(seq int64, typ batchv1alpha1.EntryType, run string, at time.Time
 	return batchv1alpha1.LedgerEntry{Seq: seq, Type: typ, Run: run, ScheduledTime: ptr.To(metav1.NewTime(at))}
 }
 
-func TestReplayRunsRejects(t *testing.T) {
+func TestReplayRejects(t *testing.T) {
 	a, b := r0, r0.Add(time.Minute)
 	cases := map[string]batchv1alpha1.Ledger{
 		"time goes back":         {Seq: 2, Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-b", b, 0), scheduled(2, "x-a", a, 0)}},
@@ -47,39 +48,34 @@ func TestReplayRunsRejects(t *testing.T) {
 		"negative missed":   {Seq: 1, Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-a", a, -1)}},
 	}
 	for name, l := range cases {
-		if _, err := ReplayRuns(&l); err == nil {
-			t.Errorf("%s: ReplayRuns accepted %+v", name, l)
+		if _, err := Replay(&l); err == nil {
+			t.Errorf("%s: Replay accepted %+v", name, l)
 		}
-	}
-	// A pod ledger refuses run entries.
-	l := batchv1alpha1.Ledger{Seq: 1, Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-a", a, 0)}}
-	if _, err := Replay(&l); err == nil {
-		t.Error("Replay accepted a Scheduled entry")
 	}
 }
 
 func TestRunName(t *testing.T) {
 	dns := regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 	onMinute := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
-	if got, want := RunName("nightly", onMinute), fmt.Sprintf("nightly-%d", onMinute.Unix()/60); got != want {
-		t.Errorf("RunName on a minute = %q, want %q (CronJob's minutes)", got, want)
+	if got, want := Name("nightly", onMinute), fmt.Sprintf("nightly-%d", onMinute.Unix()/60); got != want {
+		t.Errorf("Name on a minute = %q, want %q (CronJob's minutes)", got, want)
 	}
-	if got, want := RunName("fast", onMinute.Add(5*time.Second)), fmt.Sprintf("fast-%d", onMinute.Unix()+5); got != want {
-		t.Errorf("RunName off a minute = %q, want %q (seconds)", got, want)
+	if got, want := Name("fast", onMinute.Add(5*time.Second)), fmt.Sprintf("fast-%d", onMinute.Unix()+5); got != want {
+		t.Errorf("Name off a minute = %q, want %q (seconds)", got, want)
 	}
 	long := strings.Repeat("a", 70) + "-" + strings.Repeat("b", 70)
 	seen := map[string]bool{}
 	for k := range 120 {
-		n := RunName(long, onMinute.Add(time.Duration(k)*5*time.Second))
+		n := Name(long, onMinute.Add(time.Duration(k)*5*time.Second))
 		if len(n) > 63 || !dns.MatchString(n) {
-			t.Errorf("RunName = %q: not a valid label value", n)
+			t.Errorf("Name = %q: not a valid label value", n)
 		}
 		if seen[n] {
-			t.Errorf("RunName %q repeated for two times", n)
+			t.Errorf("Name %q repeated for two times", n)
 		}
 		seen[n] = true
 	}
-	if RunName(long, onMinute) == RunName(long+"c", onMinute) {
+	if Name(long, onMinute) == Name(long+"c", onMinute) {
 		t.Error("two long parents share a run name")
 	}
 }
@@ -89,21 +85,21 @@ func TestFoldRunsKeepsMeaning(t *testing.T) {
 	at := r0
 	for k := range 60 {
 		at = at.Add(time.Minute)
-		name := RunName("p", at)
-		l = Append(&l, []batchv1alpha1.LedgerEntry{scheduled(0, name, at, int64(k%3))})
+		name := Name("p", at)
+		l = ledger.Append(&l, []batchv1alpha1.LedgerEntry{scheduled(0, name, at, int64(k%3))})
 		if k%7 != 3 { // every seventh run stays open
-			l = Append(&l, []batchv1alpha1.LedgerEntry{runOutcome(0, batchv1alpha1.EntrySucceeded, name, at)})
+			l = ledger.Append(&l, []batchv1alpha1.LedgerEntry{runOutcome(0, batchv1alpha1.EntrySucceeded, name, at)})
 		}
 	}
-	before, err := ReplayRuns(&l)
+	before, err := Replay(&l)
 	if err != nil {
 		t.Fatal(err)
 	}
-	folded, err := FoldRuns(&l, 5)
+	folded, err := Fold(&l, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, err := ReplayRuns(&folded)
+	after, err := Replay(&folded)
 	if err != nil {
 		t.Fatalf("folded ledger does not replay: %v", err)
 	}
@@ -118,13 +114,13 @@ func TestFoldRunsKeepsMeaning(t *testing.T) {
 		t.Errorf("folded state does not cover the original: %v", err)
 	}
 	// Appending after the fold still works and still refuses old times.
-	late := Append(&folded, []batchv1alpha1.LedgerEntry{scheduled(0, "p-old", r0.Add(30*time.Minute), 0)})
-	if _, err := ReplayRuns(&late); err == nil {
+	late := ledger.Append(&folded, []batchv1alpha1.LedgerEntry{scheduled(0, "p-old", r0.Add(30*time.Minute), 0)})
+	if _, err := Replay(&late); err == nil {
 		t.Error("a time before the folded ones was accepted after the fold")
 	}
 }
 
-// parent builds a scheduled SafeJob's spec for DecideRuns tests.
+// parent builds a scheduled SafeJob's spec for Decide tests.
 func parentSpec(schedule string, policy batchv1alpha1.ConcurrencyPolicy) *batchv1alpha1.SafeJobSpec {
 	return &batchv1alpha1.SafeJobSpec{Schedule: &schedule, ConcurrencyPolicy: policy}
 }
@@ -172,9 +168,9 @@ type decideCase struct {
 func TestDecideRuns(t *testing.T) {
 	every := time.Minute
 	tick := func(k int) time.Time { return r0.Add(time.Duration(k) * every) }
-	name := func(k int) string { return RunName("p", tick(k)) }
+	name := func(k int) string { return Name("p", tick(k)) }
 	ledgerOf := func(es ...batchv1alpha1.LedgerEntry) batchv1alpha1.SafeJobStatus {
-		l := Append(&batchv1alpha1.Ledger{}, es)
+		l := ledger.Append(&batchv1alpha1.Ledger{}, es)
 		return batchv1alpha1.SafeJobStatus{Ledger: l}
 	}
 	cases := map[string]decideCase{
@@ -248,7 +244,7 @@ func TestDecideRuns(t *testing.T) {
 			seen:       []string{name(1)},
 			gone:       []string{name(1)},
 			wantAppend: []string{"Lost:" + name(1)},
-			wantReason: RunReasonVanished,
+			wantReason: ReasonVanished,
 			wantUID:    "uid-" + name(1),
 		},
 		"run created here and not in the cache yet is not created again": {
@@ -257,18 +253,18 @@ func TestDecideRuns(t *testing.T) {
 			issued: []string{name(1)},
 		},
 		"run past its create window is not created (restarted process, run removed by hand)": {
-			spec: parentSpec("* * * * *", ""), now: tick(1).Add(DefaultFence.CreateWindow),
+			spec: parentSpec("* * * * *", ""), now: tick(1).Add(ledger.DefaultFence.CreateWindow),
 			status: ledgerOf(scheduled(0, name(1), tick(1), 0)),
 		},
 		"run never seen and read absent after its fence: Lost NotCreated": {
-			spec: parentSpec("* * * * *", ""), now: tick(1).Add(DefaultFence.LostGrace()),
+			spec: parentSpec("* * * * *", ""), now: tick(1).Add(ledger.DefaultFence.LostGrace()),
 			status:     ledgerOf(scheduled(0, name(1), tick(1), 0)),
 			gone:       []string{name(1)},
 			wantAppend: []string{"Lost:" + name(1)},
-			wantReason: RunReasonNotCreated,
+			wantReason: ReasonNotCreated,
 		},
 		"run read absent whose UID status recorded: Lost Vanished": {
-			spec: parentSpec("* * * * *", ""), now: tick(1).Add(DefaultFence.LostGrace()),
+			spec: parentSpec("* * * * *", ""), now: tick(1).Add(ledger.DefaultFence.LostGrace()),
 			status: func() batchv1alpha1.SafeJobStatus {
 				st := ledgerOf(scheduled(0, name(1), tick(1), 0))
 				st.ActiveRuns = []corev1.ObjectReference{{Name: name(1), UID: "uid-1"}}
@@ -276,19 +272,19 @@ func TestDecideRuns(t *testing.T) {
 			}(),
 			gone:       []string{name(1)},
 			wantAppend: []string{"Lost:" + name(1)},
-			wantReason: RunReasonVanished,
+			wantReason: ReasonVanished,
 			wantUID:    "uid-1",
 		},
 		"name held by a stranger: Lost NameTaken, and the schedule goes on": {
-			spec: parentSpec("* * * * *", batchv1alpha1.ForbidConcurrent), now: tick(1).Add(DefaultFence.LostGrace()),
+			spec: parentSpec("* * * * *", batchv1alpha1.ForbidConcurrent), now: tick(1).Add(ledger.DefaultFence.LostGrace()),
 			status:     ledgerOf(scheduled(0, name(1), tick(1), 0)),
 			taken:      []string{name(1)},
 			wantAppend: []string{"Lost:" + name(1)},
-			wantReason: LostReasonNameTaken,
+			wantReason: ledger.ReasonNameTaken,
 			wantCond:   map[string]string{batchv1alpha1.ConditionScheduling: batchv1alpha1.ReasonScheduled},
 		},
 		"closed run keeps its finalizer while a create of it may still land": {
-			spec: parentSpec("* * * * *", ""), now: tick(1).Add(DefaultFence.LostGrace() - time.Second),
+			spec: parentSpec("* * * * *", ""), now: tick(1).Add(ledger.DefaultFence.LostGrace() - time.Second),
 			status: ledgerOf(scheduled(0, name(1), tick(1), 0), runOutcome(0, batchv1alpha1.EntrySucceeded, name(1), tick(1))),
 			runs:   []*batchv1alpha1.SafeJob{child(name(1), tick(1), batchv1alpha1.ConditionComplete)},
 		},
@@ -396,9 +392,9 @@ func TestDecideRuns(t *testing.T) {
 	}
 }
 
-// input builds the RunInput of a case.
-func (tc *decideCase) input() *RunInput {
-	in := &RunInput{Name: "p", Created: r0, Spec: tc.spec, Status: &tc.status, Runs: map[string]*batchv1alpha1.SafeJob{},
+// input builds the Input of a case.
+func (tc *decideCase) input() *Input {
+	in := &Input{Name: "p", Created: r0, Spec: tc.spec, Status: &tc.status, Runs: map[string]*batchv1alpha1.SafeJob{},
 		Busy: tc.busy, Seen: map[string]k8stypes.UID{}, Now: tc.now}
 	for _, r := range tc.runs {
 		in.Runs[r.Name] = r
@@ -422,7 +418,7 @@ func set(names []string) map[string]bool {
 func (tc *decideCase) run(t *testing.T) {
 	t.Helper()
 	in := tc.input()
-	plan, err := DecideRuns(in)
+	plan, err := Decide(in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,34 +450,34 @@ func (tc *decideCase) run(t *testing.T) {
 			t.Errorf("condition %s = %+v, want reason %s", typ, c, reason)
 		}
 	}
-	if _, err := ReplayRuns(&plan.Status.Ledger); err != nil {
+	if _, err := Replay(&plan.Status.Ledger); err != nil {
 		t.Errorf("planned ledger does not replay: %v", err)
 	}
 }
 
 // TestRunsCap: a parent under Allow whose runs never finish keeps at most
-// MaxOpenRuns open; a due time at the cap does not start, is reported and
+// MaxOpen open; a due time at the cap does not start, is reported and
 // is counted missed when a run starts again, once a run has finished. At
 // the cap, with long names, the status stays small.
 func TestRunsCap(t *testing.T) {
 	c := newCapParent()
-	plan := c.decide(t, c.tick(MaxOpenRuns+1).Add(time.Second))
+	plan := c.decide(t, c.tick(MaxOpen+1).Add(time.Second))
 	checkCapped(t, plan, "1 scheduled time(s)")
 	c.status = plan.Status
 	raw, err := json.Marshal(c.status)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.status.ActiveRuns) != MaxOpenRuns || len(raw) > 48<<10 {
-		t.Errorf("status at the cap: %d active runs, %d bytes (want %d, at most 48 KiB)", len(c.status.ActiveRuns), len(raw), MaxOpenRuns)
+	if len(c.status.ActiveRuns) != MaxOpen || len(raw) > 48<<10 {
+		t.Errorf("status at the cap: %d active runs, %d bytes (want %d, at most 48 KiB)", len(c.status.ActiveRuns), len(raw), MaxOpen)
 	}
-	t.Logf("status at the cap of %d open runs: %d bytes", MaxOpenRuns, len(raw))
-	checkCapped(t, c.decide(t, c.tick(MaxOpenRuns+2).Add(time.Second)), "2 scheduled time(s)")
+	t.Logf("status at the cap of %d open runs: %d bytes", MaxOpen, len(raw))
+	checkCapped(t, c.decide(t, c.tick(MaxOpen+2).Add(time.Second)), "2 scheduled time(s)")
 
 	// The first run finishes: the due time starts, the one before counted missed.
 	c.runs[c.name(1)] = child(c.name(1), c.tick(1), batchv1alpha1.ConditionComplete)
-	plan = c.decide(t, c.tick(MaxOpenRuns+2).Add(2*time.Second))
-	want := []string{"Succeeded:" + c.name(1), "Scheduled:" + c.name(MaxOpenRuns+2)}
+	plan = c.decide(t, c.tick(MaxOpen+2).Add(2*time.Second))
+	want := []string{"Succeeded:" + c.name(1), "Scheduled:" + c.name(MaxOpen+2)}
 	if got := entryKinds(plan.Append); !slices.Equal(got, want) || plan.Append[1].Missed != 1 || plan.Status.MissedRuns != 1 {
 		t.Errorf("after a run finished: appended %+v (missedRuns %d), want %v with 1 missed", plan.Append, plan.Status.MissedRuns, want)
 	}
@@ -492,7 +488,7 @@ func TestRunsCap(t *testing.T) {
 }
 
 // capParent is a per-minute parent under Allow, with a long name and
-// namespace, whose MaxOpenRuns runs all run.
+// namespace, whose MaxOpen runs all run.
 type capParent struct {
 	parent string
 	name   func(k int) string
@@ -507,9 +503,9 @@ func newCapParent() *capParent {
 	parent := strings.Repeat("nightly-report-", 3) + "x" // 46 characters
 	c := &capParent{parent: parent, runs: map[string]*batchv1alpha1.SafeJob{}}
 	c.tick = func(k int) time.Time { return r0.Add(time.Duration(k) * time.Minute) }
-	c.name = func(k int) string { return RunName(parent, c.tick(k)) }
-	for k := 1; k <= MaxOpenRuns; k++ {
-		c.status.Ledger = Append(&c.status.Ledger, []batchv1alpha1.LedgerEntry{scheduled(0, c.name(k), c.tick(k), 0)})
+	c.name = func(k int) string { return Name(parent, c.tick(k)) }
+	for k := 1; k <= MaxOpen; k++ {
+		c.status.Ledger = ledger.Append(&c.status.Ledger, []batchv1alpha1.LedgerEntry{scheduled(0, c.name(k), c.tick(k), 0)})
 		run := child(c.name(k), c.tick(k), "")
 		run.Namespace, run.UID = capNamespace, k8stypes.UID(fmt.Sprintf("6f1c2d3e-4a5b-4c6d-8e9f-%012d", k))
 		c.runs[c.name(k)] = run
@@ -517,11 +513,11 @@ func newCapParent() *capParent {
 	return c
 }
 
-func (c *capParent) decide(t *testing.T, now time.Time) *RunPlan {
+func (c *capParent) decide(t *testing.T, now time.Time) *Plan {
 	t.Helper()
-	in := &RunInput{Name: c.parent, Namespace: capNamespace,
+	in := &Input{Name: c.parent, Namespace: capNamespace,
 		Created: r0, Spec: parentSpec("* * * * *", ""), Status: &c.status, Runs: c.runs, Now: now}
-	plan, err := DecideRuns(in)
+	plan, err := Decide(in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -530,7 +526,7 @@ func (c *capParent) decide(t *testing.T, now time.Time) *RunPlan {
 
 // checkCapped checks a plan made at the cap: nothing starts, and the due
 // times are reported as missed.
-func checkCapped(t *testing.T, plan *RunPlan, missed string) {
+func checkCapped(t *testing.T, plan *Plan, missed string) {
 	t.Helper()
 	if len(plan.Append) != 0 || len(plan.Create) != 0 {
 		t.Errorf("at the cap: appended %v, created %v", entryKinds(plan.Append), plan.Create)
@@ -549,7 +545,7 @@ func checkCapped(t *testing.T, plan *RunPlan, missed string) {
 // runs whose UID the parent knows, from the cluster, its own memory or its
 // status, and of no one else.
 func TestRunUIDs(t *testing.T) {
-	l := Append(&batchv1alpha1.Ledger{}, []batchv1alpha1.LedgerEntry{
+	l := ledger.Append(&batchv1alpha1.Ledger{}, []batchv1alpha1.LedgerEntry{
 		scheduled(0, "p-1", r0, 0), func() batchv1alpha1.LedgerEntry {
 			e := runOutcome(0, batchv1alpha1.EntryEvicted, "p-1", r0)
 			e.UID = "uid-gone" // deleted, its pods still terminating
@@ -559,15 +555,15 @@ func TestRunUIDs(t *testing.T) {
 		scheduled(0, "p-3", r0.Add(2*time.Minute), 0), scheduled(0, "p-4", r0.Add(3*time.Minute), 0),
 		scheduled(0, "p-5", r0.Add(4*time.Minute), 0),
 	})
-	in := &RunInput{
+	in := &Input{
 		Status: &batchv1alpha1.SafeJobStatus{Ledger: l, ActiveRuns: []corev1.ObjectReference{
 			{Name: "p-3", UID: "uid-recorded"}, {Name: "p-4"}}},
 		Runs: map[string]*batchv1alpha1.SafeJob{"p-5": {ObjectMeta: metav1.ObjectMeta{Name: "p-5", UID: "uid-live"}}},
 		Seen: map[string]k8stypes.UID{"p-4": "uid-seen"},
 	}
 	want := map[k8stypes.UID]string{"uid-gone": "p-1", "uid-recorded": "p-3", "uid-seen": "p-4", "uid-live": "p-5"}
-	if got := RunUIDs(in); !maps.Equal(got, want) {
-		t.Errorf("RunUIDs = %v, want %v", got, want)
+	if got := UIDs(in); !maps.Equal(got, want) {
+		t.Errorf("UIDs = %v, want %v", got, want)
 	}
 }
 
@@ -580,7 +576,7 @@ func findCond(cs []metav1.Condition, t string) *metav1.Condition {
 	return nil
 }
 
-// TestRunsWorldModel drives DecideRuns through a random world: stale caches
+// TestRunsWorldModel drives Decide through a random world: stale caches
 // of the parent and of its runs, crashes that drop a plan's actions,
 // restarts that drop the process's memory, creates that land late (before
 // their deadline) or never, runs removed by hand with their finalizer
@@ -603,20 +599,20 @@ func TestRunsWorldModel(t *testing.T) {
 			for k, n := range w.outcomes {
 				outcomes[k] += n
 			}
-			if w.maxOpen == MaxOpenRuns {
+			if w.maxOpen == MaxOpen {
 				capped++
 			}
 		})
 	}
 	// The faults are exercised: runs removed by hand, and runs whose create
 	// never landed, are recorded Lost.
-	for _, reason := range []string{RunReasonVanished, RunReasonNotCreated, LostReasonNameTaken} {
+	for _, reason := range []string{ReasonVanished, ReasonNotCreated, ledger.ReasonNameTaken} {
 		if outcomes["Lost/"+reason] == 0 {
 			t.Errorf("no run recorded Lost (%s) in any seed: %v", reason, outcomes)
 		}
 	}
 	if capped == 0 {
-		t.Error("no seed reached MaxOpenRuns open runs")
+		t.Error("no seed reached MaxOpen open runs")
 	}
 	t.Logf("outcomes: %v; %d seeds reached the cap of open runs", outcomes, capped)
 }
@@ -630,7 +626,7 @@ type worldRun struct {
 
 // lateCreate is a create request sent and not yet answered.
 type lateCreate struct {
-	ref    RunRef
+	ref    Ref
 	landAt time.Time
 }
 
@@ -721,7 +717,7 @@ func (w *runsWorld) checkEnd() {
 			t.Errorf("run %s created %d times", name, n)
 		}
 	}
-	final, err := ReplayRuns(&w.status.Ledger)
+	final, err := Replay(&w.status.Ledger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -734,7 +730,7 @@ func (w *runsWorld) checkEnd() {
 		t.Errorf("%d scheduled times up to %s, but %d runs, %d open and %d missed", times, final.LastScheduled,
 			final.Runs, len(final.Open), final.Missed)
 	}
-	settle := DefaultFence.LostGrace() + 10*time.Second
+	settle := ledger.DefaultFence.LostGrace() + 10*time.Second
 	for name, r := range final.Open {
 		if w.runs[name] == nil && w.now.Sub(r.Time) > settle {
 			t.Errorf("run %s committed at %s is still open at %s and does not exist", name, r.Time, w.now)
@@ -758,7 +754,7 @@ func (w *runsWorld) land(step int) {
 }
 
 // create makes the run in the API server at time at, unless its name exists.
-func (w *runsWorld) create(step int, ref RunRef, at time.Time) {
+func (w *runsWorld) create(step int, ref Ref, at time.Time) {
 	if w.runs[ref.Name] != nil || w.strangers[ref.Name] {
 		return // AlreadyExists
 	}
@@ -776,9 +772,9 @@ func (w *runsWorld) create(step int, ref RunRef, at time.Time) {
 }
 
 // checkCreate checks the fence on a create that lands at time at.
-func (w *runsWorld) checkCreate(step int, ref RunRef, at time.Time) {
-	if !at.Before(DefaultFence.RunCreateDeadline(ref)) {
-		w.t.Fatalf("step %d: run %s created at %s, past its deadline %s", step, ref.Name, at, DefaultFence.RunCreateDeadline(ref))
+func (w *runsWorld) checkCreate(step int, ref Ref, at time.Time) {
+	if !at.Before(ledger.DefaultFence.CreateDeadline(ref.Time)) {
+		w.t.Fatalf("step %d: run %s created at %s, past its deadline %s", step, ref.Name, at, ledger.DefaultFence.CreateDeadline(ref.Time))
 	}
 	if w.deleted[ref.Name] {
 		w.t.Fatalf("step %d: run %s created again after it was deleted", step, ref.Name)
@@ -789,11 +785,11 @@ func (w *runsWorld) checkCreate(step int, ref RunRef, at time.Time) {
 		// out), lands again; the deadline check above holds it to the fence.
 		w.created[ref.Name]--
 	}
-	if st, _ := ReplayRuns(&w.status.Ledger); st != nil {
+	if st, _ := Replay(&w.status.Ledger); st != nil {
 		// A run removed by hand may be created again by a create started
 		// within its window; never once it was recorded Lost.
 		out := w.outcome(ref.Name)
-		if _, closed := st.Closed[ref.Name]; closed && out.Reason != RunReasonReplaced &&
+		if _, closed := st.Closed[ref.Name]; closed && out.Reason != ReasonReplaced &&
 			(!w.byHand[ref.Name] || out.Type == batchv1alpha1.EntryLost) {
 			w.t.Fatalf("step %d: run %s created after its outcome %+v was recorded", step, ref.Name, w.outcome(ref.Name))
 		}
@@ -812,7 +808,7 @@ func (w *runsWorld) outcome(name string) batchv1alpha1.LedgerEntry {
 // takeName makes a stranger's object under the name of one of the next
 // scheduled times, before the parent commits it.
 func (w *runsWorld) takeName() {
-	st, err := ReplayRuns(&w.status.Ledger)
+	st, err := Replay(&w.status.Ledger)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -820,14 +816,14 @@ func (w *runsWorld) takeName() {
 	if last.IsZero() {
 		last = r0
 	}
-	if name := RunName("p", last.Add(time.Duration(1+w.rng.IntN(3))*5*time.Second)); w.runs[name] == nil {
+	if name := Name("p", last.Add(time.Duration(1+w.rng.IntN(3))*5*time.Second)); w.runs[name] == nil {
 		w.strangers[name] = true
 	}
 }
 
 // removeByHand strips a run's finalizer and deletes it, as a user can.
 func (w *runsWorld) removeByHand() {
-	for _, name := range sortedKeys(w.runs) {
+	for _, name := range ledger.SortedKeys(w.runs) {
 		if w.rng.IntN(3) == 0 {
 			delete(w.runs, name)
 			w.byHand[name] = true
@@ -839,7 +835,7 @@ func (w *runsWorld) removeByHand() {
 // finishRuns ends the runs whose time has come.
 func (w *runsWorld) finishRuns() {
 	for _, r := range w.runs {
-		if r.obj.DeletionTimestamp != nil || finished(r.obj) != nil || w.now.Before(r.finishAt) {
+		if r.obj.DeletionTimestamp != nil || ledger.Finished(r.obj.Status.Conditions) != nil || w.now.Before(r.finishAt) {
 			continue
 		}
 		cond := batchv1alpha1.ConditionComplete
@@ -852,11 +848,11 @@ func (w *runsWorld) finishRuns() {
 }
 
 // decide gathers as the controller does (the cached runs, the live read of
-// the unobserved ones), runs DecideRuns, and checks I8 and no re-run on the
+// the unobserved ones), runs Decide, and checks I8 and no re-run on the
 // plan's creates.
-func (w *runsWorld) decide(step int) *RunPlan {
+func (w *runsWorld) decide(step int) *Plan {
 	in := w.gather(step)
-	plan, err := DecideRuns(in)
+	plan, err := Decide(in)
 	if err != nil {
 		w.t.Fatalf("step %d: %v", step, err)
 	}
@@ -867,7 +863,7 @@ func (w *runsWorld) decide(step int) *RunPlan {
 // gather builds the input as the controller does: the cached runs, the
 // process's memory, a live read of the unobserved runs past their fence,
 // and the pods of the runs whose UID the parent knows.
-func (w *runsWorld) gather(step int) *RunInput {
+func (w *runsWorld) gather(step int) *Input {
 	obsRuns := map[string]*batchv1alpha1.SafeJob{}
 	for name, r := range w.runs {
 		if w.now.Before(r.visibleAt) {
@@ -876,9 +872,9 @@ func (w *runsWorld) gather(step int) *RunInput {
 		obsRuns[name] = r.obj.DeepCopy()
 		w.seen[name] = r.obj.UID
 	}
-	in := &RunInput{Name: "p", Created: r0, Spec: w.spec, Status: &w.cached, Runs: obsRuns, Busy: map[string]int{},
+	in := &Input{Name: "p", Created: r0, Spec: w.spec, Status: &w.cached, Runs: obsRuns, Busy: map[string]int{},
 		Seen: maps.Clone(w.seen), Issued: maps.Clone(w.issued), Gone: map[string]bool{}, Now: w.now}
-	unobserved, _, err := UnobservedRuns(in)
+	unobserved, _, err := Unobserved(in)
 	if err != nil {
 		w.t.Fatalf("step %d: %v", step, err)
 	}
@@ -893,7 +889,7 @@ func (w *runsWorld) gather(step int) *RunInput {
 			in.Gone[ref.Name] = true
 		}
 	}
-	for uid, name := range RunUIDs(in) {
+	for uid, name := range UIDs(in) {
 		if w.now.Before(w.pods[uid]) {
 			in.Busy[name]++
 		}
@@ -902,8 +898,8 @@ func (w *runsWorld) gather(step int) *RunInput {
 }
 
 // checkPlan checks I8, the fence and ownership on a plan.
-func (w *runsWorld) checkPlan(step int, plan *RunPlan) {
-	observed, err := ReplayRuns(&w.cached.Ledger)
+func (w *runsWorld) checkPlan(step int, plan *Plan) {
+	observed, err := Replay(&w.cached.Ledger)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -921,7 +917,7 @@ func (w *runsWorld) checkPlan(step int, plan *RunPlan) {
 		}) {
 			w.t.Fatalf("step %d: run %s created by the plan that records its outcome", step, c.Name)
 		}
-		if !DefaultFence.MayCreateRun(c, w.now) {
+		if !ledger.DefaultFence.MayCreate(c.Time, w.now) {
 			w.t.Fatalf("step %d: run %s planned for creation past its window", step, c.Name)
 		}
 	}
@@ -930,7 +926,7 @@ func (w *runsWorld) checkPlan(step int, plan *RunPlan) {
 // act carries the plan out, lets TTL delete some finished runs, and writes
 // status if the plan was made on the current version. A create is answered
 // at once, or lands later before its deadline, or never.
-func (w *runsWorld) act(step int, plan *RunPlan) {
+func (w *runsWorld) act(step int, plan *Plan) {
 	w.issue(step, plan.Create)
 	for _, name := range plan.Release {
 		if r := w.runs[name]; r != nil {
@@ -939,7 +935,7 @@ func (w *runsWorld) act(step int, plan *RunPlan) {
 	}
 	w.deleteRuns(plan.Delete)
 	for _, r := range w.runs {
-		if finished(r.obj) != nil && w.rng.IntN(5) == 0 && r.obj.DeletionTimestamp == nil {
+		if ledger.Finished(r.obj.Status.Conditions) != nil && w.rng.IntN(5) == 0 && r.obj.DeletionTimestamp == nil {
 			r.obj.DeletionTimestamp = ptr.To(metav1.NewTime(w.now)) // TTL
 		}
 	}
@@ -954,14 +950,14 @@ func (w *runsWorld) act(step int, plan *RunPlan) {
 
 // issue sends the creates of a plan: each is answered at once, or lands
 // later before its deadline, or never.
-func (w *runsWorld) issue(step int, creates []RunRef) {
+func (w *runsWorld) issue(step int, creates []Ref) {
 	for _, c := range creates {
 		switch k := w.rng.IntN(10); {
 		case w.calm || k < 7:
 			w.create(step, c, w.now)
 			w.issued[c.Name] = true
 		case k < 9:
-			deadline := DefaultFence.RunCreateDeadline(c)
+			deadline := ledger.DefaultFence.CreateDeadline(c.Time)
 			w.late = append(w.late, lateCreate{ref: c, landAt: w.now.Add(time.Duration(w.rng.Int64N(int64(deadline.Sub(w.now)))))})
 		default: // lost on the way
 		}
@@ -981,28 +977,28 @@ func (w *runsWorld) deleteRuns(names []string) {
 }
 
 // commit writes the plan's status if it was made on the current version.
-func (w *runsWorld) commit(step int, plan *RunPlan) {
+func (w *runsWorld) commit(step int, plan *Plan) {
 	if w.cached.Ledger.Seq != w.status.Ledger.Seq || len(plan.Append) == 0 {
 		return // a conflict, or nothing to commit
 	}
-	prev, _ := ReplayRuns(&w.status.Ledger)
+	prev, _ := Replay(&w.status.Ledger)
 	w.status = *plan.Status.DeepCopy()
-	next, err := ReplayRuns(&w.status.Ledger)
+	next, err := Replay(&w.status.Ledger)
 	if err != nil {
 		w.t.Fatalf("step %d: written ledger invalid: %v", step, err)
 	}
 	if err := next.Covers(prev); err != nil {
 		w.t.Fatalf("step %d: I4: %v", step, err)
 	}
-	if len(next.Open) > MaxOpenRuns {
-		w.t.Fatalf("step %d: %d runs open, more than %d", step, len(next.Open), MaxOpenRuns)
+	if len(next.Open) > MaxOpen {
+		w.t.Fatalf("step %d: %d runs open, more than %d", step, len(next.Open), MaxOpen)
 	}
 	w.maxOpen = max(w.maxOpen, len(next.Open))
 	for _, e := range plan.Append {
 		if e.Type != batchv1alpha1.EntryScheduled {
 			w.outcomes[string(e.Type)+"/"+e.Reason]++
 		}
-		if w.strangers[e.Run] && e.Type != batchv1alpha1.EntryScheduled && e.Reason != LostReasonNameTaken && e.Reason != RunReasonReplaced {
+		if w.strangers[e.Run] && e.Type != batchv1alpha1.EntryScheduled && e.Reason != ledger.ReasonNameTaken && e.Reason != ReasonReplaced {
 			w.t.Fatalf("step %d: run %s, whose name a stranger holds, recorded %s (%s)", step, e.Run, e.Type, e.Reason)
 		}
 	}

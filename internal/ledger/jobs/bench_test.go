@@ -1,4 +1,4 @@
-package ledger
+package jobs
 
 import (
 	"encoding/json"
@@ -20,7 +20,7 @@ import (
 // size of the status written. The cost per completion must not grow with
 // completions: the ledger lists what is in flight, never the history.
 //
-//	go test ./internal/ledger -run '^$' -bench DecideToCompletion -benchtime 1x
+//	go test ./internal/ledger/jobs -run '^$' -bench DecideToCompletion -benchtime 1x
 func BenchmarkDecideToCompletion(b *testing.B) {
 	for _, mode := range []batchv1alpha1.CompletionMode{batchv1alpha1.NonIndexedCompletion, batchv1alpha1.IndexedCompletion} {
 		for _, completions := range []int32{1000, 10000, 100000} {

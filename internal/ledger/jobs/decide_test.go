@@ -1,4 +1,4 @@
-package ledger
+package jobs
 
 import (
 	"slices"
@@ -381,23 +381,6 @@ func TestDeadlineAndTTL(t *testing.T) {
 		Status: metav1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0)}}}
 	if left, ok := TTLLeft(&s, finished, t0.Add(20*time.Second)); !ok || left != 10*time.Second {
 		t.Errorf("TTL left %s %v, want 10s", left, ok)
-	}
-}
-
-func TestMinPositive(t *testing.T) {
-	cases := map[string]struct{ a, b, want time.Duration }{
-		"both":       {a: 3, b: 2, want: 2},
-		"a zero":     {a: 0, b: 2, want: 2},
-		"b zero":     {a: 3, b: 0, want: 3},
-		"both zero":  {want: 0},
-		"a negative": {a: -1, b: 5, want: 5},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			if got := MinPositive(tc.a, tc.b); got != tc.want {
-				t.Errorf("MinPositive(%d, %d) = %d, want %d", tc.a, tc.b, got, tc.want)
-			}
-		})
 	}
 }
 

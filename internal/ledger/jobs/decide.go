@@ -1,4 +1,4 @@
-package ledger
+package jobs
 
 import (
 	"fmt"
@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
 )
 
 const (
@@ -25,11 +26,6 @@ const (
 	// Every watcher decodes it again. So the ledger lists what is in flight
 	// and the latest outcome, not the whole history.
 	KeepOutcomes = 1
-	// FoldAbove is the number of listed entries of a scheduled SafeJob's run
-	// ledger above which closed runs are folded into the checkpoint.
-	FoldAbove = 100
-	// KeepAfterFold is the number of newest runs left listed by a fold.
-	KeepAfterFold = 20
 	// WaveSize bounds the Launched entries, and the Stopping entries, one
 	// status write appends: a SafeJob of the largest parallelism starts, or
 	// stops, in waves of writes that each stay far below the API server's
@@ -46,49 +42,6 @@ const (
 	// batch/v1, such a pod counts as failed unless it succeeded.
 	EvictReasonFailing = "JobFailing"
 )
-
-// LostReasonNameTaken is the reason of a Lost entry whose pod name is held
-// by an object the SafeJob does not control: its launch never ran here.
-const LostReasonNameTaken = "NameTaken"
-
-// Fence bounds when the pod of a launch can come into existence, so that a
-// launch declared Lost can never get its pod afterwards (see docs/design.md):
-// a create is issued only within CreateWindow of the launch's ledger time,
-// every create request ends, at the client and at the API server, within
-// CreateTimeout, and absence is only trusted LostGrace after the launch.
-type Fence struct {
-	// CreateWindow is how long after its Launched entry's time a launch's
-	// pod may still be created. A launch not created by then is never
-	// created; it is recorded Lost after LostGrace and runs again.
-	CreateWindow time.Duration
-	// CreateTimeout bounds every pod create request, client and server side.
-	CreateTimeout time.Duration
-}
-
-// ClockMargin is added to a fence's window and timeout to make its
-// LostGrace: it covers the second precision of ledger times, the clock
-// difference between two controllers, and a storage write already under way
-// when a request's deadline passed.
-const ClockMargin = 5 * time.Second
-
-// DefaultFence is the operator's fence.
-var DefaultFence = Fence{CreateWindow: 15 * time.Second, CreateTimeout: 10 * time.Second}
-
-// LostGrace is how long after its Launched entry's time a launch whose pod a
-// live read cannot find is recorded Lost: no create of it can land later.
-func (f Fence) LostGrace() time.Duration { return f.CreateWindow + f.CreateTimeout + ClockMargin }
-
-// MayCreate reports whether the pod of a launch may still be created at now.
-func (f Fence) MayCreate(ref PodRef, now time.Time) bool {
-	return now.Before(ref.Time.Add(f.CreateWindow))
-}
-
-func (f Fence) orDefault() Fence {
-	if f.CreateWindow <= 0 || f.CreateTimeout <= 0 {
-		return DefaultFence
-	}
-	return f
-}
 
 // Input is everything the controller gathered for one SafeJob.
 type Input struct {
@@ -110,8 +63,8 @@ type Input struct {
 	// Pending holds open launches this process committed and has not created yet.
 	Pending map[string]bool
 	// Fence bounds when pods may be created and when absence is trusted;
-	// the zero Fence is DefaultFence.
-	Fence Fence
+	// the zero Fence is ledger.DefaultFence.
+	Fence ledger.Fence
 	// Now is the current time.
 	Now time.Time
 	// Queue is what the queueing system says of a queued SafeJob; nil when
@@ -174,7 +127,7 @@ func Unaccounted(in *Input) ([]PodRef, time.Duration, error) {
 		return nil, 0, err
 	}
 	seen := observed(in)
-	fence := in.Fence.orDefault()
+	fence := in.Fence.OrDefault()
 	grace := fence.LostGrace()
 	var out []PodRef
 	var wait time.Duration
@@ -182,11 +135,11 @@ func Unaccounted(in *Input) ([]PodRef, time.Duration, error) {
 		if seen[ref.Name] != nil || in.Gone[ref.Name] || in.Taken[ref.Name] {
 			continue
 		}
-		if in.Pending[ref.Name] && fence.MayCreate(ref, in.Now) {
+		if in.Pending[ref.Name] && fence.MayCreate(ref.Time, in.Now) {
 			continue // this process is about to create it
 		}
 		if due := ref.Time.Add(grace).Sub(in.Now); due > 0 {
-			wait = MinPositive(wait, due)
+			wait = ledger.MinPositive(wait, due)
 			continue
 		}
 		out = append(out, ref)
@@ -204,7 +157,7 @@ func Decide(in *Input) (*Plan, error) {
 	if err := st.within(ptr.Deref(in.Spec.Completions, 1)); err != nil {
 		return nil, err
 	}
-	d := &decision{in: in, st: st, seen: observed(in), plan: &Plan{}, fence: in.Fence.orDefault()}
+	d := &decision{in: in, st: st, seen: observed(in), plan: &Plan{}, fence: in.Fence.OrDefault()}
 	d.stopOrdered = maps.Clone(st.Stopping)
 	d.status = *in.Status.DeepCopy()
 	d.target = d.stickyTarget()
@@ -245,7 +198,7 @@ type decision struct {
 	// stopOrdered holds the Stopping entries of the observed ledger: only
 	// their pods are deleted, once the commit that stops them is observed.
 	stopOrdered map[string]string
-	fence       Fence
+	fence       ledger.Fence
 }
 
 func (d *decision) cond(t string) *metav1.Condition {
@@ -257,17 +210,10 @@ func (d *decision) isTrue(t string) bool {
 	return c != nil && c.Status == metav1.ConditionTrue
 }
 
-func (d *decision) finished() bool {
-	return d.isTrue(batchv1alpha1.ConditionComplete) || d.isTrue(batchv1alpha1.ConditionFailed)
-}
+func (d *decision) finished() bool { return ledger.Finished(d.status.Conditions) != nil }
 
 func (d *decision) setCond(t string, s metav1.ConditionStatus, reason, msg string) {
-	if c := d.cond(t); c != nil && c.Status == s && c.Reason == reason && c.Message == msg {
-		return
-	}
-	meta.SetStatusCondition(&d.status.Conditions, metav1.Condition{
-		Type: t, Status: s, Reason: reason, Message: msg, LastTransitionTime: metav1.NewTime(d.in.Now),
-	})
+	ledger.SetCondition(&d.status.Conditions, t, s, reason, msg, d.in.Now)
 }
 
 func (d *decision) stickyTarget() string {
@@ -304,7 +250,7 @@ func (d *decision) applyAppends() {
 // or that must not run.
 func (d *decision) recordOutcomes() {
 	failures := map[int32]int32{}
-	for _, name := range sortedKeys(d.seen) {
+	for _, name := range ledger.SortedKeys(d.seen) {
 		pod := d.seen[name]
 		ref, open := d.st.Open[name]
 		if !open {
@@ -323,11 +269,11 @@ func (d *decision) recordOutcomes() {
 		lost := batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryLost, Pod: ref.Name, Index: ref.Index, Attempt: ref.Attempt}
 		switch {
 		case d.in.Taken[ref.Name]:
-			lost.Reason = LostReasonNameTaken
+			lost.Reason = ledger.ReasonNameTaken
 			d.add(lost)
 		case d.in.Gone[ref.Name]:
 			d.add(lost)
-		case d.in.Pending[ref.Name] && d.st.Stopping[ref.Name] == "" && d.fence.MayCreate(ref, d.in.Now):
+		case d.in.Pending[ref.Name] && d.st.Stopping[ref.Name] == "" && d.fence.MayCreate(ref.Time, d.in.Now):
 			// Past the window the pod is never created: the launch is
 			// recorded Lost once LostGrace has passed, and runs again.
 			d.plan.Create = append(d.plan.Create, ref)
@@ -605,7 +551,7 @@ func (d *decision) closed(pod *corev1.Pod) bool {
 // beyond the newest KeepOutcomes.
 func (d *decision) writeStatus() error {
 	s, st := &d.status, d.st
-	l := Append(&d.in.Status.Ledger, d.plan.Append)
+	l := ledger.Append(&d.in.Status.Ledger, d.plan.Append)
 	if d.target == "" && len(st.Closed) > KeepOutcomes {
 		var err error
 		if l, err = Fold(&l, KeepOutcomes); err != nil {
@@ -614,14 +560,12 @@ func (d *decision) writeStatus() error {
 	}
 	s.Ledger = l
 	d.setCounters(s, st)
-	if c := d.cond(batchv1alpha1.ConditionLedgerValid); c != nil && c.Status != metav1.ConditionTrue {
-		d.setCond(batchv1alpha1.ConditionLedgerValid, metav1.ConditionTrue, batchv1alpha1.ReasonLedgerOK, "Ledger is valid")
-	}
+	ledger.MarkLedgerValid(&s.Conditions, d.in.Now)
 	d.plan.Status = *s
 	d.plan.Stopped = d.stopping && d.target == "" && len(st.Open) == 0 && d.podsQuiet()
 	if !d.finished() && d.target == "" {
 		if left := d.deadlineLeft(); left < time.Duration(1<<62-1) {
-			d.plan.RequeueAfter = MinPositive(d.plan.RequeueAfter, left)
+			d.plan.RequeueAfter = ledger.MinPositive(d.plan.RequeueAfter, left)
 		}
 	}
 	return nil
@@ -669,11 +613,8 @@ func TTLLeft(spec *batchv1alpha1.SafeJobSpec, status *batchv1alpha1.SafeJobStatu
 	if spec.TTLSecondsAfterFinished == nil {
 		return 0, false
 	}
-	for _, t := range []string{batchv1alpha1.ConditionComplete, batchv1alpha1.ConditionFailed} {
-		c := meta.FindStatusCondition(status.Conditions, t)
-		if c != nil && c.Status == metav1.ConditionTrue {
-			return c.LastTransitionTime.Add(time.Duration(*spec.TTLSecondsAfterFinished) * time.Second).Sub(now), true
-		}
+	if c := ledger.Finished(status.Conditions); c != nil {
+		return c.LastTransitionTime.Add(time.Duration(*spec.TTLSecondsAfterFinished) * time.Second).Sub(now), true
 	}
 	return 0, false
 }
@@ -699,15 +640,6 @@ func sortedOpen(st *State) []PodRef {
 	}
 	slices.SortFunc(refs, func(a, b PodRef) int { return int(a.Seq - b.Seq) })
 	return refs
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // RefFromPod reads a pod's index and attempt from its labels.
@@ -739,12 +671,4 @@ func isReady(pod *corev1.Pod) bool {
 
 func hasFinalizer(pod *corev1.Pod) bool {
 	return slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer)
-}
-
-// MinPositive is the smaller of two durations, ignoring those that are not positive.
-func MinPositive(a, b time.Duration) time.Duration {
-	if a <= 0 || (b > 0 && b < a) {
-		return b
-	}
-	return a
 }

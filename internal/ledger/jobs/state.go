@@ -1,0 +1,334 @@
+// Package jobs decides, from a SafeJob's ledger, the pods observed and the
+// spec, what to record and what to do next: which launches to commit, which
+// pods to create, stop and release, how each pod's launch ended, and when
+// the SafeJob is finished. It has no Kubernetes client and no clock of its
+// own: every function here is pure.
+package jobs
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
+)
+
+// PodRef identifies one launch: the pod for one attempt of one index.
+type PodRef struct {
+	Name    string
+	Index   int32
+	Attempt int32
+	// Seq and Time are those of the Launched entry.
+	Seq  int64
+	Time time.Time
+}
+
+// State is what a ledger means: the result of replaying its checkpoint and
+// entries. Two ledgers with equal States are interchangeable.
+type State struct {
+	// Seq is the ledger's seq.
+	Seq int64
+	// Succeeded holds the indexes that succeeded.
+	Succeeded ledger.IndexSet
+	// FailedIndexes holds the indexes that failed for good.
+	FailedIndexes ledger.IndexSet
+	// Failed counts the pod failures that count toward backoff.
+	Failed int32
+	// Lost, Evicted and Ignored count the outcomes that never count as failures.
+	Lost, Evicted, Ignored int32
+	// FailJob is set when a Failed entry carried the FailJob action.
+	FailJob bool
+	// Attempts is the number of launches per index (the next attempt number).
+	Attempts map[int32]int32
+	// Failures counts counted failures per index.
+	Failures map[int32]int32
+	// Open holds the launches whose outcome is not recorded, by pod name.
+	Open map[string]PodRef
+	// Closed holds the pods of the listed entries whose outcome is recorded.
+	Closed map[string]PodRef
+	// Stopping holds, by pod name, the open launches the controller is
+	// stopping and why (the reason of their Stopping entry).
+	Stopping map[string]string
+
+	openIndex map[int32]bool
+}
+
+// Replay reads a ledger and returns its meaning, or an error naming the
+// first entry that breaks the ledger's rules. A ledger that fails Replay
+// must not be acted on.
+func Replay(l *batchv1alpha1.Ledger) (*State, error) {
+	st := &State{
+		Seq:       l.Seq,
+		Attempts:  map[int32]int32{},
+		Failures:  map[int32]int32{},
+		Open:      map[string]PodRef{},
+		Closed:    map[string]PodRef{},
+		Stopping:  map[string]string{},
+		openIndex: map[int32]bool{},
+	}
+	if cp := l.Checkpoint; cp != nil {
+		if err := st.loadCheckpoint(cp); err != nil {
+			return nil, fmt.Errorf("checkpoint: %w", err)
+		}
+	}
+	if err := ledger.Walk(l, st.apply); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func (st *State) loadCheckpoint(cp *batchv1alpha1.LedgerCheckpoint) error {
+	var err error
+	if st.Succeeded, err = ledger.ParseIndexSet(cp.SucceededIndexes); err != nil {
+		return fmt.Errorf("succeededIndexes: %w", err)
+	}
+	if st.FailedIndexes, err = ledger.ParseIndexSet(cp.FailedIndexes); err != nil {
+		return fmt.Errorf("failedIndexes: %w", err)
+	}
+	if i, both := st.Succeeded.Common(&st.FailedIndexes); both {
+		return fmt.Errorf("index %d both succeeded and failed", i)
+	}
+	if min(cp.Seq, int64(cp.Failed), int64(cp.Lost), int64(cp.Evicted), int64(cp.Ignored)) < 0 {
+		return fmt.Errorf("negative count")
+	}
+	st.Failed, st.Lost, st.Evicted, st.Ignored = cp.Failed, cp.Lost, cp.Evicted, cp.Ignored
+	st.FailJob = cp.FailJob
+	for _, is := range cp.Indexes {
+		if min(is.Index, is.Attempts, is.Failures) < 0 || is.Failures > is.Attempts {
+			return fmt.Errorf("index %d: bad counts", is.Index)
+		}
+		if _, dup := st.Attempts[is.Index]; dup || st.done(is.Index) {
+			return fmt.Errorf("index %d listed twice", is.Index)
+		}
+		st.Attempts[is.Index] = is.Attempts
+		st.Failures[is.Index] = is.Failures
+	}
+	return nil
+}
+
+// within reports an index at or beyond completions: a ledger edited into
+// one describes another SafeJob and must not be acted on.
+func (st *State) within(completions int32) error {
+	for _, set := range []*ledger.IndexSet{&st.Succeeded, &st.FailedIndexes} {
+		if i, ok := set.Max(); ok && i >= completions {
+			return fmt.Errorf("index %d is beyond completions %d", i, completions)
+		}
+	}
+	for i := range st.Attempts {
+		if i >= completions {
+			return fmt.Errorf("index %d is beyond completions %d", i, completions)
+		}
+	}
+	return nil
+}
+
+// done reports whether an index is finished: succeeded or failed for good.
+func (st *State) done(i int32) bool { return st.Succeeded.Has(i) || st.FailedIndexes.Has(i) }
+
+// nextUndone returns the smallest index at or after i that has neither
+// succeeded nor failed, skipping whole intervals at a time.
+func (st *State) nextUndone(i int32) int32 {
+	for {
+		j := st.FailedIndexes.NextAbsent(st.Succeeded.NextAbsent(i))
+		if j == i {
+			return i
+		}
+		i = j
+	}
+}
+
+// apply adds one entry to the state, checking it against what came before.
+func (st *State) apply(e *batchv1alpha1.LedgerEntry) error {
+	if e.Index < 0 || e.Attempt < 0 {
+		return fmt.Errorf("negative index or attempt")
+	}
+	switch e.Type {
+	case batchv1alpha1.EntryLaunched:
+		return st.applyLaunch(e)
+	case batchv1alpha1.EntryScheduled:
+		return fmt.Errorf("entry type Scheduled is not valid in a SafeJob without schedule")
+	}
+	ref, ok := st.Open[e.Pod]
+	if !ok {
+		return fmt.Errorf("%s for pod %s that is not open", e.Type, e.Pod)
+	}
+	if ref.Index != e.Index || ref.Attempt != e.Attempt {
+		return fmt.Errorf("%s for pod %s names index %d attempt %d, launched as %d/%d",
+			e.Type, e.Pod, e.Index, e.Attempt, ref.Index, ref.Attempt)
+	}
+	if e.Type == batchv1alpha1.EntryStopping {
+		return st.applyStopping(e) // the launch stays open until the pod has ended
+	}
+	switch e.Type {
+	case batchv1alpha1.EntrySucceeded:
+		st.Succeeded.Add(e.Index)
+	case batchv1alpha1.EntryFailed:
+		if err := st.applyFailure(e); err != nil {
+			return err
+		}
+	case batchv1alpha1.EntryLost:
+		st.Lost++
+	case batchv1alpha1.EntryEvicted:
+		st.Evicted++
+	default:
+		return fmt.Errorf("unknown entry type %q", e.Type)
+	}
+	delete(st.Open, e.Pod)
+	delete(st.Stopping, e.Pod)
+	delete(st.openIndex, ref.Index)
+	st.Closed[e.Pod] = ref
+	return nil
+}
+
+// applyStopping records that the controller stops an open launch's pod,
+// and why: how the pod ends is then recorded as the reason says.
+func (st *State) applyStopping(e *batchv1alpha1.LedgerEntry) error {
+	if _, dup := st.Stopping[e.Pod]; dup {
+		return fmt.Errorf("pod %s stopped twice", e.Pod)
+	}
+	if e.Reason == "" {
+		return fmt.Errorf("entry %s for pod %s has no reason", e.Type, e.Pod)
+	}
+	st.Stopping[e.Pod] = e.Reason
+	return nil
+}
+
+// applyLaunch opens a launch: the next attempt of an unfinished, idle index.
+func (st *State) applyLaunch(e *batchv1alpha1.LedgerEntry) error {
+	if st.done(e.Index) {
+		return fmt.Errorf("launch of finished index %d", e.Index)
+	}
+	if e.Attempt != st.Attempts[e.Index] {
+		return fmt.Errorf("launch of index %d attempt %d, want attempt %d", e.Index, e.Attempt, st.Attempts[e.Index])
+	}
+	if _, dup := st.Open[e.Pod]; dup {
+		return fmt.Errorf("pod %s launched twice", e.Pod)
+	}
+	if st.openIndex[e.Index] {
+		return fmt.Errorf("launch of index %d while another pod of it is open", e.Index)
+	}
+	st.Attempts[e.Index]++
+	st.openIndex[e.Index] = true
+	st.Open[e.Pod] = PodRef{Name: e.Pod, Index: e.Index, Attempt: e.Attempt, Seq: e.Seq, Time: e.Time.Time}
+	return nil
+}
+
+func (st *State) applyFailure(e *batchv1alpha1.LedgerEntry) error {
+	switch e.Reason {
+	case batchv1alpha1.FailReasonIgnored:
+		st.Ignored++
+		return nil
+	case batchv1alpha1.FailReasonCounted:
+	case batchv1alpha1.FailReasonFailIndex:
+		st.FailedIndexes.Add(e.Index)
+	case batchv1alpha1.FailReasonFailJob:
+		st.FailJob = true
+	default:
+		return fmt.Errorf("unknown failure reason %q", e.Reason)
+	}
+	st.Failed++
+	st.Failures[e.Index]++
+	return nil
+}
+
+// IsClosed reports whether the pod of ref has a recorded outcome, whether
+// listed or folded into the checkpoint.
+func (st *State) IsClosed(ref PodRef) bool {
+	if _, open := st.Open[ref.Name]; open {
+		return false
+	}
+	if _, closed := st.Closed[ref.Name]; closed {
+		return true
+	}
+	// Folded: every launch of a finished index, and every attempt below the
+	// index's attempt count, has its outcome recorded.
+	return st.done(ref.Index) || ref.Attempt < st.Attempts[ref.Index]
+}
+
+// Fold moves every closed launch (its Launched entry and its outcome) into
+// the checkpoint, keeping the newest keep outcomes listed. Open launches stay
+// listed. The State of the result equals the State of l.
+func Fold(l *batchv1alpha1.Ledger, keep int) (batchv1alpha1.Ledger, error) {
+	st, err := Replay(l)
+	if err != nil {
+		return batchv1alpha1.Ledger{}, err
+	}
+	// Outcomes from the end that stay listed, with their Launched entries.
+	kept := map[string]bool{}
+	for k := len(l.Entries) - 1; k >= 0 && len(kept) < keep; k-- {
+		if e := l.Entries[k]; e.Type != batchv1alpha1.EntryLaunched && e.Type != batchv1alpha1.EntryStopping {
+			kept[e.Pod] = true
+		}
+	}
+	// Replay only the entries that fold, on top of the old checkpoint.
+	folded := &batchv1alpha1.Ledger{Checkpoint: l.Checkpoint}
+	out := batchv1alpha1.Ledger{Seq: l.Seq}
+	for _, e := range l.Entries {
+		if _, closed := st.Closed[e.Pod]; closed && !kept[e.Pod] {
+			folded.Entries = append(folded.Entries, e)
+			folded.Seq = e.Seq
+		} else {
+			out.Entries = append(out.Entries, e)
+		}
+	}
+	if len(folded.Entries) == 0 {
+		return *l.DeepCopy(), nil
+	}
+	fst, err := Replay(folded)
+	if err != nil {
+		return batchv1alpha1.Ledger{}, fmt.Errorf("folding: %w", err)
+	}
+	cpSeq := folded.Seq
+	if l.Checkpoint != nil {
+		cpSeq = max(cpSeq, l.Checkpoint.Seq)
+	}
+	out.Checkpoint = fst.checkpoint(cpSeq)
+	return out, nil
+}
+
+// checkpoint writes the state as a checkpoint. Only valid for a state with
+// no open launches.
+func (st *State) checkpoint(seq int64) *batchv1alpha1.LedgerCheckpoint {
+	cp := &batchv1alpha1.LedgerCheckpoint{
+		Seq:              seq,
+		Failed:           st.Failed,
+		Lost:             st.Lost,
+		Evicted:          st.Evicted,
+		Ignored:          st.Ignored,
+		FailJob:          st.FailJob,
+		SucceededIndexes: st.Succeeded.String(),
+		FailedIndexes:    st.FailedIndexes.String(),
+	}
+	for i, n := range st.Attempts {
+		if st.done(i) || n == 0 {
+			continue
+		}
+		cp.Indexes = append(cp.Indexes, batchv1alpha1.IndexState{Index: i, Attempts: n, Failures: st.Failures[i]})
+	}
+	slices.SortFunc(cp.Indexes, func(a, b batchv1alpha1.IndexState) int { return int(a.Index - b.Index) })
+	return cp
+}
+
+// Covers reports how st fails to keep every fact of prev (nil when it keeps
+// them all): the check of invariant I4 between two versions of a ledger.
+func (st *State) Covers(prev *State) error {
+	if st.Seq < prev.Seq {
+		return fmt.Errorf("seq went from %d to %d", prev.Seq, st.Seq)
+	}
+	if i, missing := st.Succeeded.Missing(&prev.Succeeded); missing {
+		return fmt.Errorf("succeeded index %d forgotten", i)
+	}
+	if i, missing := st.FailedIndexes.Missing(&prev.FailedIndexes); missing {
+		return fmt.Errorf("failed index %d forgotten", i)
+	}
+	if st.Failed < prev.Failed || st.Lost < prev.Lost || st.Evicted < prev.Evicted || st.Ignored < prev.Ignored {
+		return fmt.Errorf("a count went down: %+v -> %+v", prev, st)
+	}
+	for i, a := range prev.Attempts {
+		if !st.done(i) && st.Attempts[i] < a {
+			return fmt.Errorf("attempts of index %d went from %d to %d", i, a, st.Attempts[i])
+		}
+	}
+	return nil
+}
