@@ -33,7 +33,7 @@ func (r *SafeJobReconciler) gatherAll(ctx context.Context, sj *batchv1alpha1.Saf
 }
 
 // gather builds the ledger input: the cached pods, the terminal states seen
-// of vanished pods, this process's pending creates and, for launches that
+// of vanished pods, the launches this process has yet to create and, for launches that
 // none of these explain, a live read of the API server.
 func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJob) (*jobs.Input, time.Duration, error) {
 	pods, err := r.listPods(ctx, sj)
@@ -42,16 +42,16 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 	}
 	key := client.ObjectKeyFromObject(sj)
 	in := &jobs.Input{
-		Name:     sj.Name,
-		Spec:     &sj.Spec,
-		Status:   &sj.Status,
-		Pods:     pods,
-		LastSeen: r.tracker.lastSeen(key, sj.UID),
-		Pending:  r.tracker.pending(key, sj.UID),
-		Gone:     map[string]bool{},
-		Taken:    map[string]bool{},
-		Fence:    r.Fence,
-		Now:      r.Clock.Now(),
+		Name:      sj.Name,
+		Spec:      &sj.Spec,
+		Status:    &sj.Status,
+		Pods:      pods,
+		LastSeen:  r.tracker.lastSeen(key, sj.UID),
+		Uncreated: r.tracker.uncreated(key, sj.UID),
+		Gone:      map[string]bool{},
+		Taken:     map[string]bool{},
+		Fence:     r.Fence,
+		Now:       r.Clock.Now(),
 	}
 	unaccounted, wait, err := jobs.Unaccounted(in)
 	if err != nil {

@@ -128,7 +128,7 @@ func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.Saf
 		r.tracker.created(key, sj.UID, ref.Name)
 		return false, nil
 	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
-		// Refused for sure: the launch stays pending and is retried with backoff.
+		// Refused for sure: the launch stays uncreated and is retried with backoff.
 		r.Recorder.Eventf(sj, nil, corev1.EventTypeWarning, "FailedCreate", "CreatePod", "Error creating pod %s: %v", ref.Name, err)
 		return false, fmt.Errorf("creating pod %s: %w", ref.Name, err)
 	default:

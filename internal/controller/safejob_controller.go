@@ -159,7 +159,7 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 	}
 	logger := log.FromContext(ctx).WithValues("safeJob", klog.KObj(sj))
 	ctx = log.IntoContext(ctx, logger)
-	if !r.tracker.observed(sj, r.Clock.Now(), r.Metrics) {
+	if !r.tracker.showsOwnWrite(sj, r.Clock.Now(), r.Metrics) {
 		// Our last status write is not in the cache yet: its watch event
 		// will bring us back. Deciding now would only meet a conflict.
 		return reconcile.Result{}, nil

@@ -18,25 +18,25 @@ func TestTrackerObservesOwnWrites(t *testing.T) {
 	now := time.Unix(100, 0)
 	key := types.NamespacedName{Namespace: "ns", Name: "a"}
 	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "u1", ResourceVersion: "10"}}
-	if !tr.observed(sj, now, m) {
+	if !tr.showsOwnWrite(sj, now, m) {
 		t.Fatal("nothing written yet, but not observed")
 	}
 	tr.wrote(key, "u1", "10", now, []batchv1alpha1.LedgerEntry{
 		{Type: batchv1alpha1.EntryLaunched, Pod: "a-0-0"}, {Type: batchv1alpha1.EntryLaunched, Pod: "a-1-0"}})
-	if tr.observed(sj, now, m) {
+	if tr.showsOwnWrite(sj, now, m) {
 		t.Error("the cache still shows the version our write replaced, yet observed")
 	}
-	if diff := cmp.Diff(map[string]bool{"a-0-0": true, "a-1-0": true}, tr.pending(key, "u1")); diff != "" {
-		t.Errorf("pending (-want,+got):\n%s", diff)
+	if diff := cmp.Diff(map[string]bool{"a-0-0": true, "a-1-0": true}, tr.uncreated(key, "u1")); diff != "" {
+		t.Errorf("uncreated (-want,+got):\n%s", diff)
 	}
 	sj.ResourceVersion = "11"
-	if !tr.observed(sj, now.Add(time.Second), m) {
+	if !tr.showsOwnWrite(sj, now.Add(time.Second), m) {
 		t.Error("the cache moved past our write, yet not observed")
 	}
 	tr.created(key, "u1", "a-0-0")
 	tr.wrote(key, "u1", "11", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryEvicted, Pod: "a-1-0"}})
-	if got := tr.pending(key, "u1"); len(got) != 0 {
-		t.Errorf("pending after create and eviction: %v", got)
+	if got := tr.uncreated(key, "u1"); len(got) != 0 {
+		t.Errorf("uncreated after create and eviction: %v", got)
 	}
 	// A terminal pod of an earlier SafeJob of the same name is neither kept
 	// nor allowed to reset the current SafeJob's memory.
@@ -45,13 +45,13 @@ func TestTrackerObservesOwnWrites(t *testing.T) {
 	if got := tr.lastSeen(key, "u1"); len(got) != 0 {
 		t.Errorf("a stranger's pod was kept as the SafeJob's: %v", got)
 	}
-	if got := tr.pending(key, "u1"); !got["a-3-0"] {
-		t.Errorf("a stranger's pod event reset the SafeJob's pending launches: %v", got)
+	if got := tr.uncreated(key, "u1"); !got["a-3-0"] {
+		t.Errorf("a stranger's pod event reset the SafeJob's uncreated launches: %v", got)
 	}
 	// A new SafeJob under the same name starts with a clean memo.
 	tr.wrote(key, "u1", "12", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryLaunched, Pod: "a-2-0"}})
-	if got := tr.pending(key, "u2"); len(got) != 0 {
-		t.Errorf("a recreated SafeJob inherited pending launches: %v", got)
+	if got := tr.uncreated(key, "u2"); len(got) != 0 {
+		t.Errorf("a recreated SafeJob inherited uncreated launches: %v", got)
 	}
 }
 

@@ -59,7 +59,7 @@ func benchmarkToCompletion(b *testing.B, mode batchv1alpha1.CompletionMode, comp
 			}
 			// Pods run until every launch a write can start is running: the
 			// largest parallelism is reached too.
-			saturated := len(dr.pending) == 0 && !slices.ContainsFunc(plan.Append, func(e batchv1alpha1.LedgerEntry) bool {
+			saturated := len(dr.uncreated) == 0 && !slices.ContainsFunc(plan.Append, func(e batchv1alpha1.LedgerEntry) bool {
 				return e.Type == batchv1alpha1.EntryLaunched
 			})
 			for k, p := range dr.pods {

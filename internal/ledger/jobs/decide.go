@@ -60,8 +60,9 @@ type Input struct {
 	// Taken holds open launches whose pod name a live read found held by an
 	// object this SafeJob does not control.
 	Taken map[string]bool
-	// Pending holds open launches this process committed and has not created yet.
-	Pending map[string]bool
+	// Uncreated holds the open launches this process committed and has not
+	// created yet: only the committer of a launch creates its pod.
+	Uncreated map[string]bool
 	// Fence bounds when pods may be created and when absence is trusted;
 	// the zero Fence is ledger.DefaultFence.
 	Fence ledger.Fence
@@ -98,7 +99,7 @@ type Plan struct {
 	Append []batchv1alpha1.LedgerEntry
 	// Status is the status to write. Its ledger is the observed one plus Append (maybe folded).
 	Status batchv1alpha1.SafeJobStatus
-	// Create lists the pods to create: committed, observed, pending launches.
+	// Create lists the pods to create: committed, observed, uncreated here.
 	Create []PodRef
 	// Release lists the pods whose outcome is committed and observed and
 	// that still carry the ledger finalizer.
@@ -117,7 +118,7 @@ type Plan struct {
 }
 
 // Unaccounted lists the open launches that are neither observed, nor known
-// gone, nor pending here, and were committed at least the fence's LostGrace
+// gone, nor uncreated here, and were committed at least the fence's LostGrace
 // ago: the controller reads each live before calling Decide, and only then
 // may its absence (or a stranger holding its name) close it. The duration is
 // when the next launch becomes due for that check.
@@ -135,7 +136,7 @@ func Unaccounted(in *Input) ([]PodRef, time.Duration, error) {
 		if seen[ref.Name] != nil || in.Gone[ref.Name] || in.Taken[ref.Name] {
 			continue
 		}
-		if in.Pending[ref.Name] && fence.MayCreate(ref.Time, in.Now) {
+		if in.Uncreated[ref.Name] && fence.MayCreate(ref.Time, in.Now) {
 			continue // this process is about to create it
 		}
 		if due := ref.Time.Add(grace).Sub(in.Now); due > 0 {
@@ -187,7 +188,7 @@ type decision struct {
 	// status is the status being built.
 	status batchv1alpha1.SafeJobStatus
 	// appended entries not yet applied to st.
-	pending []batchv1alpha1.LedgerEntry
+	unapplied []batchv1alpha1.LedgerEntry
 	// target is "" or the condition (SuccessCriteriaMet, FailureTarget) the SafeJob moves to.
 	target   string
 	stopping bool
@@ -227,13 +228,13 @@ func (d *decision) stickyTarget() string {
 
 func (d *decision) add(e batchv1alpha1.LedgerEntry) {
 	e.Time = metav1.NewTime(d.in.Now)
-	d.pending = append(d.pending, e)
+	d.unapplied = append(d.unapplied, e)
 }
 
 // applyAppends folds the entries decided so far into the working state.
 func (d *decision) applyAppends() {
-	for k := range d.pending {
-		e := d.pending[k]
+	for k := range d.unapplied {
+		e := d.unapplied[k]
 		e.Seq = d.st.Seq + 1
 		if err := d.st.apply(&e); err != nil {
 			// Decide only appends entries that fit the state; reaching this is a bug.
@@ -242,7 +243,7 @@ func (d *decision) applyAppends() {
 		d.st.Seq = e.Seq
 		d.plan.Append = append(d.plan.Append, e)
 	}
-	d.pending = nil
+	d.unapplied = nil
 }
 
 // recordOutcomes appends the outcome of every open launch whose pod is seen
@@ -273,7 +274,7 @@ func (d *decision) recordOutcomes() {
 			d.add(lost)
 		case d.in.Gone[ref.Name]:
 			d.add(lost)
-		case d.in.Pending[ref.Name] && d.st.Stopping[ref.Name] == "" && d.fence.MayCreate(ref.Time, d.in.Now):
+		case d.in.Uncreated[ref.Name] && d.st.Stopping[ref.Name] == "" && d.fence.MayCreate(ref.Time, d.in.Now):
 			// Past the window the pod is never created: the launch is
 			// recorded Lost once LostGrace has passed, and runs again.
 			d.plan.Create = append(d.plan.Create, ref)
@@ -466,7 +467,7 @@ func (d *decision) decideAdmission() {
 // for each, and deletes a pod only once the observed ledger holds its
 // Stopping entry. The launch stays open until the pod has ended, and its
 // outcome follows the committed reason, so a quick resume or scale-up can
-// never turn a stopped pod's exit code into a counted failure. A pending
+// never turn a stopped pod's exit code into a counted failure. An uncreated
 // launch stopped before it was created is closed at once: this process
 // alone creates it, and has not.
 func (d *decision) stopPods() {
@@ -482,7 +483,7 @@ func (d *decision) stopPods() {
 		}
 		pod := d.seen[ref.Name]
 		switch {
-		case pod == nil && d.in.Pending[ref.Name]:
+		case pod == nil && d.in.Uncreated[ref.Name]:
 			d.add(batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryEvicted, Pod: ref.Name, Index: ref.Index,
 				Attempt: ref.Attempt, Reason: reason})
 			d.plan.Create = slices.DeleteFunc(d.plan.Create, func(c PodRef) bool { return c.Name == ref.Name })

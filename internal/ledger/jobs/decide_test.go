@@ -68,7 +68,7 @@ func TestDecide(t *testing.T) {
 		pods        []*corev1.Pod
 		lastSeen    []*corev1.Pod
 		gone        []string
-		pending     []string
+		uncreated   []string
 		wantAppend  []batchv1alpha1.LedgerEntry
 		wantCreate  []string
 		wantRelease []string
@@ -81,14 +81,14 @@ func TestDecide(t *testing.T) {
 			wantAppend: []batchv1alpha1.LedgerEntry{launched(1, 0, 0), launched(2, 1, 0)},
 			wantActive: 2,
 		},
-		"launch is created only once observed and pending here": {
+		"launch is created only once observed and uncreated here": {
 			spec:       spec(2, 5),
 			ledger:     ledgerOf(launched(1, 0, 0), launched(2, 1, 0)),
-			pending:    []string{"sj-0-0"},
+			uncreated:  []string{"sj-0-0"},
 			wantCreate: []string{"sj-0-0"},
 			wantActive: 2,
 		},
-		"launch neither seen nor pending waits for a live read": {
+		"launch neither seen nor uncreated here waits for a live read": {
 			spec:       spec(1, 1),
 			ledger:     ledgerOf(launched(1, 0, 0)),
 			wantActive: 1,
@@ -142,10 +142,10 @@ func TestDecide(t *testing.T) {
 			wantActive: 1,
 		},
 		"suspend commits Stopping for running pods and evicts uncreated launches": {
-			spec:    func() batchv1alpha1.SafeJobSpec { s := spec(2, 4); s.Suspend = ptr.To(true); return s }(),
-			ledger:  ledgerOf(launched(1, 0, 0), launched(2, 1, 0)),
-			pods:    []*corev1.Pod{pod(0, 0)},
-			pending: []string{"sj-1-0"},
+			spec:      func() batchv1alpha1.SafeJobSpec { s := spec(2, 4); s.Suspend = ptr.To(true); return s }(),
+			ledger:    ledgerOf(launched(1, 0, 0), launched(2, 1, 0)),
+			pods:      []*corev1.Pod{pod(0, 0)},
+			uncreated: []string{"sj-1-0"},
 			wantAppend: []batchv1alpha1.LedgerEntry{outcome(3, batchv1alpha1.EntryStopping, 0, 0, EvictReasonSuspended),
 				outcome(4, batchv1alpha1.EntryEvicted, 1, 0, EvictReasonSuspended)},
 			wantConds:  []string{batchv1alpha1.ConditionSuspended},
@@ -239,15 +239,15 @@ func TestDecide(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			in := &Input{Name: "sj", Spec: &tc.spec, Pods: tc.pods, Now: t0.Add(time.Second),
 				Status:   &batchv1alpha1.SafeJobStatus{Ledger: tc.ledger, Conditions: tc.conditions},
-				LastSeen: map[string]*corev1.Pod{}, Gone: map[string]bool{}, Pending: map[string]bool{}}
+				LastSeen: map[string]*corev1.Pod{}, Gone: map[string]bool{}, Uncreated: map[string]bool{}}
 			for _, p := range tc.lastSeen {
 				in.LastSeen[p.Name] = p
 			}
 			for _, n := range tc.gone {
 				in.Gone[n] = true
 			}
-			for _, n := range tc.pending {
-				in.Pending[n] = true
+			for _, n := range tc.uncreated {
+				in.Uncreated[n] = true
 			}
 			plan, err := Decide(in)
 			if err != nil {
@@ -450,34 +450,34 @@ func finishRunning(pods []*corev1.Pod, failed map[int32]bool) {
 	}
 }
 
-// driver runs Decide the way the controller does: a launch is pending until
+// driver runs Decide the way the controller does: a launch is uncreated until
 // its pod is created, created pods are seen, released pods lose the ledger
 // finalizer, and each plan's status is the next one observed.
 type driver struct {
-	spec    batchv1alpha1.SafeJobSpec
-	status  *batchv1alpha1.SafeJobStatus
-	pending map[string]bool
-	pods    []*corev1.Pod
+	spec      batchv1alpha1.SafeJobSpec
+	status    *batchv1alpha1.SafeJobStatus
+	uncreated map[string]bool
+	pods      []*corev1.Pod
 }
 
 func newDriver(s batchv1alpha1.SafeJobSpec) *driver {
-	return &driver{spec: s, status: &batchv1alpha1.SafeJobStatus{}, pending: map[string]bool{}}
+	return &driver{spec: s, status: &batchv1alpha1.SafeJobStatus{}, uncreated: map[string]bool{}}
 }
 
 func (d *driver) step(t testing.TB, now time.Time) *Plan {
 	t.Helper()
-	plan, err := Decide(&Input{Name: "sj", Spec: &d.spec, Status: d.status, Pods: d.pods, Now: now, Pending: d.pending,
+	plan, err := Decide(&Input{Name: "sj", Spec: &d.spec, Status: d.status, Pods: d.pods, Now: now, Uncreated: d.uncreated,
 		Gone: map[string]bool{}, LastSeen: map[string]*corev1.Pod{}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range plan.Append {
 		if e.Type == batchv1alpha1.EntryLaunched {
-			d.pending[e.Pod] = true
+			d.uncreated[e.Pod] = true
 		}
 	}
 	for _, c := range plan.Create {
-		delete(d.pending, c.Name)
+		delete(d.uncreated, c.Name)
 		d.pods = append(d.pods, pod(c.Index, c.Attempt))
 	}
 	for _, p := range d.pods {

@@ -61,7 +61,7 @@ type inflightCreate struct {
 type modelController struct {
 	version     int // index in versions of the cached SafeJob
 	pods        map[string]*corev1.Pod
-	pending     map[string]bool
+	uncreated   map[string]bool
 	lastSeen    map[string]*corev1.Pod
 	writtenOver int // -1: no write waiting to be observed
 }
@@ -81,7 +81,7 @@ func newWorld(t *testing.T, seed uint64, spec batchv1alpha1.SafeJobSpec, control
 }
 
 func (w *world) freshController() *modelController {
-	return &modelController{pods: map[string]*corev1.Pod{}, pending: map[string]bool{},
+	return &modelController{pods: map[string]*corev1.Pod{}, uncreated: map[string]bool{},
 		lastSeen: map[string]*corev1.Pod{}, writtenOver: -1}
 }
 
@@ -120,7 +120,7 @@ func (w *world) reconcile(c *modelController, crash bool) {
 	c.writtenOver = -1
 	status := w.versions[c.version].DeepCopy()
 	in := &Input{Name: "sj", Spec: &w.spec, Status: status, LastSeen: c.lastSeen,
-		Pending: c.pending, Gone: map[string]bool{}, Taken: map[string]bool{}, Fence: fence, Now: w.now}
+		Uncreated: c.uncreated, Gone: map[string]bool{}, Taken: map[string]bool{}, Fence: fence, Now: w.now}
 	for _, p := range c.pods {
 		in.Pods = append(in.Pods, p)
 	}
@@ -164,9 +164,9 @@ func (w *world) readLive(in *Input) {
 func (w *world) written(c *modelController, plan *Plan) {
 	for _, e := range plan.Append {
 		if e.Type == batchv1alpha1.EntryLaunched {
-			c.pending[e.Pod] = true
+			c.uncreated[e.Pod] = true
 		} else {
-			delete(c.pending, e.Pod)
+			delete(c.uncreated, e.Pod)
 		}
 	}
 	for _, name := range plan.Forget {
@@ -185,7 +185,7 @@ func (w *world) written(c *modelController, plan *Plan) {
 
 func (w *world) act(c *modelController, plan *Plan) {
 	for _, ref := range plan.Create {
-		delete(c.pending, ref.Name)
+		delete(c.uncreated, ref.Name)
 		if !fence.MayCreate(ref.Time, w.now) {
 			w.t.Fatalf("fence: create of %s planned %s after its launch", ref.Name, w.now.Sub(ref.Time))
 		}

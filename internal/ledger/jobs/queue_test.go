@@ -25,7 +25,7 @@ type gateWorld struct {
 func (w *gateWorld) decide(q *QueueGate) *Plan {
 	w.t.Helper()
 	plan, err := Decide(&Input{Name: "sj", Spec: &w.spec, Status: &w.status, Pods: w.pods, Now: t0, Queue: q,
-		Pending: map[string]bool{"sj-0-0": true, "sj-1-0": true, "sj-1-1": true, "sj-2-0": true}})
+		Uncreated: map[string]bool{"sj-0-0": true, "sj-1-0": true, "sj-1-1": true, "sj-2-0": true}})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -59,14 +59,14 @@ func TestQueueGate(t *testing.T) {
 }
 
 // evictAndStop closes the gate on a SafeJob with pod sj-1-0 running and the
-// launch of index 2 not created yet, and checks that it stops: the pending
+// launch of index 2 not created yet, and checks that it stops: the uncreated
 // launch closed, the running pod committed Stopping, then deleted, then
 // recorded Evicted with the queue's reason, never as a failure.
 func (w *gateWorld) evictAndStop(evicted *QueueGate) {
 	t := w.t
 	t.Helper()
 	plan := w.decide(evicted)
-	// The pending launch of index 2 was never created: closed before it
+	// The uncreated launch of index 2 was never created: closed before it
 	// starts. The running pod is stopped: first committed, then deleted.
 	if len(plan.Append) != 2 || plan.Append[0].Pod != "sj-1-0" || plan.Append[0].Type != batchv1alpha1.EntryStopping ||
 		plan.Append[1].Pod != "sj-2-0" || plan.Append[1].Type != batchv1alpha1.EntryEvicted || len(plan.Delete) != 0 || plan.Stopped {
@@ -128,7 +128,7 @@ func TestFence(t *testing.T) {
 	status := &batchv1alpha1.SafeJobStatus{Ledger: ledgerOf(launched(1, 0, 0))}
 	in := func(after time.Duration) *Input {
 		return &Input{Name: "sj", Spec: &s, Status: status.DeepCopy(), Now: t0.Add(after), Fence: f,
-			Pending: map[string]bool{"sj-0-0": true}}
+			Uncreated: map[string]bool{"sj-0-0": true}}
 	}
 	if plan := decide(t, in(f.CreateWindow-time.Millisecond)); len(plan.Create) != 1 {
 		t.Errorf("within the window: creates %v, want sj-0-0", plan.Create)
@@ -136,9 +136,9 @@ func TestFence(t *testing.T) {
 	if plan := decide(t, in(f.CreateWindow)); len(plan.Create) != 0 || len(plan.Append) != 0 {
 		t.Errorf("window passed: creates %v, appends %v; want neither", plan.Create, plan.Append)
 	}
-	// Not pending here (another process committed it, or this one restarted).
+	// Not uncreated here (another process committed it, or this one restarted).
 	late := in(f.LostGrace() - time.Second)
-	late.Pending = nil
+	late.Uncreated = nil
 	refs, wait, err := Unaccounted(late)
 	if err != nil || len(refs) != 0 || wait != time.Second {
 		t.Fatalf("a second before LostGrace: unaccounted %v, wait %s, err %v; want none for 1s", refs, wait, err)

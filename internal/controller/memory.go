@@ -1,0 +1,185 @@
+package controller
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+)
+
+// jobMemo is what this process remembers of one SafeJob (one UID) beyond
+// the cache. The write fence, the pod memory and the run memory decide what
+// this process may do now; a process that lost them (a restart) does less,
+// never more: it waits for the cache, confirms with a live read, and leaves
+// the creates of launches it did not commit to the fence. The write pacing
+// only groups facts into fewer writes.
+type jobMemo struct {
+	uid    types.UID
+	fence  writeFence
+	pods   podMemory
+	runs   runMemory
+	pacing writePacing
+}
+
+func newJobMemo(uid types.UID) *jobMemo {
+	return &jobMemo{
+		uid:  uid,
+		pods: podMemory{uncreated: map[string]bool{}, lastSeen: map[string]*corev1.Pod{}, releasedAt: map[string]time.Time{}},
+		runs: runMemory{seen: map[string]types.UID{}, issued: map[string]bool{}},
+	}
+}
+
+// writeFence holds this process's last status write of a SafeJob until the
+// cache shows it: a decision made on an older version would miss the
+// write's commits, and could only meet a conflict.
+type writeFence struct {
+	// over is the resourceVersion the write replaced; "" once observed.
+	over string
+	at   time.Time
+	// arrived is closed when the informer delivers a version past over: a
+	// worker waiting for its own write wakes at once.
+	arrived chan struct{}
+}
+
+// wrote holds the fence over the version a successful write replaced.
+func (f *writeFence) wrote(over string, now time.Time) {
+	f.over, f.at, f.arrived = over, now, make(chan struct{})
+}
+
+// pass reports whether a cached version rv shows the last write, and lifts
+// the fence when it does; lifted says it did now, and took is how long the
+// write took to show.
+func (f *writeFence) pass(rv string, now time.Time) (ok, lifted bool, took time.Duration) {
+	switch f.over {
+	case "":
+		return true, false, 0
+	case rv:
+		return false, false, 0
+	}
+	f.over = ""
+	return true, true, now.Sub(f.at)
+}
+
+// deliver wakes the worker waiting for the write when rv shows it.
+func (f *writeFence) deliver(rv string) {
+	if f.over == "" || rv == f.over {
+		return
+	}
+	select {
+	case <-f.arrived: // already woken
+	default:
+		close(f.arrived)
+	}
+}
+
+// podMemory is what this process knows of a SafeJob's pods beyond the cache.
+type podMemory struct {
+	// uncreated holds the launches this process committed and has not
+	// created yet: only a launch's committer creates its pod.
+	uncreated map[string]bool
+	// lastSeen holds the last terminal state of pods the cache is losing
+	// (deleted, or their finalizer stripped), until their outcome is
+	// committed.
+	lastSeen map[string]*corev1.Pod
+	// releasedAt holds when this process released pods' finalizers, so that
+	// a reconcile on a cache that does not show it yet does not patch again.
+	releasedAt map[string]time.Time
+}
+
+// committed notes the launches a successful write committed, and forgets
+// those it closed.
+func (p *podMemory) committed(appended []batchv1alpha1.LedgerEntry) {
+	for _, e := range appended {
+		if e.Type == batchv1alpha1.EntryLaunched {
+			p.uncreated[e.Pod] = true
+		} else {
+			delete(p.uncreated, e.Pod)
+		}
+	}
+}
+
+// releaseMemory is how long a release is remembered; after it, a pod the
+// cache still shows with the finalizer is released again.
+const releaseMemory = 5 * time.Second
+
+// unreleased filters out the pods released here within releaseMemory.
+func (p *podMemory) unreleased(pods []string, now time.Time) []string {
+	maps.DeleteFunc(p.releasedAt, func(_ string, at time.Time) bool { return now.Sub(at) > releaseMemory })
+	return slices.DeleteFunc(slices.Clone(pods), func(pod string) bool {
+		_, recent := p.releasedAt[pod]
+		return recent
+	})
+}
+
+// runMemory is what this process knows of a schedule's open runs beyond
+// the cache.
+type runMemory struct {
+	// seen holds the open runs observed in the cache or created here, with
+	// their UIDs: an open run seen and then found gone vanished.
+	seen map[string]types.UID
+	// issued holds the open runs whose create this process issued and the
+	// API server answered: they are not created again here.
+	issued map[string]bool
+}
+
+// keepOpen remembers the open runs observed now (observed returns "" for a
+// run the cache does not show) and forgets every run no longer open, so the
+// memory stays bounded by the open runs.
+func (m *runMemory) keepOpen(open map[string]bool, observed func(string) types.UID) {
+	seen := map[string]types.UID{}
+	for name := range open {
+		if uid := observed(name); uid != "" {
+			seen[name] = uid
+		} else if uid := m.seen[name]; uid != "" {
+			seen[name] = uid
+		}
+	}
+	m.seen = seen
+	maps.DeleteFunc(m.issued, func(name string, _ bool) bool { return !open[name] })
+}
+
+// issuedRun notes an answered create of a run and the UID of the run it
+// created ("" when the name existed).
+func (m *runMemory) issuedRun(name string, uid types.UID) {
+	m.issued[name] = true
+	if uid != "" {
+		m.seen[name] = uid
+	}
+}
+
+// writePacing spaces a SafeJob's status writes, for throughput only: facts
+// held back join the next write, and safety never depends on it.
+type writePacing struct {
+	lastWrite time.Time
+	// readySince is when a ready-count change alone was first held back.
+	readySince time.Time
+}
+
+func (w *writePacing) wrote(now time.Time) { w.lastWrite, w.readySince = now, time.Time{} }
+
+// spacingLeft returns how much of period is left since the last write: 0
+// when there was none or period has passed.
+func (w *writePacing) spacingLeft(now time.Time, period time.Duration) time.Duration {
+	if w.lastWrite.IsZero() {
+		return 0
+	}
+	return max(w.lastWrite.Add(period).Sub(now), 0)
+}
+
+// deferReady holds back a ready-only status change for up to period from
+// when it was first seen; it returns the time left, 0 when it is due.
+func (w *writePacing) deferReady(now time.Time, period time.Duration) time.Duration {
+	if w.readySince.IsZero() {
+		w.readySince = now
+	}
+	left := w.readySince.Add(period).Sub(now)
+	if left <= 0 {
+		w.readySince = time.Time{}
+		return 0
+	}
+	return left
+}
