@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -76,7 +77,7 @@ func (r *SafeJobReconciler) releaseOrphans(ctx context.Context, ns, name string,
 		if ref := metav1.GetControllerOf(pod); ref != nil && isSafeJobRef(ref) && ref.Name != name {
 			continue // another SafeJob's pod whose name label is shortened to the same
 		}
-		log.FromContext(ctx).V(1).Info("Releasing pod of deleted SafeJob", "pod", klogRef(pod), "creator", creatorUID(pod))
+		log.FromContext(ctx).V(1).Info("Releasing pod of deleted SafeJob", "pod", klog.KObj(pod), "creator", creatorUID(pod))
 		errs = append(errs, r.releaseFinalizer(ctx, pod.Namespace, pod.Name))
 	}
 	return errors.Join(errs...)

@@ -80,13 +80,13 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 }
 
 // listPods lists a SafeJob's pods that run or hold the ledger finalizer
-// from the cache (indexActivePodOwner). The pods share their maps and
+// from the cache (indexActivePodController). The pods share their maps and
 // slices with the cache (no deep copy: it dominated the CPU profile under
 // W2) and must not be modified.
 func (r *SafeJobReconciler) listPods(ctx context.Context, sj *batchv1alpha1.SafeJob) ([]*corev1.Pod, error) {
 	var list corev1.PodList
 	if err := r.Client.List(ctx, &list, client.InNamespace(sj.Namespace),
-		client.MatchingFields{ownerUIDIndex: string(sj.UID)}, client.UnsafeDisableDeepCopy); err != nil {
+		client.MatchingFields{controllerUIDIndex: string(sj.UID)}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
 	pods := make([]*corev1.Pod, len(list.Items))

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -33,9 +34,6 @@ const (
 	WorkloadAnnotation     = "kueue.x-k8s.io/workload"
 	ResourceInUseFinalizer = kueue.ResourceInUseFinalizerName
 	mainPodSet             = kueue.DefaultPodSetName
-
-	// workloadOwnerIndex indexes Workloads by the UID of their SafeJob.
-	workloadOwnerIndex = "metadata.ownerReferences.safejobUID"
 )
 
 // +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=workloads,verbs=get;list;watch;create;update;patch;delete
@@ -141,7 +139,7 @@ func (r *SafeJobReconciler) ownWorkload(ctx context.Context, sj *batchv1alpha1.S
 func (r *SafeJobReconciler) controlledWorkloads(ctx context.Context, namespace string, uid types.UID) ([]*kueue.Workload, error) {
 	var list kueue.WorkloadList
 	if err := r.Client.List(ctx, &list, client.InNamespace(namespace),
-		client.MatchingFields{workloadOwnerIndex: string(uid)}); err != nil {
+		client.MatchingFields{controllerUIDIndex: string(uid)}); err != nil {
 		return nil, fmt.Errorf("listing Workloads: %w", err)
 	}
 	var out []*kueue.Workload
@@ -291,7 +289,7 @@ func (r *SafeJobReconciler) afterDecide(ctx context.Context, sj *batchv1alpha1.S
 		return nil
 	}
 	if wp.GaveBack {
-		log.FromContext(ctx).Info("Giving back the Workload's quota: no pod left", "workload", klogRef(q.wl))
+		log.FromContext(ctx).Info("Giving back the Workload's quota: no pod left", "workload", klog.KObj(q.wl))
 	}
 	updated := q.wl.DeepCopy()
 	updated.Status = *wp.Status

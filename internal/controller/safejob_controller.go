@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
@@ -79,38 +78,48 @@ type SafeJobReconciler struct {
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile reconciles one SafeJob and counts the result.
+// Reconcile reconciles one SafeJob in up to two passes. When the first
+// pass wrote status, the worker waits briefly for the informer to deliver
+// that write, and a second pass acts on it at once (creates the launched
+// pods, releases committed finalizers) rather than behind every other
+// SafeJob in the queue.
 func (r *SafeJobReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	res, err := r.reconcile(ctx, req)
-	r.Metrics.countReconcile(err)
+	res, err := r.pass(ctx, req)
 	if err != nil || !r.waitOwnWrite(ctx, req) {
 		return res, err
 	}
-	// The informer has delivered our write: act on it now (create the
-	// launched pods, release committed finalizers) rather than behind every
-	// other SafeJob in the queue.
-	next, err := r.reconcile(ctx, req)
-	r.Metrics.countReconcile(err)
+	next, err := r.pass(ctx, req)
 	if err == nil {
 		next.RequeueAfter = ledger.MinPositive(next.RequeueAfter, res.RequeueAfter)
 	}
 	return next, err
 }
 
-// DefaultPodBatchPeriod is the operator's PodBatchPeriod. A second (the Job
-// controller's) saves a tenth of W3's status writes but leaves W2's machine
-// idle an eighth of the time, its 200 pods waiting on the batch (make bench).
+// pass is one counted reconcile. A status write superseded by a newer
+// version of the SafeJob ends it without error: the newer version's watch
+// event brings the SafeJob back.
+func (r *SafeJobReconciler) pass(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	res, err := r.reconcile(ctx, req)
+	if errors.Is(err, errSuperseded) {
+		res, err = reconcile.Result{}, nil
+	}
+	r.Metrics.countReconcile(err)
+	return res, err
+}
+
+// DefaultPodBatchPeriod is the operator's PodBatchPeriod: half the Job
+// controller's second, which saves few writes more and leaves a large
+// SafeJob's pods waiting on the batch (BENCHMARKS.md, "Why the defaults").
 const DefaultPodBatchPeriod = 500 * time.Millisecond
 
 // DefaultReadyBatchPeriod is the operator's ReadyBatchPeriod: a second, as
 // long as the Job controller gathers the pod events behind its ready count.
 const DefaultReadyBatchPeriod = time.Second
 
-// DefaultReadyBusyPeriod is the operator's ReadyBusyPeriod. Five seconds
-// covers the few seconds a busy cluster's pods stay ready before they end:
-// with it, 1,000 one-pod SafeJobs made 2.0-2.1 status writes per completion
-// instead of 2.6-2.7, and 100 jobs of 20 pods 0.32 instead of 0.46-0.50
-// (hack/bench -workloads W1, and W3 with -scale 0.5; two runs each).
+// DefaultReadyBusyPeriod is the operator's ReadyBusyPeriod: it covers the
+// few seconds a busy cluster's pods stay ready before they end, so that
+// their ready counts travel with their outcomes (BENCHMARKS.md, "Why the
+// defaults").
 const DefaultReadyBusyPeriod = 5 * time.Second
 
 // FollowUpWait bounds how long a worker waits for the informer to deliver
@@ -204,7 +213,7 @@ func (r *SafeJobReconciler) reconcileJob(ctx context.Context, sj *batchv1alpha1.
 		plan.Status = sj.Status // nothing but the ready count changed: batch it with the next change
 	}
 	if err := r.writeStatus(ctx, sj, plan); err != nil {
-		return reconcile.Result{}, r.statusWriteFailed(ctx, err)
+		return reconcile.Result{}, err
 	}
 	plan.Status = decided
 	if err := r.afterDecide(ctx, sj, q, plan); err != nil {
@@ -224,21 +233,6 @@ func (r *SafeJobReconciler) spaceWrites(sj *batchv1alpha1.SafeJob, plan *jobs.Pl
 		return 0
 	}
 	return r.tracker.spacingLeft(client.ObjectKeyFromObject(sj), sj.UID, r.Clock.Now(), r.PodBatchPeriod)
-}
-
-// statusWriteFailed returns the error of a failed status write, or nil when
-// the SafeJob's own watch event brings it back anyway.
-func (r *SafeJobReconciler) statusWriteFailed(ctx context.Context, err error) error {
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil // deleted meanwhile; its pods are released on the delete event
-	case apierrors.IsConflict(err):
-		// A newer SafeJob exists; its watch event brings us back.
-		log.FromContext(ctx).V(2).Info("Status write conflicted; deciding again on the newer object")
-		r.Metrics.Conflicts.Inc()
-		return nil
-	}
-	return err
 }
 
 // deferReadyOnly returns how long to hold a status write whose only change
@@ -262,59 +256,4 @@ func (r *SafeJobReconciler) deferReadyOnly(sj *batchv1alpha1.SafeJob, plan *jobs
 // backlogged reports whether SafeJobs wait in the queue for a worker.
 func (r *SafeJobReconciler) backlogged() bool {
 	return r.waiting != nil && r.waiting() > 0
-}
-
-// writeStatus writes the plan's status with the resourceVersion the plan
-// was made from; events follow only a successful write.
-func (r *SafeJobReconciler) writeStatus(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *jobs.Plan) error {
-	updated, err := r.updateStatus(ctx, sj, plan.Status, plan.Append)
-	if err != nil || updated == nil {
-		return err
-	}
-	r.recordEvents(updated, sj, plan)
-	return nil
-}
-
-// updateStatus writes status over the observed SafeJob with its
-// resourceVersion as precondition and remembers the write, so that the next
-// decision waits until the cache shows it. It returns nil when nothing changed.
-func (r *SafeJobReconciler) updateStatus(ctx context.Context, sj *batchv1alpha1.SafeJob, status batchv1alpha1.SafeJobStatus,
-	appended []batchv1alpha1.LedgerEntry) (*batchv1alpha1.SafeJob, error) {
-	if equality.Semantic.DeepEqual(sj.Status, status) {
-		return nil, nil
-	}
-	prevRV := sj.ResourceVersion
-	updated := sj.DeepCopy()
-	updated.Status = status
-	if err := r.Client.Status().Update(ctx, updated); err != nil {
-		return nil, fmt.Errorf("writing SafeJob status: %w", err)
-	}
-	r.tracker.wrote(client.ObjectKeyFromObject(sj), sj.UID, prevRV, r.Clock.Now(), appended)
-	r.Metrics.recordAppends(appended)
-	log.FromContext(ctx).V(1).Info("Wrote status", "appended", len(appended), "seq", status.Ledger.Seq,
-		"listed", len(status.Ledger.Entries), "active", status.Active, "ready", status.Ready, "succeeded", status.Succeeded)
-	return updated, nil
-}
-
-// markLedgerInvalid reports a ledger that cannot be read. Nothing else is
-// done for the SafeJob until its ledger reads again.
-func (r *SafeJobReconciler) markLedgerInvalid(ctx context.Context, sj *batchv1alpha1.SafeJob, cause error) error {
-	log.FromContext(ctx).Error(cause, "Ledger is invalid; taking no action")
-	msg := fmt.Sprintf("status.ledger is invalid, no action taken: %v", cause)
-	if len(msg) > 1024 {
-		msg = msg[:1024]
-	}
-	updated := sj.DeepCopy()
-	if !setCondition(&updated.Status.Conditions, batchv1alpha1.ConditionLedgerValid, false,
-		batchv1alpha1.ReasonLedgerCorrupt, msg, r.Clock.Now()) {
-		return nil
-	}
-	if err := r.Client.Status().Update(ctx, updated); err != nil {
-		if apierrors.IsConflict(err) {
-			return nil // the newer object is reconciled again
-		}
-		return fmt.Errorf("reporting invalid ledger: %w", err)
-	}
-	r.Recorder.Eventf(updated, nil, corev1.EventTypeWarning, batchv1alpha1.ReasonLedgerCorrupt, "Reconcile", "%s", msg)
-	return nil
 }

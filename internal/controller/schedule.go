@@ -25,9 +25,6 @@ import (
 	"github.com/safejob/safejob/internal/ledger/runs"
 )
 
-// ownerUIDIndexSJ indexes SafeJobs by the UID of the SafeJob that controls them.
-const ownerUIDIndexSJ = "metadata.ownerReferences.parentUID"
-
 // reconcileParent runs one scheduled SafeJob: it records the outcomes of its
 // runs, commits the next due time as a run, and creates a run only once the
 // commit that authorises it is observed (I8).
@@ -59,14 +56,6 @@ func (r *SafeJobReconciler) reconcileParent(ctx context.Context, sj *batchv1alph
 		return reconcile.Result{}, err
 	}
 	if err := r.writeParentStatus(ctx, sj, plan); err != nil {
-		if apierrors.IsNotFound(err) {
-			return reconcile.Result{}, nil // deleted meanwhile: nothing more to run
-		}
-		if apierrors.IsConflict(err) {
-			log.FromContext(ctx).V(2).Info("Status write conflicted; deciding again on the newer object")
-			r.Metrics.Conflicts.Inc()
-			return reconcile.Result{}, nil
-		}
 		return reconcile.Result{}, err
 	}
 	return reconcile.Result{RequeueAfter: plan.RequeueAfter}, nil
@@ -79,7 +68,7 @@ func (r *SafeJobReconciler) reconcileParent(ctx context.Context, sj *batchv1alph
 func (r *SafeJobReconciler) gatherRuns(ctx context.Context, sj *batchv1alpha1.SafeJob) (*runs.Input, error) {
 	var children batchv1alpha1.SafeJobList
 	if err := r.Client.List(ctx, &children, client.InNamespace(sj.Namespace),
-		client.MatchingFields{ownerUIDIndexSJ: string(sj.UID)}); err != nil {
+		client.MatchingFields{controllerUIDIndex: string(sj.UID)}); err != nil {
 		return nil, fmt.Errorf("listing runs: %w", err)
 	}
 	key := client.ObjectKeyFromObject(sj)
@@ -117,7 +106,7 @@ func (r *SafeJobReconciler) countBusy(ctx context.Context, sj *batchv1alpha1.Saf
 	for uid, name := range runs.UIDs(in) {
 		var pods corev1.PodList
 		if err := r.Client.List(ctx, &pods, client.InNamespace(sj.Namespace),
-			client.MatchingFields{ownerUIDIndex: string(uid)}, client.UnsafeDisableDeepCopy); err != nil {
+			client.MatchingFields{controllerUIDIndex: string(uid)}, client.UnsafeDisableDeepCopy); err != nil {
 			return fmt.Errorf("listing pods of run %s: %w", name, err)
 		}
 		for i := range pods.Items {
@@ -276,10 +265,10 @@ func newRun(parent *batchv1alpha1.SafeJob, ref runs.Ref) *batchv1alpha1.SafeJob 
 	}
 }
 
-// writeParentStatus writes the plan's status under the resourceVersion the
-// plan was made from, then reports what it committed.
+// writeParentStatus commits a parent plan's status, then reports what it
+// committed.
 func (r *SafeJobReconciler) writeParentStatus(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *runs.Plan) error {
-	updated, err := r.updateStatus(ctx, sj, plan.Status, plan.Append)
+	updated, err := r.commit(ctx, sj, plan.Status, plan.Append)
 	if err != nil || updated == nil {
 		return err
 	}

@@ -24,9 +24,10 @@ import (
 	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
-// ownerUIDIndex indexes pods by the UID of the SafeJob that controls them
-// while they can still change its decision (indexActivePodOwner).
-const ownerUIDIndex = "metadata.ownerReferences.safejobUID"
+// controllerUIDIndex indexes objects by the UID of the SafeJob that controls
+// them: pods while they can still change its decision
+// (indexActivePodController), runs of a schedule, and Workloads.
+const controllerUIDIndex = "metadata.ownerReferences.controllerSafeJobUID"
 
 // settled reports a pod that has ended and no longer holds the ledger
 // finalizer: its outcome is committed, or someone else stripped the
@@ -35,19 +36,19 @@ func settled(pod *corev1.Pod) bool {
 	return jobs.IsTerminal(pod) && !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer)
 }
 
-// indexActivePodOwner indexes a pod under its SafeJob while the pod can
+// indexActivePodController indexes a pod under its SafeJob while the pod can
 // still change the SafeJob's decision: until it is settled. A settled pod
 // is kept by the pod handler (or, after a restart, found by a live read),
 // so the cache need not hand it to every reconcile, which in a SafeJob of
 // many completions would cost each reconcile all the pods it ever ran.
-func indexActivePodOwner(obj client.Object) []string {
+func indexActivePodController(obj client.Object) []string {
 	if pod, ok := obj.(*corev1.Pod); ok && settled(pod) {
 		return nil
 	}
-	return indexPodOwner(obj)
+	return indexController(obj)
 }
 
-func indexPodOwner(obj client.Object) []string {
+func indexController(obj client.Object) []string {
 	if ref := metav1.GetControllerOf(obj); ref != nil && isSafeJobRef(ref) {
 		return []string{string(ref.UID)}
 	}
@@ -60,7 +61,7 @@ func isSafeJobRef(ref *metav1.OwnerReference) bool {
 
 // CacheOptions limits the pod cache to pods that carry the SafeJob label and
 // leaves managedFields out of every cached object: nothing here reads them,
-// they are a fifth of a finished 20-pod SafeJob's bytes (1.4 of 6.7 KB), and
+// they are a large part of every cached object's bytes (BENCHMARKS.md), and
 // a status write sent without them leaves the server's copy as it is.
 func CacheOptions() cache.Options {
 	sel := labels.NewSelector()
@@ -96,10 +97,10 @@ func (r *SafeJobReconciler) newQueue(mgr manager.Manager) func(string, workqueue
 func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 	r.tracker = newTracker()
 	r.podWrites = newSlots(r.ConcurrentPodWrites)
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, ownerUIDIndex, indexActivePodOwner); err != nil {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, controllerUIDIndex, indexActivePodController); err != nil {
 		return fmt.Errorf("indexing pods by owner: %w", err)
 	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &batchv1alpha1.SafeJob{}, ownerUIDIndexSJ, indexPodOwner); err != nil {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &batchv1alpha1.SafeJob{}, controllerUIDIndex, indexController); err != nil {
 		return fmt.Errorf("indexing SafeJobs by owner: %w", err)
 	}
 	sjInformer, err := mgr.GetCache().GetInformer(context.Background(), &batchv1alpha1.SafeJob{})
@@ -120,7 +121,7 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 		For(&batchv1alpha1.SafeJob{}).
 		Owns(&batchv1alpha1.SafeJob{})
 	if r.Kueue {
-		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &kueue.Workload{}, workloadOwnerIndex, indexPodOwner); err != nil {
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &kueue.Workload{}, controllerUIDIndex, indexController); err != nil {
 			return fmt.Errorf("indexing Workloads by owner: %w", err)
 		}
 		b = b.Owns(&kueue.Workload{})

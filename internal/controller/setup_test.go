@@ -17,10 +17,10 @@ func TestIndexPodOwner(t *testing.T) {
 		APIVersion: batchv1alpha1.GroupVersion.String(), Kind: "SafeJob", Name: "a", UID: "u", Controller: ptr.To(true)}}}}
 	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{{
 		APIVersion: "batch/v1", Kind: "Job", Name: "a", UID: "u", Controller: ptr.To(true)}}}}
-	if diff := cmp.Diff([]string{"u"}, indexPodOwner(owned)); diff != "" {
+	if diff := cmp.Diff([]string{"u"}, indexController(owned)); diff != "" {
 		t.Errorf("owned (-want,+got):\n%s", diff)
 	}
-	if got := indexPodOwner(other); got != nil {
+	if got := indexController(other); got != nil {
 		t.Errorf("pod of a Job indexed as %v", got)
 	}
 }
@@ -48,13 +48,13 @@ func TestIndexActivePodOwner(t *testing.T) {
 		{"failed and released", pod(corev1.PodFailed, false), nil},
 	}
 	for _, tc := range cases {
-		if diff := cmp.Diff(tc.want, indexActivePodOwner(tc.pod)); diff != "" {
+		if diff := cmp.Diff(tc.want, indexActivePodController(tc.pod)); diff != "" {
 			t.Errorf("%s: index (-want,+got):\n%s", tc.name, diff)
 		}
 	}
 	other := pod(corev1.PodRunning, true)
 	other.OwnerReferences = nil
-	if got := indexActivePodOwner(other); got != nil {
+	if got := indexActivePodController(other); got != nil {
 		t.Errorf("a pod no SafeJob controls is indexed under %v", got)
 	}
 }

@@ -21,10 +21,9 @@ const (
 	// keeps listed, each with its launch. A write that would list more folds
 	// the older ones into the checkpoint; open launches always stay listed.
 	// The API server decodes, validates and encodes every listed entry on
-	// every status write: 0.1-0.15 ms of its CPU per entry per write, against
-	// 2-3 ms for a whole Job status write (`make bench-writes`).
-	// Every watcher decodes it again. So the ledger lists what is in flight
-	// and the latest outcome, not the whole history.
+	// every status write, and every watcher decodes it again (BENCHMARKS.md,
+	// "Why the defaults"). So the ledger lists what is in flight and the
+	// latest outcome, not the whole history.
 	KeepOutcomes = 1
 	// WaveSize bounds the Launched entries, and the Stopping entries, one
 	// status write appends: a SafeJob of the largest parallelism starts, or

@@ -21,9 +21,9 @@ const MissedStall = 100
 
 // MaxOpen is the most runs a scheduled SafeJob has open at once (from
 // a run's commit until its outcome is recorded). Every open run is listed
-// in the ledger and in status.activeRuns, about 400 bytes in all with long
-// names, so however long its runs take a parent's status stays near 40 KB
-// (TestRunsCap), far below what the API server stores. At the cap a due
+// in the ledger and in status.activeRuns, so however long its runs take a
+// parent's status stays bounded, far below what the API server stores
+// (TestRunsCap). At the cap a due
 // time does not start: it is reported (Scheduling TooManyActiveRuns,
 // MissedRuns, an event) and counted missed when a run starts again, once
 // runs finish.

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,19 +35,5 @@ func TestRecordEvents(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("events (-want,+got):\n%s", diff)
-	}
-}
-
-func TestSetCondition(t *testing.T) {
-	var conds []metav1.Condition
-	now := time.Unix(10, 0)
-	if !setCondition(&conds, batchv1alpha1.ConditionLedgerValid, false, batchv1alpha1.ReasonLedgerCorrupt, "bad", now) {
-		t.Fatal("first set reported no change")
-	}
-	if setCondition(&conds, batchv1alpha1.ConditionLedgerValid, false, batchv1alpha1.ReasonLedgerCorrupt, "bad", now.Add(time.Second)) {
-		t.Error("setting the same condition again reported a change")
-	}
-	if conds[0].LastTransitionTime.Time != now {
-		t.Errorf("transition time moved to %s", conds[0].LastTransitionTime)
 	}
 }

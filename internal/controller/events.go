@@ -1,12 +1,8 @@
 package controller
 
 import (
-	"time"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger/jobs"
@@ -41,16 +37,3 @@ func (r *SafeJobReconciler) recordEvents(updated, old *batchv1alpha1.SafeJob, pl
 		r.Recorder.Eventf(updated, nil, kind, reason, "Finish", "%s", c.Message)
 	}
 }
-
-// setCondition sets a condition and reports whether anything changed.
-func setCondition(conds *[]metav1.Condition, t string, ok bool, reason, msg string, now time.Time) bool {
-	s := metav1.ConditionFalse
-	if ok {
-		s = metav1.ConditionTrue
-	}
-	return meta.SetStatusCondition(conds, metav1.Condition{
-		Type: t, Status: s, Reason: reason, Message: msg, LastTransitionTime: metav1.NewTime(now),
-	})
-}
-
-func klogRef(obj metav1.Object) klog.ObjectRef { return klog.KObj(obj) }
