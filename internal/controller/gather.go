@@ -59,13 +59,13 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 	}
 	for _, ref := range unaccounted {
 		pod := &corev1.Pod{}
-		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: sj.Namespace, Name: ref.Name}, pod)
+		held, err := r.readLive(ctx, sj, ref.Name, pod)
 		switch {
-		case apierrors.IsNotFound(err):
-			in.Gone[ref.Name] = true
 		case err != nil:
 			return nil, 0, fmt.Errorf("confirming pod %s: %w", ref.Name, err)
-		case !metav1.IsControlledBy(pod, sj):
+		case held == heldByNone:
+			in.Gone[ref.Name] = true
+		case held == heldByStranger:
 			// The name is held by a pod this SafeJob does not control (an
 			// earlier SafeJob's of the same name, or anyone's): it never
 			// counts here, and the launch runs again under a new name.
@@ -94,4 +94,30 @@ func (r *SafeJobReconciler) listPods(ctx context.Context, sj *batchv1alpha1.Safe
 		pods[i] = &list.Items[i]
 	}
 	return pods, nil
+}
+
+// holder is who a live read found holding a name a SafeJob committed.
+type holder int
+
+const (
+	heldByNone holder = iota
+	// heldByStranger: an object the SafeJob does not control holds the name.
+	heldByStranger
+	heldByOwn
+)
+
+// readLive reads the object of this name in the SafeJob's namespace from
+// the API server itself (a quorum read, not the cache) into obj, and says
+// who holds the name.
+func (r *SafeJobReconciler) readLive(ctx context.Context, sj *batchv1alpha1.SafeJob, name string, obj client.Object) (holder, error) {
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: sj.Namespace, Name: name}, obj)
+	switch {
+	case apierrors.IsNotFound(err):
+		return heldByNone, nil
+	case err != nil:
+		return heldByNone, err
+	case metav1.IsControlledBy(obj, sj):
+		return heldByOwn, nil
+	}
+	return heldByStranger, nil
 }

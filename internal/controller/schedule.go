@@ -129,13 +129,13 @@ func (r *SafeJobReconciler) confirmRuns(ctx context.Context, sj *batchv1alpha1.S
 	}
 	for _, ref := range unobserved {
 		run := &batchv1alpha1.SafeJob{}
-		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: sj.Namespace, Name: ref.Name}, run)
+		held, err := r.readLive(ctx, sj, ref.Name, run)
 		switch {
-		case apierrors.IsNotFound(err):
-			in.Gone[ref.Name] = true
 		case err != nil:
 			return fmt.Errorf("confirming run %s: %w", ref.Name, err)
-		case metav1.IsControlledBy(run, sj):
+		case held == heldByNone:
+			in.Gone[ref.Name] = true
+		case held == heldByOwn:
 			in.Runs[ref.Name] = run // the cache lags behind
 		default:
 			// The name is held by an object this parent does not control:

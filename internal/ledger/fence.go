@@ -55,3 +55,19 @@ func (f Fence) CreateDeadline(committed time.Time) time.Time {
 // a scheduled run) is held by an object the SafeJob does not control: it
 // never ran here, and is never adopted, counted, deleted or released.
 const ReasonNameTaken = "NameTaken"
+
+// DueForLiveRead returns those of xs, each committed at committed(x), that
+// were committed at least LostGrace before now: no create of them can land
+// any more, so a live read that does not find one may close it. wait is how
+// long until the next of the others is due (0: none).
+func DueForLiveRead[T any](f Fence, xs []T, committed func(T) time.Time, now time.Time) (due []T, wait time.Duration) {
+	grace := f.OrDefault().LostGrace()
+	for _, x := range xs {
+		if left := committed(x).Add(grace).Sub(now); left > 0 {
+			wait = MinPositive(wait, left)
+			continue
+		}
+		due = append(due, x)
+	}
+	return due, wait
+}

@@ -177,3 +177,27 @@ func TestFinishedAndSetCondition(t *testing.T) {
 		t.Errorf("after MarkLedgerValid: %+v", c)
 	}
 }
+
+func TestDueForLiveRead(t *testing.T) {
+	f := Fence{CreateWindow: 10 * time.Second, CreateTimeout: 4 * time.Second} // LostGrace 19s
+	now := time.Date(2026, 1, 1, 0, 1, 0, 0, time.UTC)
+	cases := map[string]struct {
+		ago      []time.Duration
+		wantDue  []time.Duration
+		wantWait time.Duration
+	}{
+		"none":                    {},
+		"all due":                 {ago: []time.Duration{19 * time.Second, time.Minute}, wantDue: []time.Duration{19 * time.Second, time.Minute}},
+		"none due: next first":    {ago: []time.Duration{time.Second, 15 * time.Second}, wantWait: 4 * time.Second},
+		"some due":                {ago: []time.Duration{30 * time.Second, 18 * time.Second}, wantDue: []time.Duration{30 * time.Second}, wantWait: time.Second},
+		"a create may still land": {ago: []time.Duration{19*time.Second - time.Millisecond}, wantWait: time.Millisecond},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			due, wait := DueForLiveRead(f, tc.ago, func(ago time.Duration) time.Time { return now.Add(-ago) }, now)
+			if diff := cmp.Diff(tc.wantDue, due); diff != "" || wait != tc.wantWait {
+				t.Errorf("due (-want,+got):\n%s\nwait %s, want %s", diff, wait, tc.wantWait)
+			}
+		})
+	}
+}

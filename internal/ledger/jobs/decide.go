@@ -128,23 +128,17 @@ func Unaccounted(in *Input) ([]PodRef, time.Duration, error) {
 	}
 	seen := observed(in)
 	fence := in.Fence.OrDefault()
-	grace := fence.LostGrace()
-	var out []PodRef
-	var wait time.Duration
+	var candidates []PodRef
 	for _, ref := range sortedOpen(st) {
-		if seen[ref.Name] != nil || in.Gone[ref.Name] || in.Taken[ref.Name] {
-			continue
+		switch {
+		case seen[ref.Name] != nil || in.Gone[ref.Name] || in.Taken[ref.Name]:
+		case in.Uncreated[ref.Name] && fence.MayCreate(ref.Time, in.Now): // this process is about to create it
+		default:
+			candidates = append(candidates, ref)
 		}
-		if in.Uncreated[ref.Name] && fence.MayCreate(ref.Time, in.Now) {
-			continue // this process is about to create it
-		}
-		if due := ref.Time.Add(grace).Sub(in.Now); due > 0 {
-			wait = ledger.MinPositive(wait, due)
-			continue
-		}
-		out = append(out, ref)
 	}
-	return out, wait, nil
+	due, wait := ledger.DueForLiveRead(fence, candidates, func(r PodRef) time.Time { return r.Time }, in.Now)
+	return due, wait, nil
 }
 
 // Decide computes the plan for one SafeJob. An error means the observed

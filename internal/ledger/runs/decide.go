@@ -105,20 +105,14 @@ func Unobserved(in *Input) ([]Ref, time.Duration, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	grace := in.Fence.OrDefault().LostGrace()
-	var out []Ref
-	var wait time.Duration
+	var candidates []Ref
 	for _, r := range Sorted(st.Open) {
-		if in.Runs[r.Name] != nil || in.Gone[r.Name] || in.Taken[r.Name] {
-			continue
+		if in.Runs[r.Name] == nil && !in.Gone[r.Name] && !in.Taken[r.Name] {
+			candidates = append(candidates, r)
 		}
-		if due := r.Time.Add(grace).Sub(in.Now); due > 0 {
-			wait = ledger.MinPositive(wait, due)
-			continue
-		}
-		out = append(out, r)
 	}
-	return out, wait, nil
+	due, wait := ledger.DueForLiveRead(in.Fence, candidates, func(r Ref) time.Time { return r.Time }, in.Now)
+	return due, wait, nil
 }
 
 // Decide computes the plan for one scheduled SafeJob. An error means the
