@@ -130,7 +130,9 @@ func (s *IndexSet) Common(o *IndexSet) (i int32, ok bool) {
 	return 0, false
 }
 
-// String formats the set as sorted intervals, e.g. "0-3,7".
+// String formats the set exactly as batch/v1 writes completedIndexes and
+// failedIndexes: sorted intervals, a range only from three indexes on, two
+// adjacent indexes as a pair ("0-3,7,9,10").
 func (s *IndexSet) String() string {
 	var b strings.Builder
 	for _, r := range s.runs {
@@ -139,7 +141,11 @@ func (s *IndexSet) String() string {
 		}
 		b.WriteString(strconv.Itoa(int(r.lo)))
 		if r.hi != r.lo {
-			b.WriteByte('-')
+			sep := byte('-')
+			if r.hi == r.lo+1 {
+				sep = ','
+			}
+			b.WriteByte(sep)
 			b.WriteString(strconv.Itoa(int(r.hi)))
 		}
 	}

@@ -13,12 +13,14 @@ func TestIndexSet(t *testing.T) {
 	}{
 		"empty":           {want: ""},
 		"single":          {in: []int32{7}, want: "7"},
-		"runs":            {in: []int32{0, 1, 2, 3, 7, 9, 10}, want: "0-3,7,9-10"},
-		"unsorted in":     {in: []int32{5, 1, 2}, want: "1-2,5"},
+		"runs":            {in: []int32{0, 1, 2, 3, 7, 9, 10}, want: "0-3,7,9,10"},
+		"unsorted in":     {in: []int32{5, 1, 2}, want: "1,2,5"},
 		"fills a gap":     {in: []int32{1, 3, 2}, want: "1-3"},
 		"twice":           {in: []int32{4, 4}, want: "4"},
-		"joins the next":  {in: []int32{6, 5}, want: "5-6"},
-		"joins the prior": {in: []int32{5, 6}, want: "5-6"},
+		"joins the next":  {in: []int32{6, 5}, want: "5,6"},
+		"joins the prior": {in: []int32{5, 6}, want: "5,6"},
+		"three":           {in: []int32{4, 5, 6}, want: "4-6"},
+		"pairs":           {in: []int32{0, 1, 3, 4, 8, 9, 10}, want: "0,1,3,4,8-10"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

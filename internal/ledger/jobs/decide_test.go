@@ -326,9 +326,9 @@ func TestStatusWriteSequence(t *testing.T) {
 		{Seq: 1, Active: 1, Create: 1},
 		{Seq: 3, Types: []batchv1alpha1.EntryType{"Succeeded", "Launched"}, Completed: "0", Active: 1},
 		{Seq: 3, Completed: "0", Active: 1, Create: 1, Release: 1},
-		{Seq: 4, Types: []batchv1alpha1.EntryType{"Succeeded"}, Completed: "0-1", Complete: true},
-		{Seq: 4, Completed: "0-1", Release: 1, Complete: true},
-		{Seq: 4, Completed: "0-1", Complete: true},
+		{Seq: 4, Types: []batchv1alpha1.EntryType{"Succeeded"}, Completed: "0,1", Complete: true},
+		{Seq: 4, Completed: "0,1", Release: 1, Complete: true},
+		{Seq: 4, Completed: "0,1", Complete: true},
 	}
 	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("status writes (-want,+got):\n%s", diff)
