@@ -87,9 +87,9 @@ const (
 // +kubebuilder:validation:XValidation:rule="has(self.schedule) || !(has(self.timeZone) || has(self.concurrencyPolicy) || has(self.startingDeadlineSeconds) || has(self.successfulRunsHistoryLimit) || has(self.failedRunsHistoryLimit))",message="timeZone, concurrencyPolicy, startingDeadlineSeconds and the run history limits require schedule"
 // +kubebuilder:validation:XValidation:rule="!has(self.backoffLimitPerIndex) || self.completionMode == 'Indexed'",message="backoffLimitPerIndex requires completionMode Indexed"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxFailedIndexes) || has(self.backoffLimitPerIndex)",message="maxFailedIndexes requires backoffLimitPerIndex"
-// +kubebuilder:validation:XValidation:rule="!has(self.maxFailedIndexes) || self.maxFailedIndexes <= self.completions",message="maxFailedIndexes must not exceed completions"
-// +kubebuilder:validation:XValidation:rule="self.completionMode != 'Indexed' || self.completions >= 1",message="completions must be at least 1 when completionMode is Indexed"
-// +kubebuilder:validation:XValidation:rule="!has(self.backoffLimitPerIndex) || self.completions <= 20000 || (has(self.maxFailedIndexes) && self.maxFailedIndexes <= 1000)",message="with backoffLimitPerIndex and more than 20000 completions, maxFailedIndexes must be set to at most 1000, so that completedIndexes and failedIndexes always fit in status",fieldPath=".maxFailedIndexes"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxFailedIndexes) || !has(self.completions) || self.maxFailedIndexes <= self.completions",message="maxFailedIndexes must not exceed completions",fieldPath=".maxFailedIndexes"
+// +kubebuilder:validation:XValidation:rule="self.completionMode != 'Indexed' || (has(self.completions) && self.completions >= 1)",message="completions must be set, at least 1, when completionMode is Indexed",fieldPath=".completions"
+// +kubebuilder:validation:XValidation:rule="!has(self.backoffLimitPerIndex) || !has(self.completions) || self.completions <= 20000 || (has(self.maxFailedIndexes) && self.maxFailedIndexes <= 1000)",message="with backoffLimitPerIndex and more than 20000 completions, maxFailedIndexes must be set to at most 1000, so that completedIndexes and failedIndexes always fit in status",fieldPath=".maxFailedIndexes"
 type SafeJobSpec struct {
 	// template is the pod template of every pod the SafeJob creates.
 	// Its restartPolicy must be Never or OnFailure. Immutable.
@@ -108,9 +108,11 @@ type SafeJobSpec struct {
 	Parallelism *int32 `json:"parallelism,omitempty"`
 
 	// completions is the number of successful pods (NonIndexed) or of indexes
-	// that must succeed (Indexed). Immutable.
+	// that must succeed (Indexed). Unset (NonIndexed only), the SafeJob is a
+	// work queue, as a batch/v1 Job without completions: parallelism pods run
+	// until one succeeds, and it completes once the others have ended.
+	// Immutable.
 	// +optional
-	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100000
 	Completions *int32 `json:"completions,omitempty"`

@@ -6,7 +6,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
@@ -51,5 +52,62 @@ func TestRunsToComplete(t *testing.T) {
 				t.Errorf("%d pods created, want %d", len(creates), *sj.Spec.Completions)
 			}
 		})
+	}
+}
+
+// TestWorkQueue: without completions a SafeJob is a batch/v1 work queue.
+// Parallelism pods run; once one succeeds no pod starts and none is
+// stopped, whatever parallelism says; it completes once every pod has
+// ended, counting each success.
+func TestWorkQueue(t *testing.T) {
+	t.Parallel()
+	first := func(p *corev1.Pod) testutil.Fate {
+		if p.Labels[batchv1alpha1.CompletionIndexLabel] == "0" {
+			return testutil.Fate{}
+		}
+		return testutil.Fate{Hold: true}
+	}
+	h := newHarness(t, first, false)
+	startManager(t, h.ns, managerOptions{})
+	sj := testutil.MakeSafeJob("wq", h.ns).WorkQueue().Parallelism(3).Obj()
+	if err := k8s.Create(context.Background(), sj); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(sj)
+	got := &batchv1alpha1.SafeJob{}
+	waitFor(t, time.Minute, "the first success recorded", func() (bool, error) {
+		err := k8s.Get(context.Background(), key, got)
+		return err == nil && got.Status.Succeeded == 1, err
+	})
+	// The write that recorded the success is the one that would have
+	// launched a replacement: nothing was launched, nothing stopped.
+	if got.Status.Active != 2 || got.Status.Completions != "1/1 of 3" || conditionTrue(got, batchv1alpha1.ConditionComplete) {
+		t.Fatalf("after the first success: active %d, completions %q, conditions %+v; want 2 running, \"1/1 of 3\", not complete",
+			got.Status.Active, got.Status.Completions, got.Status.Conditions)
+	}
+	for _, e := range got.Status.Ledger.Entries {
+		if e.Type == batchv1alpha1.EntryStopping || (e.Type == batchv1alpha1.EntryLaunched && e.Attempt > 0) {
+			t.Errorf("after the first success the ledger holds %s %s", e.Type, e.Pod)
+		}
+	}
+	// A lower parallelism after a success stops nothing (batch/v1).
+	patch := client.MergeFrom(got.DeepCopy())
+	got.Spec.Parallelism = ptr.To[int32](1)
+	if err := k8s.Patch(context.Background(), got, patch); err != nil {
+		t.Fatal(err)
+	}
+	h.kubelet.SetFate(func(p *corev1.Pod) testutil.Fate {
+		if p.Labels[batchv1alpha1.CompletionIndexLabel] == "2" {
+			return testutil.Fate{Fail: true, ExitCode: 1}
+		}
+		return testutil.Fate{}
+	})
+	got = waitFinished(t, key, time.Minute)
+	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || got.Status.Succeeded != 2 || got.Status.Failed != 1 {
+		t.Fatalf("want Complete with 2 succeeded and 1 failed, got %d/%d, conditions %+v",
+			got.Status.Succeeded, got.Status.Failed, got.Status.Conditions)
+	}
+	if creates := h.finalCheck(t, got); len(creates) != 3 {
+		t.Errorf("%d pods created, want 3", len(creates))
 	}
 }

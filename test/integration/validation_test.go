@@ -33,7 +33,11 @@ func TestBadInputRefused(t *testing.T) {
 		},
 		"completions 0 with Indexed": {
 			sj:       testutil.MakeSafeJob("zero", ns).Indexed().Completions(0).Obj(),
-			wantMsgs: []string{"completions must be at least 1 when completionMode is Indexed"},
+			wantMsgs: []string{"spec.completions", "completions must be set, at least 1, when completionMode is Indexed"},
+		},
+		"Indexed without completions": {
+			sj:       testutil.MakeSafeJob("nocomp", ns).Indexed().WorkQueue().Obj(),
+			wantMsgs: []string{"spec.completions", "completions must be set, at least 1, when completionMode is Indexed"},
 		},
 		"restartPolicy Always": {
 			sj:       testutil.MakeSafeJob("always", ns).RestartPolicy(corev1.RestartPolicyAlways).Obj(),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -134,8 +135,12 @@ func (w *LedgerWatch) see(sj *batchv1alpha1.SafeJob) {
 		w.fail("I4: %s ledger does not replay: %v", sj.Name, err)
 		return
 	}
-	par, completions := ptr.Deref(sj.Spec.Parallelism, 1), ptr.Deref(sj.Spec.Completions, 1)
-	if int32(len(st.Open)) > par || int32(len(st.Open)+st.Succeeded.Len()) > completions {
+	par := ptr.Deref(sj.Spec.Parallelism, 1)
+	// A work queue (no completions) runs parallelism pods until one
+	// succeeds; after that its pods finish, whatever parallelism says.
+	completions := ptr.Deref(sj.Spec.Completions, math.MaxInt32)
+	afterSuccess := sj.Spec.Completions == nil && st.Succeeded.Len() > 0
+	if (!afterSuccess && int32(len(st.Open)) > par) || int64(len(st.Open)+st.Succeeded.Len()) > int64(completions) {
 		w.fail("I2: %s has %d open launches and %d completions (parallelism %d, completions %d)",
 			sj.Name, len(st.Open), st.Succeeded.Len(), par, completions)
 	}
@@ -151,6 +156,9 @@ func (w *LedgerWatch) see(sj *batchv1alpha1.SafeJob) {
 		}
 		if launched > jobs.WaveSize {
 			w.fail("I6: %s: one status write launched %d pods, more than a wave of %d", sj.Name, launched, jobs.WaveSize)
+		}
+		if launched > 0 && sj.Spec.Completions == nil && prev.Succeeded.Len() > 0 {
+			w.fail("I2: %s: a work queue launched %d pods after a pod succeeded", sj.Name, launched)
 		}
 	}
 	w.last[sj.Name] = st

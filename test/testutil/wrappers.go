@@ -48,6 +48,12 @@ func (w *SafeJobWrapper) Completions(n int32) *SafeJobWrapper {
 	return w
 }
 
+// WorkQueue unsets spec.completions: the SafeJob is a work queue.
+func (w *SafeJobWrapper) WorkQueue() *SafeJobWrapper {
+	w.Spec.Completions = nil
+	return w
+}
+
 // Indexed sets completionMode Indexed.
 func (w *SafeJobWrapper) Indexed() *SafeJobWrapper {
 	w.Spec.CompletionMode = batchv1alpha1.IndexedCompletion

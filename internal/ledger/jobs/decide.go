@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"fmt"
+	"math"
 	"maps"
 	"slices"
 	"strconv"
@@ -148,7 +149,7 @@ func Decide(in *Input) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := st.within(ptr.Deref(in.Spec.Completions, 1)); err != nil {
+	if err := st.within(indexLimit(in.Spec)); err != nil {
 		return nil, err
 	}
 	d := &decision{in: in, st: st, seen: observed(in), plan: &Plan{}, fence: in.Fence.OrDefault()}
@@ -330,7 +331,11 @@ func (d *decision) stopReason() string {
 func (d *decision) pickVictims() map[string]bool {
 	open := slices.DeleteFunc(sortedOpen(d.st), func(ref PodRef) bool { return d.st.Stopping[ref.Name] != "" })
 	n := len(open)
-	if !d.stopping {
+	switch {
+	case d.stopping:
+	case workQueue(d.in.Spec) && d.st.Succeeded.Len() > 0:
+		n = 0 // after a success a work queue's pods finish, whatever parallelism says now (batch/v1)
+	default:
 		n -= int(d.parallelism())
 	}
 	victims := map[string]bool{}
@@ -385,6 +390,13 @@ func (d *decision) decideTarget() {
 	}
 	spec, st := d.in.Spec, d.st
 	completions := ptr.Deref(spec.Completions, 1)
+	if workQueue(spec) {
+		// Done once a pod succeeded and every other pod has ended (batch/v1).
+		completions = math.MaxInt32
+		if st.Succeeded.Len() > 0 && len(st.Open) == 0 {
+			completions = 0
+		}
+	}
 	t, reason, msg := batchv1alpha1.ConditionFailureTarget, "", ""
 	switch {
 	case st.FailJob:
@@ -501,8 +513,16 @@ func (d *decision) launch() {
 	for _, ref := range d.st.Open {
 		busy[ref.Index] = true
 	}
-	completions := ptr.Deref(d.in.Spec.Completions, 1)
-	for i := d.st.nextUndone(0); i < completions && slots > 0; i = d.st.nextUndone(i + 1) {
+	limit := ptr.Deref(d.in.Spec.Completions, 1)
+	if workQueue(d.in.Spec) {
+		// Work queue: parallelism pods until one succeeds; after that none
+		// starts, and those running finish (batch/v1).
+		limit = d.parallelism()
+		if d.st.Succeeded.Len() > 0 {
+			return
+		}
+	}
+	for i := d.st.nextUndone(0); i < limit && slots > 0; i = d.st.nextUndone(i + 1) {
 		if busy[i] {
 			continue
 		}
@@ -584,7 +604,7 @@ func (d *decision) setCounters(s *batchv1alpha1.SafeJobStatus, st *State) {
 	if d.in.Spec.BackoffLimitPerIndex != nil {
 		s.FailedIndexes = ptr.To(st.FailedIndexes.String())
 	}
-	s.Completions = fmt.Sprintf("%d/%d", s.Succeeded, ptr.Deref(d.in.Spec.Completions, 1))
+	s.Completions = completionsColumn(d.in.Spec, s.Succeeded)
 }
 
 // podsQuiet reports that every observed pod has terminated and none keeps
@@ -665,4 +685,40 @@ func isReady(pod *corev1.Pod) bool {
 
 func hasFinalizer(pod *corev1.Pod) bool {
 	return slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer)
+}
+
+// workQueue reports a SafeJob without completions: parallelism pods run
+// until one succeeds, and it completes once the others have ended, as a
+// batch/v1 Job without completions does.
+func workQueue(spec *batchv1alpha1.SafeJobSpec) bool { return spec.Completions == nil }
+
+// completionsOrParallelism is the number of pods the SafeJob needs to
+// succeed: completions, or parallelism for a work queue (as Kueue counts a
+// batch/v1 Job's pods).
+func completionsOrParallelism(spec *batchv1alpha1.SafeJobSpec) int32 {
+	return ptr.Deref(spec.Completions, ptr.Deref(spec.Parallelism, 1))
+}
+
+// indexLimit bounds the indexes a SafeJob's ledger may hold: completions,
+// or for a work queue the largest parallelism the API accepts (slots of a
+// parallelism since lowered stay in the ledger).
+func indexLimit(spec *batchv1alpha1.SafeJobSpec) int32 {
+	return ptr.Deref(spec.Completions, MaxParallelism)
+}
+
+// MaxParallelism is the largest parallelism the API accepts.
+const MaxParallelism = 2000
+
+// completionsColumn is what kubectl shows for a batch/v1 Job in its
+// COMPLETIONS column: "3/5", or "0/1 of 4" for a work queue of
+// parallelism 4.
+func completionsColumn(spec *batchv1alpha1.SafeJobSpec, succeeded int32) string {
+	switch p := ptr.Deref(spec.Parallelism, 1); {
+	case spec.Completions != nil:
+		return fmt.Sprintf("%d/%d", succeeded, *spec.Completions)
+	case p > 1:
+		return fmt.Sprintf("%d/1 of %d", succeeded, p)
+	default:
+		return fmt.Sprintf("%d/1", succeeded)
+	}
 }

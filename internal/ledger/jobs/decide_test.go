@@ -22,6 +22,13 @@ func spec(par, completions int32) batchv1alpha1.SafeJobSpec {
 	return batchv1alpha1.SafeJobSpec{Parallelism: ptr.To(par), Completions: ptr.To(completions), BackoffLimit: ptr.To[int32](6)}
 }
 
+// queueSpec is a work queue: no completions.
+func queueSpec(par int32) batchv1alpha1.SafeJobSpec {
+	s := spec(par, 0)
+	s.Completions = nil
+	return s
+}
+
 func launched(seq int64, i, a int32) batchv1alpha1.LedgerEntry {
 	return batchv1alpha1.LedgerEntry{Seq: seq, Type: batchv1alpha1.EntryLaunched, Pod: PodName("sj", i, a), Index: i, Attempt: a,
 		Time: metav1.NewTime(t0)}
@@ -233,6 +240,41 @@ func TestDecide(t *testing.T) {
 			pods:        []*corev1.Pod{withPhase(pod(0, 0), corev1.PodSucceeded, 0)},
 			wantRelease: []string{"sj-0-0"},
 			wantConds:   []string{batchv1alpha1.ConditionComplete},
+		},
+		"work queue launches parallelism pods": {
+			spec:       queueSpec(3),
+			wantAppend: []batchv1alpha1.LedgerEntry{launched(1, 0, 0), launched(2, 1, 0), launched(3, 2, 0)},
+			wantActive: 3,
+		},
+		"work queue: a failure before any success runs again": {
+			spec:   queueSpec(2),
+			ledger: ledgerOf(launched(1, 0, 0), launched(2, 1, 0)),
+			pods:   []*corev1.Pod{withPhase(pod(0, 0), corev1.PodFailed, 1), pod(1, 0)},
+			wantAppend: []batchv1alpha1.LedgerEntry{outcome(3, batchv1alpha1.EntryFailed, 0, 0, batchv1alpha1.FailReasonCounted),
+				launched(4, 0, 1)},
+			wantActive: 2,
+		},
+		"work queue: after a success nothing starts and the others run on": {
+			spec:   queueSpec(3),
+			ledger: ledgerOf(launched(1, 0, 0), launched(2, 1, 0), launched(3, 2, 0)),
+			pods: []*corev1.Pod{withPhase(pod(0, 0), corev1.PodSucceeded, 0), pod(1, 0),
+				withPhase(pod(2, 0), corev1.PodFailed, 1)},
+			wantAppend: []batchv1alpha1.LedgerEntry{outcome(4, batchv1alpha1.EntrySucceeded, 0, 0, ""),
+				outcome(5, batchv1alpha1.EntryFailed, 2, 0, batchv1alpha1.FailReasonCounted)},
+			wantActive: 1,
+		},
+		"work queue: after a success a lower parallelism stops nothing": {
+			spec:       queueSpec(1),
+			ledger:     ledgerOf(launched(1, 0, 0), launched(2, 1, 0), launched(3, 2, 0), outcome(4, batchv1alpha1.EntrySucceeded, 0, 0, "")),
+			pods:       []*corev1.Pod{pod(1, 0), pod(2, 0)},
+			wantActive: 2,
+		},
+		"work queue completes once the others have ended": {
+			spec:       queueSpec(2),
+			ledger:     ledgerOf(launched(1, 0, 0), launched(2, 1, 0), outcome(3, batchv1alpha1.EntrySucceeded, 0, 0, "")),
+			pods:       []*corev1.Pod{withPhase(pod(1, 0), corev1.PodSucceeded, 0)},
+			wantAppend: []batchv1alpha1.LedgerEntry{outcome(4, batchv1alpha1.EntrySucceeded, 1, 0, "")},
+			wantConds:  []string{batchv1alpha1.ConditionSuccessCriteriaMet, batchv1alpha1.ConditionComplete},
 		},
 	}
 	for name, tc := range cases {
@@ -545,5 +587,36 @@ func TestLaunchAndStopInWaves(t *testing.T) {
 	}
 	if !slices.Equal(waves, want) {
 		t.Fatalf("Stopping per write %v, want %v", waves, want)
+	}
+}
+
+// TestWorkQueueCounts: the COMPLETIONS column reads as kubectl shows a
+// batch/v1 Job, and a work queue asks Kueue for parallelism pods, as Kueue
+// counts a batch/v1 Job without completions.
+func TestWorkQueueCounts(t *testing.T) {
+	cases := map[string]struct {
+		spec        batchv1alpha1.SafeJobSpec
+		succeeded   int32
+		wantColumn  string
+		wantCount   int32
+		wantLimitOK int32 // an index the ledger may hold
+	}{
+		"completions":             {spec: spec(2, 5), succeeded: 3, wantColumn: "3/5", wantCount: 2, wantLimitOK: 4},
+		"work queue":              {spec: queueSpec(4), wantColumn: "0/1 of 4", wantCount: 4, wantLimitOK: MaxParallelism - 1},
+		"work queue, one success": {spec: queueSpec(4), succeeded: 1, wantColumn: "1/1 of 4", wantCount: 3, wantLimitOK: MaxParallelism - 1},
+		"work queue of one":       {spec: queueSpec(1), wantColumn: "0/1", wantCount: 1, wantLimitOK: MaxParallelism - 1},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := completionsColumn(&tc.spec, tc.succeeded); got != tc.wantColumn {
+				t.Errorf("column %q, want %q", got, tc.wantColumn)
+			}
+			if got := WorkloadCount(&tc.spec, &batchv1alpha1.SafeJobStatus{Succeeded: tc.succeeded}); got != tc.wantCount {
+				t.Errorf("Workload count %d, want %d", got, tc.wantCount)
+			}
+			if got := indexLimit(&tc.spec); got != tc.wantLimitOK+1 {
+				t.Errorf("index limit %d, want %d", got, tc.wantLimitOK+1)
+			}
+		})
 	}
 }

@@ -111,9 +111,10 @@ type WorkloadEvent struct {
 }
 
 // WorkloadCount is the size of the pod set a SafeJob asks quota for:
-// min(parallelism, completions left), at least 1.
+// min(parallelism, completions left), at least 1; a work queue counts
+// parallelism as its completions, as Kueue does for a batch/v1 Job.
 func WorkloadCount(spec *batchv1alpha1.SafeJobSpec, status *batchv1alpha1.SafeJobStatus) int32 {
-	left := ptr.Deref(spec.Completions, 1) - status.Succeeded
+	left := completionsOrParallelism(spec) - status.Succeeded
 	return max(min(ptr.Deref(spec.Parallelism, 1), left), 1)
 }
 
@@ -436,7 +437,7 @@ func reclaimable(spec *batchv1alpha1.SafeJobSpec, wl *kueue.Workload, status bat
 	if len(wl.Spec.PodSets) == 0 {
 		return nil
 	}
-	left := ptr.Deref(spec.Completions, 1) - status.Succeeded
+	left := completionsOrParallelism(spec) - status.Succeeded
 	if n := wl.Spec.PodSets[0].Count - left; n > 0 {
 		return []kueue.ReclaimablePod{{Name: kueue.DefaultPodSetName, Count: n}}
 	}
