@@ -20,8 +20,12 @@ const (
 	// outlives the pod's ownerReferences (an orphaning delete strips them), so
 	// the ledger finalizer of a pod whose SafeJob is gone is found by UID.
 	ControllerUIDLabel = "batch.safejob.dev/controller-uid"
-	// JobCompletionIndexAnnotation is the batch/v1 annotation that Indexed pods carry.
+	// JobCompletionIndexAnnotation is the batch/v1 annotation, and label,
+	// that Indexed pods carry.
 	JobCompletionIndexAnnotation = "batch.kubernetes.io/job-completion-index"
+	// JobNameLabel is the batch/v1 label that names a pod's job, so that
+	// `kubectl logs -l batch.kubernetes.io/job-name=NAME` finds its pods.
+	JobNameLabel = "batch.kubernetes.io/job-name"
 	// JobCompletionIndexEnv is the environment variable that Indexed pods see.
 	JobCompletionIndexEnv = "JOB_COMPLETION_INDEX"
 
@@ -89,6 +93,8 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.maxFailedIndexes) || has(self.backoffLimitPerIndex)",message="maxFailedIndexes requires backoffLimitPerIndex"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxFailedIndexes) || !has(self.completions) || self.maxFailedIndexes <= self.completions",message="maxFailedIndexes must not exceed completions",fieldPath=".maxFailedIndexes"
 // +kubebuilder:validation:XValidation:rule="self.completionMode != 'Indexed' || (has(self.completions) && self.completions >= 1)",message="completions must be set, at least 1, when completionMode is Indexed",fieldPath=".completions"
+// +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || self.template.spec.?restartPolicy.orValue('') == 'Never'",message="only \"Never\" is supported when podFailurePolicy is specified",fieldPath=".template.spec.restartPolicy"
+// +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || has(self.backoffLimitPerIndex) || self.podFailurePolicy.rules.all(r, r.action != 'FailIndex')",messageExpression="'spec.podFailurePolicy.rules[' + string(self.podFailurePolicy.rules.map(r, r.action).indexOf('FailIndex')) + '].action: FailIndex requires the backoffLimitPerIndex to be set'",fieldPath=".podFailurePolicy.rules"
 // +kubebuilder:validation:XValidation:rule="!has(self.backoffLimitPerIndex) || !has(self.completions) || self.completions <= 20000 || (has(self.maxFailedIndexes) && self.maxFailedIndexes <= 1000)",message="with backoffLimitPerIndex and more than 20000 completions, maxFailedIndexes must be set to at most 1000, so that completedIndexes and failedIndexes always fit in status",fieldPath=".maxFailedIndexes"
 type SafeJobSpec struct {
 	// template is the pod template of every pod the SafeJob creates.
@@ -146,7 +152,7 @@ type SafeJobSpec struct {
 	// podFailurePolicy decides what a failed pod means, with the rules and
 	// actions (FailJob, FailIndex, Ignore, Count) of batch/v1. Immutable.
 	// +optional
-	PodFailurePolicy *batchv1.PodFailurePolicy `json:"podFailurePolicy,omitempty"`
+	PodFailurePolicy *PodFailurePolicy `json:"podFailurePolicy,omitempty"`
 
 	// activeDeadlineSeconds bounds the time since the SafeJob started (or was
 	// last resumed); past it the SafeJob fails with reason DeadlineExceeded.
@@ -551,4 +557,79 @@ type SafeJobList struct {
 	// +optional
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []SafeJob `json:"items"`
+}
+
+// PodFailurePolicy is batch/v1's podFailurePolicy, refused by the API server
+// where batch/v1 refuses it (same limits, values and field paths).
+type PodFailurePolicy struct {
+	// rules are checked in order against a failed pod; the first that
+	// matches decides its action, and a failure no rule matches counts
+	// toward backoffLimit. At most 20.
+	// +required
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=20
+	Rules []PodFailurePolicyRule `json:"rules"`
+}
+
+// PodFailurePolicyRule is one rule of a podFailurePolicy: an action and
+// exactly one requirement on the failed pod.
+// +kubebuilder:validation:XValidation:rule="has(self.onExitCodes) || (has(self.onPodConditions) && size(self.onPodConditions) > 0)",message="specifying one of OnExitCodes and OnPodConditions is required"
+// +kubebuilder:validation:XValidation:rule="!has(self.onExitCodes) || !has(self.onPodConditions) || size(self.onPodConditions) == 0",message="specifying both OnExitCodes and OnPodConditions is not supported"
+type PodFailurePolicyRule struct {
+	// action is FailJob (the SafeJob fails), FailIndex (the index fails;
+	// requires backoffLimitPerIndex), Ignore (not counted) or Count.
+	// +required
+	// +kubebuilder:validation:Enum=FailJob;FailIndex;Ignore;Count
+	Action batchv1.PodFailurePolicyAction `json:"action"`
+
+	// onExitCodes matches the exit codes of the pod's containers.
+	// +optional
+	OnExitCodes *PodFailurePolicyOnExitCodesRequirement `json:"onExitCodes,omitempty"`
+
+	// onPodConditions matches when any of these conditions is on the pod
+	// with the given status. At most 20.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=20
+	OnPodConditions []PodFailurePolicyOnPodConditionsPattern `json:"onPodConditions,omitempty"`
+}
+
+// PodFailurePolicyOnExitCodesRequirement matches the exit codes of a failed
+// pod's containers that did not exit 0.
+// +kubebuilder:validation:XValidation:rule="self.operator != 'In' || !self.values.exists(v, v == 0)",messageExpression="'values[' + string(self.values.indexOf(0)) + ']: must not be 0 for the In operator'",fieldPath=".values"
+// +kubebuilder:validation:XValidation:rule="self.values.isSorted()",message="must be ordered",fieldPath=".values"
+type PodFailurePolicyOnExitCodesRequirement struct {
+	// containerName limits the requirement to the container of this name.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	ContainerName *string `json:"containerName,omitempty"`
+
+	// operator is In (an exit code is among values) or NotIn.
+	// +required
+	// +kubebuilder:validation:Enum=In;NotIn
+	Operator batchv1.PodFailurePolicyOnExitCodesOperator `json:"operator"`
+
+	// values are the exit codes, ascending, without repeats; 1 to 255 of them.
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=255
+	Values []int32 `json:"values"`
+}
+
+// PodFailurePolicyOnPodConditionsPattern matches a condition of the pod.
+type PodFailurePolicyOnPodConditionsPattern struct {
+	// type is the pod condition type, such as DisruptionTarget.
+	// +required
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=316
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	Type corev1.PodConditionType `json:"type"`
+
+	// status is the condition's status to match: True (default), False or Unknown.
+	// +optional
+	// +kubebuilder:default=True
+	// +kubebuilder:validation:Enum=True;False;Unknown
+	Status corev1.ConditionStatus `json:"status,omitempty"`
 }

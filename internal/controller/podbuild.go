@@ -36,7 +36,8 @@ func newPod(sj *batchv1alpha1.SafeJob, ref jobs.PodRef) *corev1.Pod {
 		pod.Labels = map[string]string{}
 	}
 	index := strconv.Itoa(int(ref.Index))
-	pod.Labels[batchv1alpha1.SafeJobNameLabel] = ledger.ShortName(sj.Name, 63)
+	pod.Labels[batchv1alpha1.SafeJobNameLabel] = ledger.ShortName(sj.Name, ledger.MaxNameLen)
+	pod.Labels[batchv1alpha1.JobNameLabel] = ledger.ShortName(sj.Name, ledger.MaxNameLen)
 	pod.Labels[batchv1alpha1.CompletionIndexLabel] = index
 	pod.Labels[batchv1alpha1.AttemptLabel] = strconv.Itoa(int(ref.Attempt))
 	pod.Labels[batchv1alpha1.ControllerUIDLabel] = string(sj.UID)
@@ -45,6 +46,11 @@ func newPod(sj *batchv1alpha1.SafeJob, ref jobs.PodRef) *corev1.Pod {
 			pod.Annotations = map[string]string{}
 		}
 		pod.Annotations[batchv1alpha1.JobCompletionIndexAnnotation] = index
+		pod.Labels[batchv1alpha1.JobCompletionIndexAnnotation] = index
+		// As batch/v1: a stable hostname per index, so that a headless
+		// Service named by the template's subdomain gives each index a DNS
+		// name (<name>-<index>.<subdomain>).
+		pod.Spec.Hostname = ledger.ShortName(sj.Name, ledger.MaxNameLen-len(index)-1) + "-" + index
 		env := corev1.EnvVar{Name: batchv1alpha1.JobCompletionIndexEnv, Value: index}
 		for i := range pod.Spec.InitContainers {
 			pod.Spec.InitContainers[i].Env = append(pod.Spec.InitContainers[i].Env, env)

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -19,7 +20,7 @@ func TestNewPod(t *testing.T) {
 			CompletionMode: batchv1alpha1.IndexedCompletion,
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "x"}},
-				Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+				Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Subdomain: "workers", Hostname: "ignored",
 					InitContainers: []corev1.Container{{Name: "init"}},
 					Containers:     []corev1.Container{{Name: "main", Env: []corev1.EnvVar{{Name: "A", Value: "1"}}}}},
 			},
@@ -27,12 +28,16 @@ func TestNewPod(t *testing.T) {
 	}
 	pod := newPod(sj, jobs.PodRef{Name: "train-3-1", Index: 3, Attempt: 1})
 	wantLabels := map[string]string{"app": "x", batchv1alpha1.SafeJobNameLabel: "train",
-		batchv1alpha1.CompletionIndexLabel: "3", batchv1alpha1.AttemptLabel: "1", batchv1alpha1.ControllerUIDLabel: "uid-1"}
+		batchv1alpha1.CompletionIndexLabel: "3", batchv1alpha1.AttemptLabel: "1", batchv1alpha1.ControllerUIDLabel: "uid-1",
+		batchv1alpha1.JobNameLabel: "train", batchv1alpha1.JobCompletionIndexAnnotation: "3"}
 	if diff := cmp.Diff(wantLabels, pod.Labels); diff != "" {
 		t.Errorf("labels (-want,+got):\n%s", diff)
 	}
 	if diff := cmp.Diff(map[string]string{batchv1alpha1.JobCompletionIndexAnnotation: "3"}, pod.Annotations); diff != "" {
 		t.Errorf("annotations (-want,+got):\n%s", diff)
+	}
+	if pod.Spec.Hostname != "train-3" || pod.Spec.Subdomain != "workers" {
+		t.Errorf("hostname %q, subdomain %q; want train-3 under the template's subdomain workers", pod.Spec.Hostname, pod.Spec.Subdomain)
 	}
 	if diff := cmp.Diff([]string{batchv1alpha1.LedgerFinalizer}, pod.Finalizers); diff != "" {
 		t.Errorf("finalizers (-want,+got):\n%s", diff)
@@ -56,5 +61,13 @@ func TestNewPod(t *testing.T) {
 	plain := newPod(sj, jobs.PodRef{Name: "train-0-0"})
 	if _, ok := plain.Annotations[batchv1alpha1.JobCompletionIndexAnnotation]; ok || len(plain.Spec.Containers[0].Env) != 1 {
 		t.Error("NonIndexed pod got the completion index annotation or env")
+	}
+	if _, ok := plain.Labels[batchv1alpha1.JobCompletionIndexAnnotation]; ok || plain.Spec.Hostname != "ignored" {
+		t.Errorf("NonIndexed pod got the completion index label, or its hostname %q changed", plain.Spec.Hostname)
+	}
+	long := sj.DeepCopy()
+	long.Name, long.Spec.CompletionMode = strings.Repeat("n", 100), batchv1alpha1.IndexedCompletion
+	if h := newPod(long, jobs.PodRef{Name: "x", Index: 12345}).Spec.Hostname; len(h) > 63 || !strings.HasSuffix(h, "-12345") {
+		t.Errorf("hostname of a long name %q: want at most 63 characters ending -12345", h)
 	}
 }

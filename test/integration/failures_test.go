@@ -51,18 +51,18 @@ func TestFailures(t *testing.T) {
 			wantSucc: 3, wantFailed: 2, wantFailIdx: ptr.To("2"), wantCreates: 5,
 		},
 		"podFailurePolicy FailJob on exit code": {
-			sj: testutil.MakeSafeJob("failjob", "").BackoffLimit(6).PodFailurePolicy(batchv1.PodFailurePolicyRule{
+			sj: testutil.MakeSafeJob("failjob", "").BackoffLimit(6).PodFailurePolicy(batchv1alpha1.PodFailurePolicyRule{
 				Action:      batchv1.PodFailurePolicyActionFailJob,
-				OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{42}},
+				OnExitCodes: &batchv1alpha1.PodFailurePolicyOnExitCodesRequirement{Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{42}},
 			}).Obj(),
 			fate:     func(*corev1.Pod) testutil.Fate { return failWith(42) },
 			wantCond: batchv1alpha1.ConditionFailed, wantReason: batchv1alpha1.ReasonPodFailurePolicy,
 			wantFailed: 1, wantCreates: 1,
 		},
 		"podFailurePolicy Ignore on DisruptionTarget": {
-			sj: testutil.MakeSafeJob("ignore", "").BackoffLimit(0).PodFailurePolicy(batchv1.PodFailurePolicyRule{
+			sj: testutil.MakeSafeJob("ignore", "").BackoffLimit(0).PodFailurePolicy(batchv1alpha1.PodFailurePolicyRule{
 				Action:          batchv1.PodFailurePolicyActionIgnore,
-				OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
+				OnPodConditions: []batchv1alpha1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
 			}).Obj(),
 			fate: func(p *corev1.Pod) testutil.Fate {
 				if p.Labels[batchv1alpha1.AttemptLabel] == "0" {

@@ -3,7 +3,6 @@
 package testutil
 
 import (
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -97,9 +96,9 @@ func (w *SafeJobWrapper) TTLSecondsAfterFinished(s int32) *SafeJobWrapper {
 }
 
 // PodFailurePolicy adds podFailurePolicy rules.
-func (w *SafeJobWrapper) PodFailurePolicy(rules ...batchv1.PodFailurePolicyRule) *SafeJobWrapper {
+func (w *SafeJobWrapper) PodFailurePolicy(rules ...batchv1alpha1.PodFailurePolicyRule) *SafeJobWrapper {
 	if w.Spec.PodFailurePolicy == nil {
-		w.Spec.PodFailurePolicy = &batchv1.PodFailurePolicy{}
+		w.Spec.PodFailurePolicy = &batchv1alpha1.PodFailurePolicy{}
 	}
 	w.Spec.PodFailurePolicy.Rules = append(w.Spec.PodFailurePolicy.Rules, rules...)
 	return w

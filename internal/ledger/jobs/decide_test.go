@@ -138,9 +138,9 @@ func TestDecide(t *testing.T) {
 		},
 		"podFailurePolicy Ignore does not count": {
 			spec: batchv1alpha1.SafeJobSpec{Parallelism: ptr.To[int32](1), Completions: ptr.To[int32](1), BackoffLimit: ptr.To[int32](0),
-				PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+				PodFailurePolicy: &batchv1alpha1.PodFailurePolicy{Rules: []batchv1alpha1.PodFailurePolicyRule{{
 					Action:          batchv1.PodFailurePolicyActionIgnore,
-					OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget}},
+					OnPodConditions: []batchv1alpha1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget}},
 				}}}},
 			ledger: ledgerOf(launched(1, 0, 0)),
 			pods:   []*corev1.Pod{withPhase(pod(0, 0), corev1.PodFailed, 137, corev1.DisruptionTarget)},

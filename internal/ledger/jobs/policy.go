@@ -12,7 +12,7 @@ import (
 // failureReason applies a podFailurePolicy to a failed pod, as batch/v1
 // does: the first matching rule decides; with no match the failure counts.
 // The reason is what the Failed entry records.
-func failureReason(policy *batchv1.PodFailurePolicy, pod *corev1.Pod) string {
+func failureReason(policy *batchv1alpha1.PodFailurePolicy, pod *corev1.Pod) string {
 	if policy == nil {
 		return batchv1alpha1.FailReasonCounted
 	}
@@ -34,7 +34,7 @@ func failureReason(policy *batchv1.PodFailurePolicy, pod *corev1.Pod) string {
 	return batchv1alpha1.FailReasonCounted
 }
 
-func ruleMatches(rule *batchv1.PodFailurePolicyRule, pod *corev1.Pod) bool {
+func ruleMatches(rule *batchv1alpha1.PodFailurePolicyRule, pod *corev1.Pod) bool {
 	if req := rule.OnExitCodes; req != nil {
 		return exitCodesMatch(req, pod)
 	}
@@ -54,7 +54,7 @@ func ruleMatches(rule *batchv1.PodFailurePolicyRule, pod *corev1.Pod) bool {
 
 // exitCodesMatch follows batch/v1: containers that exited 0 are left out;
 // In matches when any other exit code is listed, NotIn when any is not.
-func exitCodesMatch(req *batchv1.PodFailurePolicyOnExitCodesRequirement, pod *corev1.Pod) bool {
+func exitCodesMatch(req *batchv1alpha1.PodFailurePolicyOnExitCodesRequirement, pod *corev1.Pod) bool {
 	statuses := append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...)
 	for _, cs := range statuses {
 		if req.ContainerName != nil && *req.ContainerName != cs.Name {

@@ -11,41 +11,41 @@ import (
 )
 
 func TestFailureReason(t *testing.T) {
-	exit := func(op batchv1.PodFailurePolicyOnExitCodesOperator, action batchv1.PodFailurePolicyAction, values ...int32) batchv1.PodFailurePolicyRule {
-		return batchv1.PodFailurePolicyRule{Action: action,
-			OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{Operator: op, Values: values}}
+	exit := func(op batchv1.PodFailurePolicyOnExitCodesOperator, action batchv1.PodFailurePolicyAction, values ...int32) batchv1alpha1.PodFailurePolicyRule {
+		return batchv1alpha1.PodFailurePolicyRule{Action: action,
+			OnExitCodes: &batchv1alpha1.PodFailurePolicyOnExitCodesRequirement{Operator: op, Values: values}}
 	}
 	cases := map[string]struct {
-		rules []batchv1.PodFailurePolicyRule
+		rules []batchv1alpha1.PodFailurePolicyRule
 		pod   *corev1.Pod
 		want  string
 	}{
 		"no policy counts": {pod: withPhase(pod(0, 0), corev1.PodFailed, 1), want: batchv1alpha1.FailReasonCounted},
-		"In matches": {rules: []batchv1.PodFailurePolicyRule{exit(batchv1.PodFailurePolicyOnExitCodesOpIn, batchv1.PodFailurePolicyActionFailJob, 42)},
+		"In matches": {rules: []batchv1alpha1.PodFailurePolicyRule{exit(batchv1.PodFailurePolicyOnExitCodesOpIn, batchv1.PodFailurePolicyActionFailJob, 42)},
 			pod: withPhase(pod(0, 0), corev1.PodFailed, 42), want: batchv1alpha1.FailReasonFailJob},
-		"In misses": {rules: []batchv1.PodFailurePolicyRule{exit(batchv1.PodFailurePolicyOnExitCodesOpIn, batchv1.PodFailurePolicyActionFailJob, 42)},
+		"In misses": {rules: []batchv1alpha1.PodFailurePolicyRule{exit(batchv1.PodFailurePolicyOnExitCodesOpIn, batchv1.PodFailurePolicyActionFailJob, 42)},
 			pod: withPhase(pod(0, 0), corev1.PodFailed, 1), want: batchv1alpha1.FailReasonCounted},
-		"NotIn matches": {rules: []batchv1.PodFailurePolicyRule{exit(batchv1.PodFailurePolicyOnExitCodesOpNotIn, batchv1.PodFailurePolicyActionFailIndex, 1)},
+		"NotIn matches": {rules: []batchv1alpha1.PodFailurePolicyRule{exit(batchv1.PodFailurePolicyOnExitCodesOpNotIn, batchv1.PodFailurePolicyActionFailIndex, 1)},
 			pod: withPhase(pod(0, 0), corev1.PodFailed, 2), want: batchv1alpha1.FailReasonFailIndex},
-		"exit code 0 never matches": {rules: []batchv1.PodFailurePolicyRule{exit(batchv1.PodFailurePolicyOnExitCodesOpNotIn, batchv1.PodFailurePolicyActionFailJob, 1)},
+		"exit code 0 never matches": {rules: []batchv1alpha1.PodFailurePolicyRule{exit(batchv1.PodFailurePolicyOnExitCodesOpNotIn, batchv1.PodFailurePolicyActionFailJob, 1)},
 			pod: withPhase(pod(0, 0), corev1.PodFailed, 0), want: batchv1alpha1.FailReasonCounted},
-		"condition Ignore": {rules: []batchv1.PodFailurePolicyRule{{Action: batchv1.PodFailurePolicyActionIgnore,
-			OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget}}}},
+		"condition Ignore": {rules: []batchv1alpha1.PodFailurePolicyRule{{Action: batchv1.PodFailurePolicyActionIgnore,
+			OnPodConditions: []batchv1alpha1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget}}}},
 			pod: withPhase(pod(0, 0), corev1.PodFailed, 137, corev1.DisruptionTarget), want: batchv1alpha1.FailReasonIgnored},
-		"first matching rule wins": {rules: []batchv1.PodFailurePolicyRule{
+		"first matching rule wins": {rules: []batchv1alpha1.PodFailurePolicyRule{
 			exit(batchv1.PodFailurePolicyOnExitCodesOpIn, batchv1.PodFailurePolicyActionCount, 3),
 			exit(batchv1.PodFailurePolicyOnExitCodesOpIn, batchv1.PodFailurePolicyActionFailJob, 3)},
 			pod: withPhase(pod(0, 0), corev1.PodFailed, 3), want: batchv1alpha1.FailReasonCounted},
-		"container name filter": {rules: []batchv1.PodFailurePolicyRule{{Action: batchv1.PodFailurePolicyActionFailJob,
-			OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{ContainerName: ptr.To("sidecar"),
+		"container name filter": {rules: []batchv1alpha1.PodFailurePolicyRule{{Action: batchv1.PodFailurePolicyActionFailJob,
+			OnExitCodes: &batchv1alpha1.PodFailurePolicyOnExitCodesRequirement{ContainerName: ptr.To("sidecar"),
 				Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{42}}}},
 			pod: withPhase(pod(0, 0), corev1.PodFailed, 42), want: batchv1alpha1.FailReasonCounted},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			var policy *batchv1.PodFailurePolicy
+			var policy *batchv1alpha1.PodFailurePolicy
 			if tc.rules != nil {
-				policy = &batchv1.PodFailurePolicy{Rules: tc.rules}
+				policy = &batchv1alpha1.PodFailurePolicy{Rules: tc.rules}
 			}
 			if got := failureReason(policy, tc.pod); got != tc.want {
 				t.Errorf("failureReason = %s, want %s", got, tc.want)
