@@ -29,6 +29,10 @@ const (
 	// JobCompletionIndexEnv is the environment variable that Indexed pods see.
 	JobCompletionIndexEnv = "JOB_COMPLETION_INDEX"
 
+	// ControllerName is the spec.managedBy value of SafeJobs this operator
+	// runs (as is an unset managedBy).
+	ControllerName = "batch.safejob.dev/safejob-controller"
+
 	// RunFinalizer is carried by every run of a scheduled SafeJob until the
 	// run's outcome is committed to the parent's ledger and observed.
 	RunFinalizer = "batch.safejob.dev/run"
@@ -165,6 +169,16 @@ type SafeJobSpec struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+
+	// managedBy names the controller that runs this SafeJob, as batch/v1's
+	// managedBy does: unset or ControllerName, the SafeJob operator runs it;
+	// any other value (a domain-prefixed path such as
+	// kueue.x-k8s.io/multikueue), the operator leaves it alone: it creates
+	// no pod for it and never writes its status. Immutable.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[-A-Za-z0-9/._~%!$&'()*+,;=:]+$`
+	ManagedBy *string `json:"managedBy,omitempty"`
 
 	// suspend stops launching pods and deletes the active ones; their stop is
 	// recorded in the ledger as Evicted and never counted as a failure.

@@ -318,6 +318,11 @@ func (in *SafeJobSpec) DeepCopyInto(out *SafeJobSpec) {
 		*out = new(int32)
 		**out = **in
 	}
+	if in.ManagedBy != nil {
+		in, out := &in.ManagedBy, &out.ManagedBy
+		*out = new(string)
+		**out = **in
+	}
 	if in.Suspend != nil {
 		in, out := &in.Suspend, &out.Suspend
 		*out = new(bool)

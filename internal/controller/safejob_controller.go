@@ -168,6 +168,10 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 	}
 	logger := log.FromContext(ctx).WithValues("safeJob", klog.KObj(sj))
 	ctx = log.IntoContext(ctx, logger)
+	if by := ptr.Deref(sj.Spec.ManagedBy, batchv1alpha1.ControllerName); by != batchv1alpha1.ControllerName {
+		logger.V(2).Info("Skipping SafeJob managed by another controller", "managedBy", by)
+		return reconcile.Result{}, nil
+	}
 	if !r.tracker.showsOwnWrite(sj, r.Clock.Now(), r.Metrics) {
 		// Our last status write is not in the cache yet: its watch event
 		// will bring us back. Deciding now would only meet a conflict.

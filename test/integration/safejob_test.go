@@ -111,3 +111,35 @@ func TestWorkQueue(t *testing.T) {
 		t.Errorf("%d pods created, want 3", len(creates))
 	}
 }
+
+// TestManagedByAnotherController: a SafeJob whose managedBy names another
+// controller is left alone (no pod, no status write), as the batch/v1 Job
+// controller leaves such Jobs; one managed by SafeJob by name runs.
+func TestManagedByAnotherController(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil, false)
+	startManager(t, h.ns, managerOptions{})
+	other := testutil.MakeSafeJob("other", h.ns).ManagedBy("example.com/other-controller").Obj()
+	ours := testutil.MakeSafeJob("ours", h.ns).ManagedBy(batchv1alpha1.ControllerName).Obj()
+	for _, sj := range []*batchv1alpha1.SafeJob{other, ours} {
+		if err := k8s.Create(context.Background(), sj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := waitFinished(t, client.ObjectKeyFromObject(ours), time.Minute); !conditionTrue(got, batchv1alpha1.ConditionComplete) {
+		t.Fatalf("the SafeJob managed by SafeJob by name: conditions %+v, want Complete", got.Status.Conditions)
+	}
+	got := &batchv1alpha1.SafeJob{}
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(other), got); err != nil {
+		t.Fatal(err)
+	}
+	var pods corev1.PodList
+	if err := k8s.List(context.Background(), &pods, client.InNamespace(h.ns),
+		client.MatchingLabels{batchv1alpha1.SafeJobNameLabel: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Ledger.Seq != 0 || len(got.Status.Conditions) != 0 || len(pods.Items) != 0 {
+		t.Errorf("the SafeJob managed elsewhere was touched: ledger seq %d, conditions %+v, %d pods",
+			got.Status.Ledger.Seq, got.Status.Conditions, len(pods.Items))
+	}
+}

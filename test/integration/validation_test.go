@@ -92,6 +92,14 @@ func TestBadInputRefused(t *testing.T) {
 				MaxFailedIndexes(maxFailedIndexesLarge + 1).Obj(),
 			wantMsgs: []string{"spec.maxFailedIndexes", "1000"},
 		},
+		"managedBy not a domain-prefixed path": {
+			sj:       testutil.MakeSafeJob("managed", ns).ManagedBy("other-controller").Obj(),
+			wantMsgs: []string{"spec.managedBy"},
+		},
+		"managedBy too long": {
+			sj:       testutil.MakeSafeJob("managed-long", ns).ManagedBy("example.com/" + strings.Repeat("x", 52)).Obj(),
+			wantMsgs: []string{"spec.managedBy", "63"},
+		},
 		"negative history limit": {
 			sj:       testutil.MakeSafeJob("history", ns).Schedule("@hourly").HistoryLimits(-1, 1).Obj(),
 			wantMsgs: []string{"spec.successfulRunsHistoryLimit"},
@@ -126,6 +134,8 @@ func TestImmutableFields(t *testing.T) {
 			wantMsg: "template is immutable"},
 		"scheduleAdded": {mutate: func(sj *batchv1alpha1.SafeJob) { sj.Spec.Schedule = ptr.To("@hourly") },
 			wantMsg: "schedule cannot be added"},
+		"managedBy": {mutate: func(sj *batchv1alpha1.SafeJob) { sj.Spec.ManagedBy = ptr.To("example.com/other") },
+			wantMsg: "managedBy is immutable"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

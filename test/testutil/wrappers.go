@@ -77,6 +77,12 @@ func (w *SafeJobWrapper) MaxFailedIndexes(n int32) *SafeJobWrapper {
 	return w
 }
 
+// ManagedBy sets spec.managedBy.
+func (w *SafeJobWrapper) ManagedBy(controller string) *SafeJobWrapper {
+	w.Spec.ManagedBy = ptr.To(controller)
+	return w
+}
+
 // Suspend sets spec.suspend.
 func (w *SafeJobWrapper) Suspend(s bool) *SafeJobWrapper {
 	w.Spec.Suspend = ptr.To(s)
