@@ -97,8 +97,8 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.maxFailedIndexes) || has(self.backoffLimitPerIndex)",message="maxFailedIndexes requires backoffLimitPerIndex"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxFailedIndexes) || !has(self.completions) || self.maxFailedIndexes <= self.completions",message="maxFailedIndexes must not exceed completions",fieldPath=".maxFailedIndexes"
 // +kubebuilder:validation:XValidation:rule="self.completionMode != 'Indexed' || (has(self.completions) && self.completions >= 1)",message="completions must be set, at least 1, when completionMode is Indexed",fieldPath=".completions"
-// +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || self.template.spec.?restartPolicy.orValue('') == 'Never'",message="only \"Never\" is supported when podFailurePolicy is specified",fieldPath=".template.spec.restartPolicy"
-// +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || has(self.backoffLimitPerIndex) || self.podFailurePolicy.rules.all(r, r.action != 'FailIndex')",messageExpression="'spec.podFailurePolicy.rules[' + string(self.podFailurePolicy.rules.map(r, r.action).indexOf('FailIndex')) + '].action: FailIndex requires the backoffLimitPerIndex to be set'",fieldPath=".podFailurePolicy.rules"
+// +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || (has(self.template.spec.restartPolicy) && self.template.spec.restartPolicy == 'Never')",message="only \"Never\" is supported when podFailurePolicy is specified",fieldPath=".template.spec.restartPolicy"
+// +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || has(self.backoffLimitPerIndex) || self.podFailurePolicy.rules.all(r, r.action != 'FailIndex')",message="a rule's action FailIndex requires the backoffLimitPerIndex to be set",fieldPath=".podFailurePolicy.rules"
 // +kubebuilder:validation:XValidation:rule="!has(self.backoffLimitPerIndex) || !has(self.completions) || self.completions <= 20000 || (has(self.maxFailedIndexes) && self.maxFailedIndexes <= 1000)",message="with backoffLimitPerIndex and more than 20000 completions, maxFailedIndexes must be set to at most 1000, so that completedIndexes and failedIndexes always fit in status",fieldPath=".maxFailedIndexes"
 type SafeJobSpec struct {
 	// template is the pod template of every pod the SafeJob creates.
@@ -610,7 +610,7 @@ type PodFailurePolicyRule struct {
 
 // PodFailurePolicyOnExitCodesRequirement matches the exit codes of a failed
 // pod's containers that did not exit 0.
-// +kubebuilder:validation:XValidation:rule="self.operator != 'In' || !self.values.exists(v, v == 0)",messageExpression="'values[' + string(self.values.indexOf(0)) + ']: must not be 0 for the In operator'",fieldPath=".values"
+// +kubebuilder:validation:XValidation:rule="self.operator != 'In' || !self.values.exists(v, v == 0)",message="must not contain 0 for the In operator",fieldPath=".values"
 // +kubebuilder:validation:XValidation:rule="self.values.isSorted()",message="must be ordered",fieldPath=".values"
 type PodFailurePolicyOnExitCodesRequirement struct {
 	// containerName limits the requirement to the container of this name.

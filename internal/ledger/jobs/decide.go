@@ -2,8 +2,8 @@ package jobs
 
 import (
 	"fmt"
-	"math"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"time"

@@ -1,0 +1,337 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/test/cluster"
+)
+
+// fate is what one pod does once it runs: end after duration, Succeeded
+// or Failed with exit, or (hold) run until it is stopped.
+type fate struct {
+	exit     int32
+	duration time.Duration
+	hold     bool
+}
+
+// script gives the fate of the attempt-th pod (in creation order, from 0)
+// of an index; NonIndexed pods all share the index "".
+type script func(index string, attempt int) fate
+
+// parityCase is one spec run as a batch/v1 Job and as a SafeJob at once.
+type parityCase struct {
+	spec   batchv1.JobSpec
+	script script
+}
+
+// parityOutcome is what is compared between the two controllers.
+type parityOutcome struct {
+	Finished         string // the True Complete or Failed condition, with its reason
+	Succeeded        int32
+	Failed           int32
+	CompletedIndexes string
+	FailedIndexes    string
+	PodsPerIndex     map[string]int
+}
+
+func succeedAfter(d time.Duration) script { return func(string, int) fate { return fate{duration: d} } }
+
+// failFirst fails the first n attempts of the indexes listed (every index
+// when none is) with exit, and succeeds the rest.
+func failFirst(n int, exit int32, indexes ...string) script {
+	return func(index string, attempt int) fate {
+		if attempt < n && (len(indexes) == 0 || strings.Contains(","+strings.Join(indexes, ",")+",", ","+index+",")) {
+			return fate{exit: exit, duration: 200 * time.Millisecond}
+		}
+		return fate{duration: 200 * time.Millisecond}
+	}
+}
+
+func parityTemplate() corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{holdAnnotation: ""}},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
+	}
+}
+
+func jobSpec(completions *int32, parallelism int32, mutate ...func(*batchv1.JobSpec)) batchv1.JobSpec {
+	s := batchv1.JobSpec{Completions: completions, Parallelism: ptr.To(parallelism), BackoffLimit: ptr.To[int32](6),
+		Template: parityTemplate()}
+	for _, m := range mutate {
+		m(&s)
+	}
+	return s
+}
+
+func indexed(s *batchv1.JobSpec) { s.CompletionMode = ptr.To(batchv1.IndexedCompletion) }
+
+func exitCodeRule(action batchv1.PodFailurePolicyAction, codes ...int32) batchv1.PodFailurePolicyRule {
+	return batchv1.PodFailurePolicyRule{Action: action, OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
+		Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: codes}}
+}
+
+func parityCases() map[string]parityCase {
+	quick := 200 * time.Millisecond
+	return map[string]parityCase{
+		"NonIndexed, all succeed": {spec: jobSpec(ptr.To[int32](3), 2), script: succeedAfter(quick)},
+		"zero completions":        {spec: jobSpec(ptr.To[int32](0), 2), script: succeedAfter(quick)},
+		"work queue": {spec: jobSpec(nil, 3), script: func(_ string, attempt int) fate {
+			if attempt == 0 {
+				return fate{duration: quick}
+			}
+			return fate{duration: 3 * time.Second}
+		}},
+		"backoffLimit exceeded": {spec: jobSpec(ptr.To[int32](1), 1, func(s *batchv1.JobSpec) { s.BackoffLimit = ptr.To[int32](1) }),
+			script: failFirst(5, 1)},
+		"Indexed, one index fails once": {spec: jobSpec(ptr.To[int32](4), 2, indexed), script: failFirst(1, 1, "1")},
+		"two adjacent indexes":          {spec: jobSpec(ptr.To[int32](2), 2, indexed), script: succeedAfter(quick)},
+		"podFailurePolicy FailJob": {spec: jobSpec(ptr.To[int32](2), 2, indexed, func(s *batchv1.JobSpec) {
+			s.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
+				exitCodeRule(batchv1.PodFailurePolicyActionFailJob, 42)}}
+		}), script: func(index string, _ int) fate {
+			if index == "0" {
+				return fate{exit: 42, duration: quick}
+			}
+			return fate{hold: true}
+		}},
+		"podFailurePolicy Ignore": {spec: jobSpec(ptr.To[int32](2), 1, func(s *batchv1.JobSpec) {
+			s.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
+				exitCodeRule(batchv1.PodFailurePolicyActionIgnore, 3)}}
+		}), script: failFirst(1, 3)},
+		"per-index limit and maxFailedIndexes": {spec: jobSpec(ptr.To[int32](3), 3, indexed, func(s *batchv1.JobSpec) {
+			s.BackoffLimitPerIndex, s.MaxFailedIndexes = ptr.To[int32](0), ptr.To[int32](0)
+		}), script: func(index string, _ int) fate {
+			if index == "1" {
+				return fate{exit: 1, duration: quick}
+			}
+			return fate{hold: true}
+		}},
+		"activeDeadlineSeconds": {spec: jobSpec(ptr.To[int32](2), 2, func(s *batchv1.JobSpec) {
+			s.ActiveDeadlineSeconds = ptr.To[int64](2)
+		}), script: func(string, int) fate { return fate{hold: true} }},
+	}
+}
+
+// TestParity runs each case as a batch/v1 Job under kube-controller-manager's
+// Job controller and as a SafeJob with the same spec, at the same time, on
+// one local cluster, with the same scripted fate for the n-th pod of each
+// index; then compares how both ended. Any difference fails the test.
+func TestParity(t *testing.T) {
+	e := newEnv(t, cluster.Options{})
+	e.startOperator()
+	d := startFateDriver(t, e)
+	for name, tc := range parityCases() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ns := "parity-" + strings.NewReplacer(" ", "-", ",", "", "/", "-").Replace(strings.ToLower(name))
+			if err := e.cl.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+				t.Fatal(err)
+			}
+			d.setScript(ns, tc.script)
+			job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: ns}, Spec: tc.spec}
+			sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "safejob", Namespace: ns}}
+			if err := convertSpec(&tc.spec, &sj.Spec); err != nil {
+				t.Fatal(err)
+			}
+			for _, obj := range []client.Object{job, sj} {
+				if err := e.cl.Create(context.Background(), obj); err != nil {
+					t.Fatalf("creating %T: %v", obj, err)
+				}
+			}
+			wantJob, gotSJ := e.waitParity(t, job, sj, d, 3*time.Minute)
+			if diff := cmp.Diff(wantJob, gotSJ); diff != "" {
+				t.Errorf("SafeJob differs from batch/v1 (-batch/v1,+SafeJob):\n%s", diff)
+			}
+		})
+	}
+}
+
+// convertSpec copies a Job spec into a SafeJob spec through JSON; a field
+// the SafeJob does not have is an error, never dropped.
+func convertSpec(in *batchv1.JobSpec, out *batchv1alpha1.SafeJobSpec) error {
+	raw, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(out); err != nil {
+		return fmt.Errorf("the SafeJob lacks a field of the Job spec: %w", err)
+	}
+	return nil
+}
+
+// waitParity waits until both have finished and returns their outcomes.
+func (e *env) waitParity(t *testing.T, job *batchv1.Job, sj *batchv1alpha1.SafeJob, d *fateDriver, timeout time.Duration) (parityOutcome, parityOutcome) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(timeout)
+	for {
+		jobErr := e.cl.Get(ctx, client.ObjectKeyFromObject(job), job)
+		sjErr := e.cl.Get(ctx, client.ObjectKeyFromObject(sj), sj)
+		if jobErr == nil && sjErr == nil && unfinishedJobs([]batchv1.Job{*job}) == 0 && unfinishedSafeJobs([]batchv1alpha1.SafeJob{*sj}) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not both finished after %s: Job %+v (%v), SafeJob %+v (%v)", timeout,
+				job.Status.Conditions, jobErr, sj.Status.Conditions, sjErr)
+		}
+		time.Sleep(500 * time.Millisecond) // polling interval of the finish check
+	}
+	jobOut := parityOutcome{Succeeded: job.Status.Succeeded, Failed: job.Status.Failed,
+		CompletedIndexes: job.Status.CompletedIndexes, FailedIndexes: ptr.Deref(job.Status.FailedIndexes, ""),
+		PodsPerIndex: d.podsPerIndex(job.UID)}
+	for _, c := range job.Status.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			jobOut.Finished = string(c.Type) + "/" + c.Reason
+		}
+	}
+	sjOut := parityOutcome{Succeeded: sj.Status.Succeeded, Failed: sj.Status.Failed,
+		CompletedIndexes: sj.Status.CompletedIndexes, FailedIndexes: ptr.Deref(sj.Status.FailedIndexes, ""),
+		PodsPerIndex: d.podsPerIndex(sj.UID)}
+	for _, c := range sj.Status.Conditions {
+		if (c.Type == batchv1alpha1.ConditionComplete || c.Type == batchv1alpha1.ConditionFailed) && c.Status == metav1.ConditionTrue {
+			sjOut.Finished = c.Type + "/" + c.Reason
+		}
+	}
+	return jobOut, sjOut
+}
+
+const holdAnnotation = "kwok.safejob.dev/hold"
+
+// fateDriver gives every pod of a Job or SafeJob in a scripted namespace
+// its fate: pods start held (the template's hold annotation), and once one
+// runs the driver replaces the hold with the scripted duration and exit
+// code, which KWOK then carries out.
+type fateDriver struct {
+	cl      client.Client
+	mu      sync.Mutex
+	scripts map[string]script
+	attempt map[types.UID]int            // by pod: its attempt of its index
+	count   map[string]int               // by owner UID and index: pods seen
+	perIdx  map[types.UID]map[string]int // by owner UID: pods created per index
+	done    map[types.UID]bool           // pods whose fate is set
+}
+
+func startFateDriver(t *testing.T, e *env) *fateDriver {
+	t.Helper()
+	d := &fateDriver{cl: e.cl, scripts: map[string]script{}, attempt: map[types.UID]int{}, count: map[string]int{},
+		perIdx: map[types.UID]map[string]int{}, done: map[types.UID]bool{}}
+	informers, err := cache.New(e.c.Config, cache.Options{Scheme: cluster.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	inf, err := informers.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	see := func(obj any) {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			d.see(ctx, t, pod)
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: see, UpdateFunc: func(_, obj any) { see(obj) },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = informers.Start(ctx) }()
+	if !informers.WaitForCacheSync(ctx) {
+		t.Fatal("pod informer did not sync")
+	}
+	return d
+}
+
+func (d *fateDriver) setScript(ns string, s script) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.scripts[ns] = s
+}
+
+// see numbers a pod among its index's pods when it first appears, and sets
+// its fate once it runs.
+func (d *fateDriver) see(ctx context.Context, t *testing.T, pod *corev1.Pod) {
+	owner := metav1.GetControllerOf(pod)
+	d.mu.Lock()
+	s := d.scripts[pod.Namespace]
+	if s == nil || owner == nil {
+		d.mu.Unlock()
+		return
+	}
+	index := pod.Labels[batchv1alpha1.JobCompletionIndexAnnotation]
+	attempt, known := d.attempt[pod.UID]
+	if !known {
+		key := string(owner.UID) + "/" + index
+		attempt = d.count[key]
+		d.count[key]++
+		d.attempt[pod.UID] = attempt
+		if d.perIdx[owner.UID] == nil {
+			d.perIdx[owner.UID] = map[string]int{}
+		}
+		d.perIdx[owner.UID][index]++
+	}
+	_, held := pod.Annotations[holdAnnotation]
+	ready := held && !d.done[pod.UID] && pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil
+	if ready {
+		d.done[pod.UID] = true
+	}
+	d.mu.Unlock()
+	if !ready {
+		return
+	}
+	f := s(index, attempt)
+	if f.hold {
+		return
+	}
+	annotations := map[string]any{holdAnnotation: nil, "kwok.safejob.dev/duration": f.duration.String()}
+	if f.exit != 0 {
+		annotations["kwok.safejob.dev/exit-code"] = strconv.Itoa(int(f.exit))
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	if err := d.cl.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); err != nil && ctx.Err() == nil {
+		t.Errorf("scripting pod %s/%s: %v", pod.Namespace, pod.Name, err)
+	}
+}
+
+// podsPerIndex is how many pods the owner created for each index.
+func (d *fateDriver) podsPerIndex(owner types.UID) map[string]int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[string]int{}
+	keys := make([]string, 0, len(d.perIdx[owner]))
+	for k := range d.perIdx[owner] {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		out[k] = d.perIdx[owner][k]
+	}
+	return out
+}
