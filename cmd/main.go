@@ -20,6 +20,7 @@ import (
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/controller"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
 func main() {
@@ -44,6 +45,9 @@ func main() {
 	flag.DurationVar(&s.readyBusy, "ready-busy-period", controller.DefaultReadyBusyPeriod,
 		"How long a change of status.ready alone may wait while SafeJobs queue for a worker "+
 			"(0 or less than --ready-batch-period: as --ready-batch-period).")
+	flag.DurationVar(&s.failureBackoff, "pod-failure-backoff", jobs.DefaultBackoff.Base,
+		"The delay before a failed pod is replaced, doubling with each failure since the last success, "+
+			"at most 60 times this (batch/v1: 10s, at most 10m).")
 	flag.StringVar(&s.pprofAddr, "pprof-bind-address", "0", "The address the pprof endpoint binds to (0 disables it).")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
@@ -66,6 +70,7 @@ type settings struct {
 	qps                               float64
 	burst                             int
 	podBatch, readyBatch, readyBusy   time.Duration
+	failureBackoff                    time.Duration
 }
 
 func run(s settings) error {
@@ -120,6 +125,7 @@ func run(s settings) error {
 		PodBatchPeriod:          s.podBatch,
 		ReadyBatchPeriod:        s.readyBatch,
 		ReadyBusyPeriod:         s.readyBusy,
+		Backoff:                 jobs.Backoff{Base: s.failureBackoff, Max: 60 * s.failureBackoff},
 		Kueue:                   withKueue,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {

@@ -377,6 +377,10 @@ type IndexState struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	Failures int32 `json:"failures,omitempty"`
+	// lastFailureTime is when the index's last failure was recorded: with
+	// backoffLimitPerIndex its next pod waits out the backoff delay from it.
+	// +optional
+	LastFailureTime *metav1.Time `json:"lastFailureTime,omitempty"`
 }
 
 // LedgerCheckpoint folds old entries into totals that keep their meaning:
@@ -406,6 +410,14 @@ type LedgerCheckpoint struct {
 	// failJob is true when a folded failure carried the FailJob action.
 	// +optional
 	FailJob bool `json:"failJob,omitempty"`
+	// failuresSinceSuccess is the number of pod failures recorded since the
+	// last success; the next pod waits out the backoff delay it sets.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	FailuresSinceSuccess int32 `json:"failuresSinceSuccess,omitempty"`
+	// lastFailureTime is when the last of those failures was recorded.
+	// +optional
+	LastFailureTime *metav1.Time `json:"lastFailureTime,omitempty"`
 	// succeededIndexes lists the indexes that succeeded, as intervals ("0-3,7").
 	// +optional
 	// +kubebuilder:validation:MaxLength=65536

@@ -51,6 +51,7 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 		Gone:      map[string]bool{},
 		Taken:     map[string]bool{},
 		Fence:     r.Fence,
+		Backoff:   r.Backoff,
 		Now:       r.Clock.Now(),
 	}
 	unaccounted, wait, err := jobs.Unaccounted(in)

@@ -64,6 +64,9 @@ type SafeJobReconciler struct {
 	// Fence bounds when a launch's pod may be created and when its absence is
 	// trusted (ledger.Fence); the zero Fence is ledger.DefaultFence.
 	Fence ledger.Fence
+	// Backoff is the delay before a failed pod is replaced; the zero
+	// Backoff is jobs.DefaultBackoff, batch/v1's.
+	Backoff jobs.Backoff
 
 	tracker *tracker
 	// podWrites holds the slots of ConcurrentPodWrites.

@@ -36,6 +36,7 @@ import (
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/controller"
 	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 	"github.com/safejob/safejob/test/testutil"
 )
 
@@ -135,7 +136,14 @@ type managerOptions struct {
 	noKueue bool
 	// fence replaces the operator's default fence (ledger.DefaultFence).
 	fence ledger.Fence
+	// backoff replaces the suite's short delay before a failed pod is
+	// replaced (testBackoff).
+	backoff jobs.Backoff
 }
+
+// testBackoff keeps the suite's retries quick; TestFailureBackoff checks
+// the delay itself.
+var testBackoff = jobs.Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond}
 
 // startManager runs a SafeJob controller, limited to namespace ns, until the
 // returned stop is called or the test ends. stop waits for it to exit.
@@ -171,6 +179,10 @@ func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 		ReadyBusyPeriod:     controller.DefaultReadyBusyPeriod,
 		ConcurrentPodWrites: controller.DefaultConcurrentPodWrites,
 		Fence:               opts.fence,
+		Backoff:             opts.backoff,
+	}
+	if r.Backoff == (jobs.Backoff{}) {
+		r.Backoff = testBackoff
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}

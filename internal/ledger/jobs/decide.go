@@ -66,6 +66,9 @@ type Input struct {
 	// Fence bounds when pods may be created and when absence is trusted;
 	// the zero Fence is ledger.DefaultFence.
 	Fence ledger.Fence
+	// Backoff is the delay before a failed pod is replaced; the zero Backoff
+	// is DefaultBackoff.
+	Backoff Backoff
 	// Now is the current time.
 	Now time.Time
 	// Queue is what the queueing system says of a queued SafeJob; nil when
@@ -401,7 +404,7 @@ func (d *decision) decideTarget() {
 	switch {
 	case st.FailJob:
 		reason, msg = batchv1alpha1.ReasonPodFailurePolicy, "A pod failure matched a podFailurePolicy rule with action FailJob"
-	case spec.BackoffLimitPerIndex == nil && st.Failed > ptr.Deref(spec.BackoffLimit, 6):
+	case spec.BackoffLimitPerIndex == nil && st.Failed > ptr.Deref(spec.BackoffLimit, 6), d.restartsPastLimit():
 		reason, msg = batchv1alpha1.ReasonBackoffLimitExceeded, "Job has reached the specified backoff limit"
 	case spec.MaxFailedIndexes != nil && int32(st.FailedIndexes.Len()) > *spec.MaxFailedIndexes:
 		reason, msg = batchv1alpha1.ReasonMaxFailedIndexesExceeded, "Job has exceeded the specified maximal number of failed indexes"
@@ -513,6 +516,13 @@ func (d *decision) launch() {
 	for _, ref := range d.st.Open {
 		busy[ref.Index] = true
 	}
+	perIndex := d.in.Spec.BackoffLimitPerIndex != nil
+	if wait := d.in.Backoff.left(d.st.FailuresSinceSuccess, d.st.LastFailure, d.in.Now); wait > 0 && !perIndex {
+		// batch/v1: no pod starts until the delay after the failures since
+		// the last success has passed.
+		d.plan.RequeueAfter = ledger.MinPositive(d.plan.RequeueAfter, wait)
+		return
+	}
 	limit := ptr.Deref(d.in.Spec.Completions, 1)
 	if workQueue(d.in.Spec) {
 		// Work queue: parallelism pods until one succeeds; after that none
@@ -524,6 +534,11 @@ func (d *decision) launch() {
 	}
 	for i := d.st.nextUndone(0); i < limit && slots > 0; i = d.st.nextUndone(i + 1) {
 		if busy[i] {
+			continue
+		}
+		if wait := d.in.Backoff.left(d.st.Failures[i], d.st.LastIndexFailure[i], d.in.Now); wait > 0 && perIndex {
+			// With backoffLimitPerIndex the delay is the index's own.
+			d.plan.RequeueAfter = ledger.MinPositive(d.plan.RequeueAfter, wait)
 			continue
 		}
 		a := d.st.Attempts[i]
@@ -721,4 +736,56 @@ func completionsColumn(spec *batchv1alpha1.SafeJobSpec, succeeded int32) string 
 	default:
 		return fmt.Sprintf("%d/1", succeeded)
 	}
+}
+
+// Backoff is the delay before a failed pod is replaced, as batch/v1 has it:
+// Base after the first failure since the last success (of the index, with
+// backoffLimitPerIndex), doubling with each further one, at most Max.
+type Backoff struct {
+	Base, Max time.Duration
+}
+
+// DefaultBackoff is batch/v1's: 10s doubling, at most 10 minutes.
+var DefaultBackoff = Backoff{Base: 10 * time.Second, Max: 10 * time.Minute}
+
+// NoBackoff replaces a failed pod at once.
+var NoBackoff = Backoff{Base: -1}
+
+// left is how long the next pod still waits after failures failures, the
+// last recorded at last.
+func (b Backoff) left(failures int32, last, now time.Time) time.Duration {
+	if b == (Backoff{}) {
+		b = DefaultBackoff
+	}
+	if failures <= 0 || b.Base <= 0 {
+		return 0
+	}
+	delay := b.Base
+	for i := int32(1); i < failures && delay < b.Max; i++ {
+		delay *= 2
+	}
+	return max(min(delay, b.Max)-now.Sub(last), 0)
+}
+
+// restartsPastLimit is batch/v1's backoffLimit for restartPolicy OnFailure:
+// the container restarts of the SafeJob's running and pending pods reach
+// backoffLimit (any restart, when it is 0).
+func (d *decision) restartsPastLimit() bool {
+	if d.in.Spec.Template.Spec.RestartPolicy != corev1.RestartPolicyOnFailure {
+		return false
+	}
+	var restarts int32
+	for name := range d.st.Open {
+		pod := d.seen[name]
+		if pod == nil || (pod.Status.Phase != corev1.PodRunning && pod.Status.Phase != corev1.PodPending) {
+			continue
+		}
+		for _, cs := range append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...) {
+			restarts += cs.RestartCount
+		}
+	}
+	if limit := ptr.Deref(d.in.Spec.BackoffLimit, 6); limit > 0 {
+		return restarts >= limit
+	}
+	return restarts > 0
 }

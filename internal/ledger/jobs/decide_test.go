@@ -22,6 +22,10 @@ func spec(par, completions int32) batchv1alpha1.SafeJobSpec {
 	return batchv1alpha1.SafeJobSpec{Parallelism: ptr.To(par), Completions: ptr.To(completions), BackoffLimit: ptr.To[int32](6)}
 }
 
+// noBackoff: the tests that do not check the backoff delay (TestBackoff
+// does) run on a clock that does not move.
+var noBackoff = NoBackoff
+
 // queueSpec is a work queue: no completions.
 func queueSpec(par int32) batchv1alpha1.SafeJobSpec {
 	s := spec(par, 0)
@@ -53,6 +57,12 @@ func pod(i, a int32) *corev1.Pod {
 			Labels: map[string]string{batchv1alpha1.CompletionIndexLabel: itoa(i), batchv1alpha1.AttemptLabel: itoa(a)}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	}
+}
+
+// withRestarts gives the pod's container that many restarts.
+func withRestarts(p *corev1.Pod, n int32) *corev1.Pod {
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", RestartCount: n}}
+	return p
 }
 
 func itoa(i int32) string { return strconv.Itoa(int(i)) }
@@ -241,6 +251,34 @@ func TestDecide(t *testing.T) {
 			wantRelease: []string{"sj-0-0"},
 			wantConds:   []string{batchv1alpha1.ConditionComplete},
 		},
+		"OnFailure: container restarts reach backoffLimit": {
+			spec: func() batchv1alpha1.SafeJobSpec {
+				s := spec(1, 1)
+				s.BackoffLimit, s.Template.Spec.RestartPolicy = ptr.To[int32](2), corev1.RestartPolicyOnFailure
+				return s
+			}(),
+			ledger:     ledgerOf(launched(1, 0, 0)),
+			pods:       []*corev1.Pod{withRestarts(pod(0, 0), 2)},
+			wantAppend: []batchv1alpha1.LedgerEntry{outcome(2, batchv1alpha1.EntryStopping, 0, 0, EvictReasonFailing)},
+			wantConds:  []string{batchv1alpha1.ConditionFailureTarget},
+			wantActive: 1,
+		},
+		"OnFailure: restarts below backoffLimit go on": {
+			spec: func() batchv1alpha1.SafeJobSpec {
+				s := spec(1, 1)
+				s.BackoffLimit, s.Template.Spec.RestartPolicy = ptr.To[int32](2), corev1.RestartPolicyOnFailure
+				return s
+			}(),
+			ledger:     ledgerOf(launched(1, 0, 0)),
+			pods:       []*corev1.Pod{withRestarts(pod(0, 0), 1)},
+			wantActive: 1,
+		},
+		"Never: restarts are not counted": {
+			spec:       func() batchv1alpha1.SafeJobSpec { s := spec(1, 1); s.BackoffLimit = ptr.To[int32](0); return s }(),
+			ledger:     ledgerOf(launched(1, 0, 0)),
+			pods:       []*corev1.Pod{withRestarts(pod(0, 0), 5)},
+			wantActive: 1,
+		},
 		"work queue launches parallelism pods": {
 			spec:       queueSpec(3),
 			wantAppend: []batchv1alpha1.LedgerEntry{launched(1, 0, 0), launched(2, 1, 0), launched(3, 2, 0)},
@@ -279,7 +317,7 @@ func TestDecide(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			in := &Input{Name: "sj", Spec: &tc.spec, Pods: tc.pods, Now: t0.Add(time.Second),
+			in := &Input{Name: "sj", Spec: &tc.spec, Pods: tc.pods, Now: t0.Add(time.Second), Backoff: noBackoff,
 				Status:   &batchv1alpha1.SafeJobStatus{Ledger: tc.ledger, Conditions: tc.conditions},
 				LastSeen: map[string]*corev1.Pod{}, Gone: map[string]bool{}, Uncreated: map[string]bool{}}
 			for _, p := range tc.lastSeen {
@@ -508,7 +546,7 @@ func newDriver(s batchv1alpha1.SafeJobSpec) *driver {
 
 func (d *driver) step(t testing.TB, now time.Time) *Plan {
 	t.Helper()
-	plan, err := Decide(&Input{Name: "sj", Spec: &d.spec, Status: d.status, Pods: d.pods, Now: now, Uncreated: d.uncreated,
+	plan, err := Decide(&Input{Name: "sj", Spec: &d.spec, Status: d.status, Pods: d.pods, Now: now, Uncreated: d.uncreated, Backoff: noBackoff,
 		Gone: map[string]bool{}, LastSeen: map[string]*corev1.Pod{}})
 	if err != nil {
 		t.Fatal(err)
@@ -616,6 +654,94 @@ func TestWorkQueueCounts(t *testing.T) {
 			}
 			if got := indexLimit(&tc.spec); got != tc.wantLimitOK+1 {
 				t.Errorf("index limit %d, want %d", got, tc.wantLimitOK+1)
+			}
+		})
+	}
+}
+
+func TestBackoffDelay(t *testing.T) {
+	cases := map[string]struct {
+		failures int32
+		elapsed  time.Duration
+		want     time.Duration
+	}{
+		"no failure":                 {failures: 0, want: 0},
+		"first failure":              {failures: 1, want: 10 * time.Second},
+		"first failure, 4s later":    {failures: 1, elapsed: 4 * time.Second, want: 6 * time.Second},
+		"first failure, long after":  {failures: 1, elapsed: time.Hour, want: 0},
+		"third failure":              {failures: 3, want: 40 * time.Second},
+		"at the cap":                 {failures: 7, want: 10 * time.Minute},
+		"far past the cap":           {failures: 1000, want: 10 * time.Minute},
+		"far past the cap, 1m later": {failures: 1000, elapsed: time.Minute, want: 9 * time.Minute},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := (Backoff{}).left(tc.failures, t0, t0.Add(tc.elapsed)); got != tc.want {
+				t.Errorf("left = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestBackoff: a failed pod is replaced only once the backoff delay since
+// the last failure has passed (batch/v1: 10s doubling), counting failures
+// since the last success; with backoffLimitPerIndex the delay is per index,
+// and other indexes start meanwhile. The count and time survive a fold.
+func TestBackoff(t *testing.T) {
+	failedAt := func(seq int64, i, a int32, at time.Time) batchv1alpha1.LedgerEntry {
+		e := outcome(seq, batchv1alpha1.EntryFailed, i, a, batchv1alpha1.FailReasonCounted)
+		e.Time = metav1.NewTime(at)
+		return e
+	}
+	perIndex := spec(2, 2)
+	perIndex.CompletionMode, perIndex.BackoffLimitPerIndex = batchv1alpha1.IndexedCompletion, ptr.To[int32](3)
+	twoFailures := ledgerOf(launched(1, 0, 0), failedAt(2, 0, 0, t0), launched(3, 0, 1), failedAt(4, 0, 1, t0.Add(5*time.Second)))
+	cases := map[string]struct {
+		spec       batchv1alpha1.SafeJobSpec
+		ledger     batchv1alpha1.Ledger
+		now        time.Time
+		wantLaunch []string
+		wantWait   time.Duration
+	}{
+		"within the delay nothing starts": {spec: spec(2, 2), ledger: ledgerOf(launched(1, 0, 0), failedAt(2, 0, 0, t0)),
+			now: t0.Add(4 * time.Second), wantWait: 6 * time.Second},
+		"after the delay the index runs again": {spec: spec(2, 2), ledger: ledgerOf(launched(1, 0, 0), failedAt(2, 0, 0, t0)),
+			now: t0.Add(10 * time.Second), wantLaunch: []string{"sj-0-1", "sj-1-0"}},
+		"two failures double it": {spec: spec(1, 1), ledger: twoFailures, now: t0.Add(15 * time.Second), wantWait: 10 * time.Second},
+		"a success resets it": {spec: spec(1, 3), ledger: ledgerOf(launched(1, 0, 0), failedAt(2, 0, 0, t0),
+			launched(3, 0, 1), outcome(4, batchv1alpha1.EntrySucceeded, 0, 1, "")),
+			now: t0.Add(time.Second), wantLaunch: []string{"sj-1-0"}},
+		"per index: the failed index waits, others start": {spec: perIndex,
+			ledger: ledgerOf(launched(1, 0, 0), failedAt(2, 0, 0, t0)),
+			now:    t0.Add(3 * time.Second), wantLaunch: []string{"sj-1-0"}, wantWait: 7 * time.Second},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			for _, folded := range []bool{false, true} {
+				l := tc.ledger
+				if folded {
+					var err error
+					if l, err = Fold(&l, 0); err != nil {
+						t.Fatal(err)
+					}
+				}
+				plan, err := Decide(&Input{Name: "sj", Spec: &tc.spec, Now: tc.now,
+					Status: &batchv1alpha1.SafeJobStatus{Ledger: l}, LastSeen: map[string]*corev1.Pod{}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var launches []string
+				for _, e := range plan.Append {
+					if e.Type == batchv1alpha1.EntryLaunched {
+						launches = append(launches, e.Pod)
+					}
+				}
+				if diff := cmp.Diff(tc.wantLaunch, launches, cmpopts.EquateEmpty()); diff != "" {
+					t.Errorf("folded %v: launches (-want,+got):\n%s", folded, diff)
+				}
+				if plan.RequeueAfter != tc.wantWait {
+					t.Errorf("folded %v: requeue after %s, want %s", folded, plan.RequeueAfter, tc.wantWait)
+				}
 			}
 		})
 	}

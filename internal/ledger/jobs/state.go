@@ -10,6 +10,9 @@ import (
 	"slices"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger"
 )
@@ -43,6 +46,13 @@ type State struct {
 	Attempts map[int32]int32
 	// Failures counts counted failures per index.
 	Failures map[int32]int32
+	// FailuresSinceSuccess counts the pod failures recorded since the last
+	// success, the last of them recorded at LastFailure: the backoff delay
+	// before the next pod runs from it (batch/v1).
+	FailuresSinceSuccess int32
+	LastFailure          time.Time
+	// LastIndexFailure is when each index's last failure was recorded.
+	LastIndexFailure map[int32]time.Time
 	// Open holds the launches whose outcome is not recorded, by pod name.
 	Open map[string]PodRef
 	// Closed holds the pods of the listed entries whose outcome is recorded.
@@ -59,13 +69,14 @@ type State struct {
 // must not be acted on.
 func Replay(l *batchv1alpha1.Ledger) (*State, error) {
 	st := &State{
-		Seq:       l.Seq,
-		Attempts:  map[int32]int32{},
-		Failures:  map[int32]int32{},
-		Open:      map[string]PodRef{},
-		Closed:    map[string]PodRef{},
-		Stopping:  map[string]string{},
-		openIndex: map[int32]bool{},
+		Seq:              l.Seq,
+		Attempts:         map[int32]int32{},
+		Failures:         map[int32]int32{},
+		LastIndexFailure: map[int32]time.Time{},
+		Open:             map[string]PodRef{},
+		Closed:           map[string]PodRef{},
+		Stopping:         map[string]string{},
+		openIndex:        map[int32]bool{},
 	}
 	if cp := l.Checkpoint; cp != nil {
 		if err := st.loadCheckpoint(cp); err != nil {
@@ -94,6 +105,10 @@ func (st *State) loadCheckpoint(cp *batchv1alpha1.LedgerCheckpoint) error {
 	}
 	st.Failed, st.Lost, st.Evicted, st.Ignored = cp.Failed, cp.Lost, cp.Evicted, cp.Ignored
 	st.FailJob = cp.FailJob
+	st.FailuresSinceSuccess = cp.FailuresSinceSuccess
+	if cp.LastFailureTime != nil {
+		st.LastFailure = cp.LastFailureTime.Time
+	}
 	for _, is := range cp.Indexes {
 		if min(is.Index, is.Attempts, is.Failures) < 0 || is.Failures > is.Attempts {
 			return fmt.Errorf("index %d: bad counts", is.Index)
@@ -103,6 +118,9 @@ func (st *State) loadCheckpoint(cp *batchv1alpha1.LedgerCheckpoint) error {
 		}
 		st.Attempts[is.Index] = is.Attempts
 		st.Failures[is.Index] = is.Failures
+		if is.LastFailureTime != nil {
+			st.LastIndexFailure[is.Index] = is.LastFailureTime.Time
+		}
 	}
 	return nil
 }
@@ -163,6 +181,7 @@ func (st *State) apply(e *batchv1alpha1.LedgerEntry) error {
 	switch e.Type {
 	case batchv1alpha1.EntrySucceeded:
 		st.Succeeded.Add(e.Index)
+		st.FailuresSinceSuccess, st.LastFailure = 0, time.Time{}
 	case batchv1alpha1.EntryFailed:
 		if err := st.applyFailure(e); err != nil {
 			return err
@@ -215,6 +234,9 @@ func (st *State) applyLaunch(e *batchv1alpha1.LedgerEntry) error {
 }
 
 func (st *State) applyFailure(e *batchv1alpha1.LedgerEntry) error {
+	st.FailuresSinceSuccess++
+	st.LastFailure = e.Time.Time
+	st.LastIndexFailure[e.Index] = e.Time.Time
 	switch e.Reason {
 	case batchv1alpha1.FailReasonIgnored:
 		st.Ignored++
@@ -291,20 +313,28 @@ func Fold(l *batchv1alpha1.Ledger, keep int) (batchv1alpha1.Ledger, error) {
 // no open launches.
 func (st *State) checkpoint(seq int64) *batchv1alpha1.LedgerCheckpoint {
 	cp := &batchv1alpha1.LedgerCheckpoint{
-		Seq:              seq,
-		Failed:           st.Failed,
-		Lost:             st.Lost,
-		Evicted:          st.Evicted,
-		Ignored:          st.Ignored,
-		FailJob:          st.FailJob,
-		SucceededIndexes: st.Succeeded.String(),
-		FailedIndexes:    st.FailedIndexes.String(),
+		Seq:                  seq,
+		Failed:               st.Failed,
+		Lost:                 st.Lost,
+		Evicted:              st.Evicted,
+		Ignored:              st.Ignored,
+		FailJob:              st.FailJob,
+		FailuresSinceSuccess: st.FailuresSinceSuccess,
+		SucceededIndexes:     st.Succeeded.String(),
+		FailedIndexes:        st.FailedIndexes.String(),
 	}
 	for i, n := range st.Attempts {
 		if st.done(i) || n == 0 {
 			continue
 		}
-		cp.Indexes = append(cp.Indexes, batchv1alpha1.IndexState{Index: i, Attempts: n, Failures: st.Failures[i]})
+		is := batchv1alpha1.IndexState{Index: i, Attempts: n, Failures: st.Failures[i]}
+		if at, ok := st.LastIndexFailure[i]; ok {
+			is.LastFailureTime = ptr.To(metav1.NewTime(at))
+		}
+		cp.Indexes = append(cp.Indexes, is)
+	}
+	if st.FailuresSinceSuccess > 0 {
+		cp.LastFailureTime = ptr.To(metav1.NewTime(st.LastFailure))
 	}
 	slices.SortFunc(cp.Indexes, func(a, b batchv1alpha1.IndexState) int { return int(a.Index - b.Index) })
 	return cp
