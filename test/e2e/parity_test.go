@@ -104,7 +104,10 @@ func parityCases() map[string]parityCase {
 		}},
 		"backoffLimit exceeded": {spec: jobSpec(ptr.To[int32](1), 1, func(s *batchv1.JobSpec) { s.BackoffLimit = ptr.To[int32](1) }),
 			script: failFirst(5, 1)},
-		"Indexed, one index fails once": {spec: jobSpec(ptr.To[int32](4), 2, indexed), script: failFirst(1, 1, "1")},
+		"Indexed, one index fails twice": {spec: jobSpec(ptr.To[int32](4), 2, indexed), script: failFirst(2, 1, "1")},
+		"per-index backoff": {spec: jobSpec(ptr.To[int32](3), 3, indexed, func(s *batchv1.JobSpec) {
+			s.BackoffLimitPerIndex = ptr.To[int32](2)
+		}), script: failFirst(2, 1, "0")},
 		"two adjacent indexes":          {spec: jobSpec(ptr.To[int32](2), 2, indexed), script: succeedAfter(quick)},
 		"podFailurePolicy FailJob": {spec: jobSpec(ptr.To[int32](2), 2, indexed, func(s *batchv1.JobSpec) {
 			s.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
@@ -162,6 +165,17 @@ func TestParity(t *testing.T) {
 			wantJob, gotSJ := e.waitParity(t, job, sj, d, 3*time.Minute)
 			if diff := cmp.Diff(wantJob, gotSJ); diff != "" {
 				t.Errorf("SafeJob differs from batch/v1 (-batch/v1,+SafeJob):\n%s", diff)
+			}
+			// The backoff delay: the gaps between the creates of an index's
+			// pods, to the second (creation times have second precision).
+			jobGaps, sjGaps := d.createGaps(job.UID), d.createGaps(sj.UID)
+			for index, want := range jobGaps {
+				got := sjGaps[index]
+				for k := range min(len(want), len(got)) {
+					if diff := got[k] - want[k]; diff < -2*time.Second || diff > 2*time.Second {
+						t.Errorf("index %q: gap %d between creates is %s, batch/v1's %s", index, k, got[k], want[k])
+					}
+				}
 			}
 		})
 	}
@@ -231,13 +245,14 @@ type fateDriver struct {
 	attempt map[types.UID]int            // by pod: its attempt of its index
 	count   map[string]int               // by owner UID and index: pods seen
 	perIdx  map[types.UID]map[string]int // by owner UID: pods created per index
+	created map[string][]time.Time       // by owner UID and index: creation times, in order
 	done    map[types.UID]bool           // pods whose fate is set
 }
 
 func startFateDriver(t *testing.T, e *env) *fateDriver {
 	t.Helper()
 	d := &fateDriver{cl: e.cl, scripts: map[string]script{}, attempt: map[types.UID]int{}, count: map[string]int{},
-		perIdx: map[types.UID]map[string]int{}, done: map[types.UID]bool{}}
+		perIdx: map[types.UID]map[string]int{}, done: map[types.UID]bool{}, created: map[string][]time.Time{}}
 	informers, err := cache.New(e.c.Config, cache.Options{Scheme: cluster.Scheme()})
 	if err != nil {
 		t.Fatal(err)
@@ -292,6 +307,7 @@ func (d *fateDriver) see(ctx context.Context, t *testing.T, pod *corev1.Pod) {
 			d.perIdx[owner.UID] = map[string]int{}
 		}
 		d.perIdx[owner.UID][index]++
+		d.created[key] = append(d.created[key], pod.CreationTimestamp.Time)
 	}
 	_, held := pod.Annotations[holdAnnotation]
 	ready := held && !d.done[pod.UID] && pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil
@@ -332,6 +348,24 @@ func (d *fateDriver) podsPerIndex(owner types.UID) map[string]int {
 	sort.Strings(keys)
 	for _, k := range keys {
 		out[k] = d.perIdx[owner][k]
+	}
+	return out
+}
+
+// createGaps is, by index, the time between consecutive creates of the
+// owner's pods.
+func (d *fateDriver) createGaps(owner types.UID) map[string][]time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[string][]time.Duration{}
+	for key, times := range d.created {
+		o, index, _ := strings.Cut(key, "/")
+		if types.UID(o) != owner {
+			continue
+		}
+		for k := 1; k < len(times); k++ {
+			out[index] = append(out[index], times[k].Sub(times[k-1]))
+		}
 	}
 	return out
 }

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 	"github.com/safejob/safejob/test/testutil"
 )
 
@@ -203,4 +204,43 @@ func TestTTLAfterFinished(t *testing.T) {
 		return false, err
 	})
 	h.watch.Check(t)
+}
+
+// TestFailureBackoff: a failed pod is replaced only after the backoff delay,
+// doubling with each failure since the last success (batch/v1's 10s here
+// 2s, so that the test stays short). Pod creation times have second
+// precision, hence the second of slack.
+func TestFailureBackoff(t *testing.T) {
+	t.Parallel()
+	failTwice := func(p *corev1.Pod) testutil.Fate {
+		if p.Labels[batchv1alpha1.AttemptLabel] == "2" {
+			return testutil.Fate{}
+		}
+		return failWith(1)
+	}
+	h := newHarness(t, failTwice, false)
+	base := 2 * time.Second
+	startManager(t, h.ns, managerOptions{backoff: jobs.Backoff{Base: base, Max: time.Minute}})
+	sj := testutil.MakeSafeJob("backoff-delay", h.ns).Obj()
+	if err := k8s.Create(context.Background(), sj); err != nil {
+		t.Fatal(err)
+	}
+	got := waitFinished(t, client.ObjectKeyFromObject(sj), time.Minute)
+	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || got.Status.Failed != 2 {
+		t.Fatalf("want Complete after 2 failures, got failed %d, conditions %+v", got.Status.Failed, got.Status.Conditions)
+	}
+	var created [3]time.Time
+	for a := range created {
+		pod := &corev1.Pod{}
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: h.ns, Name: jobs.PodName(sj.Name, 0, int32(a))}, pod); err != nil {
+			t.Fatal(err)
+		}
+		created[a] = pod.CreationTimestamp.Time
+	}
+	for k, want := range []time.Duration{base, 2 * base} {
+		if gap := created[k+1].Sub(created[k]); gap < want-time.Second {
+			t.Errorf("attempt %d created %s after attempt %d, want at least the %s delay", k+1, gap, k, want)
+		}
+	}
+	h.finalCheck(t, got)
 }
