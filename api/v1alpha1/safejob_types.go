@@ -99,6 +99,8 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.completionMode != 'Indexed' || (has(self.completions) && self.completions >= 1)",message="completions must be set, at least 1, when completionMode is Indexed",fieldPath=".completions"
 // +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || (has(self.template.spec.restartPolicy) && self.template.spec.restartPolicy == 'Never')",message="only \"Never\" is supported when podFailurePolicy is specified",fieldPath=".template.spec.restartPolicy"
 // +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || has(self.backoffLimitPerIndex) || self.podFailurePolicy.rules.all(r, r.action != 'FailIndex')",message="a rule's action FailIndex requires the backoffLimitPerIndex to be set",fieldPath=".podFailurePolicy.rules"
+// +kubebuilder:validation:XValidation:rule="!has(self.successPolicy) || self.completionMode == 'Indexed'",message="requires indexed completion mode",fieldPath=".successPolicy"
+// +kubebuilder:validation:XValidation:rule="!has(self.successPolicy) || !has(self.completions) || self.successPolicy.rules.all(r, !has(r.succeededCount) || r.succeededCount <= self.completions)",message="succeededCount must be less than or equal to the number of specified completions",fieldPath=".successPolicy.rules"
 // +kubebuilder:validation:XValidation:rule="!has(self.backoffLimitPerIndex) || !has(self.completions) || self.completions <= 20000 || (has(self.maxFailedIndexes) && self.maxFailedIndexes <= 1000)",message="with backoffLimitPerIndex and more than 20000 completions, maxFailedIndexes must be set to at most 1000, so that completedIndexes and failedIndexes always fit in status",fieldPath=".maxFailedIndexes"
 type SafeJobSpec struct {
 	// template is the pod template of every pod the SafeJob creates.
@@ -157,6 +159,13 @@ type SafeJobSpec struct {
 	// actions (FailJob, FailIndex, Ignore, Count) of batch/v1. Immutable.
 	// +optional
 	PodFailurePolicy *PodFailurePolicy `json:"podFailurePolicy,omitempty"`
+
+	// successPolicy declares the SafeJob succeeded before every index has,
+	// as batch/v1's successPolicy: once a rule matches the SafeJob gets
+	// SuccessCriteriaMet (reason SuccessPolicy), its remaining pods are
+	// stopped, and it completes. Indexed only. Immutable.
+	// +optional
+	SuccessPolicy *SuccessPolicy `json:"successPolicy,omitempty"`
 
 	// activeDeadlineSeconds bounds the time since the SafeJob started (or was
 	// last resumed); past it the SafeJob fails with reason DeadlineExceeded.
@@ -262,6 +271,7 @@ const (
 	ReasonMaxFailedIndexesExceeded = "MaxFailedIndexesExceeded"
 	ReasonFailedIndexes            = "FailedIndexes"
 	ReasonCompletionsReached       = "CompletionsReached"
+	ReasonSuccessPolicy            = "SuccessPolicy"
 	ReasonSuspended                = "JobSuspended"
 	ReasonResumed                  = "JobResumed"
 	ReasonLedgerCorrupt            = "LedgerCorrupt"
@@ -658,4 +668,32 @@ type PodFailurePolicyOnPodConditionsPattern struct {
 	// +kubebuilder:default=True
 	// +kubebuilder:validation:Enum=True;False;Unknown
 	Status corev1.ConditionStatus `json:"status,omitempty"`
+}
+
+// SuccessPolicy is batch/v1's successPolicy: the SafeJob has succeeded once
+// any rule matches the succeeded indexes.
+type SuccessPolicy struct {
+	// rules are checked in order; the first that matches decides. 1 to 20.
+	// +required
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=20
+	Rules []SuccessPolicyRule `json:"rules"`
+}
+
+// SuccessPolicyRule matches when the indexes it lists have all succeeded,
+// or, with succeededCount, when that many of them (of all indexes, without
+// succeededIndexes) have.
+// +kubebuilder:validation:XValidation:rule="has(self.succeededIndexes) || has(self.succeededCount)",message="at least one of succeededCount or succeededIndexes must be specified"
+type SuccessPolicyRule struct {
+	// succeededIndexes lists indexes as intervals ("0,2-4"), ascending.
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	// +kubebuilder:validation:Pattern=`^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$`
+	SucceededIndexes *string `json:"succeededIndexes,omitempty"`
+
+	// succeededCount is how many of the indexes must have succeeded.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	SucceededCount *int32 `json:"succeededCount,omitempty"`
 }

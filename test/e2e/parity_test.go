@@ -130,6 +130,14 @@ func parityCases() map[string]parityCase {
 			}
 			return fate{hold: true}
 		}},
+		"successPolicy": {spec: jobSpec(ptr.To[int32](4), 4, indexed, func(s *batchv1.JobSpec) {
+			s.SuccessPolicy = &batchv1.SuccessPolicy{Rules: []batchv1.SuccessPolicyRule{{SucceededIndexes: ptr.To("0,1")}}}
+		}), script: func(index string, _ int) fate {
+			if index == "0" || index == "1" {
+				return fate{duration: quick}
+			}
+			return fate{hold: true}
+		}},
 		"activeDeadlineSeconds": {spec: jobSpec(ptr.To[int32](2), 2, func(s *batchv1.JobSpec) {
 			s.ActiveDeadlineSeconds = ptr.To[int64](2)
 		}), script: func(string, int) fate { return fate{hold: true} }},

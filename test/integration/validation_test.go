@@ -92,6 +92,25 @@ func TestBadInputRefused(t *testing.T) {
 				MaxFailedIndexes(maxFailedIndexesLarge + 1).Obj(),
 			wantMsgs: []string{"spec.maxFailedIndexes", "1000"},
 		},
+		"successPolicy without Indexed": {
+			sj: testutil.MakeSafeJob("success-nonindexed", ns).Completions(3).SuccessPolicy(
+				batchv1alpha1.SuccessPolicyRule{SucceededCount: ptr.To[int32](1)}).Obj(),
+			wantMsgs: []string{"spec.successPolicy", "requires indexed completion mode"},
+		},
+		"successPolicy rule without indexes or count": {
+			sj:       testutil.MakeSafeJob("success-empty", ns).Indexed().Completions(3).SuccessPolicy(batchv1alpha1.SuccessPolicyRule{}).Obj(),
+			wantMsgs: []string{"spec.successPolicy.rules[0]", "at least one of succeededCount or succeededIndexes"},
+		},
+		"successPolicy count above completions": {
+			sj: testutil.MakeSafeJob("success-count", ns).Indexed().Completions(3).SuccessPolicy(
+				batchv1alpha1.SuccessPolicyRule{SucceededCount: ptr.To[int32](4)}).Obj(),
+			wantMsgs: []string{"spec.successPolicy.rules", "less than or equal to the number of specified completions"},
+		},
+		"successPolicy indexes not intervals": {
+			sj: testutil.MakeSafeJob("success-format", ns).Indexed().Completions(3).SuccessPolicy(
+				batchv1alpha1.SuccessPolicyRule{SucceededIndexes: ptr.To("0;2")}).Obj(),
+			wantMsgs: []string{"spec.successPolicy.rules[0].succeededIndexes"},
+		},
 		"managedBy not a domain-prefixed path": {
 			sj:       testutil.MakeSafeJob("managed", ns).ManagedBy("other-controller").Obj(),
 			wantMsgs: []string{"spec.managedBy"},

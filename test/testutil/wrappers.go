@@ -77,6 +77,12 @@ func (w *SafeJobWrapper) MaxFailedIndexes(n int32) *SafeJobWrapper {
 	return w
 }
 
+// SuccessPolicy sets spec.successPolicy.
+func (w *SafeJobWrapper) SuccessPolicy(rules ...batchv1alpha1.SuccessPolicyRule) *SafeJobWrapper {
+	w.Spec.SuccessPolicy = &batchv1alpha1.SuccessPolicy{Rules: rules}
+	return w
+}
+
 // ManagedBy sets spec.managedBy.
 func (w *SafeJobWrapper) ManagedBy(controller string) *SafeJobWrapper {
 	w.Spec.ManagedBy = ptr.To(controller)

@@ -401,7 +401,11 @@ func (d *decision) decideTarget() {
 		}
 	}
 	t, reason, msg := batchv1alpha1.ConditionFailureTarget, "", ""
+	matched, met := successPolicyMatch(spec.SuccessPolicy, completions, &st.Succeeded)
 	switch {
+	case met:
+		// batch/v1 decides a success policy before any failure.
+		t, reason, msg = batchv1alpha1.ConditionSuccessCriteriaMet, batchv1alpha1.ReasonSuccessPolicy, matched
 	case st.FailJob:
 		reason, msg = batchv1alpha1.ReasonPodFailurePolicy, "A pod failure matched a podFailurePolicy rule with action FailJob"
 	case spec.BackoffLimitPerIndex == nil && st.Failed > ptr.Deref(spec.BackoffLimit, 6), d.restartsPastLimit():

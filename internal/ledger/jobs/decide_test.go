@@ -279,6 +279,20 @@ func TestDecide(t *testing.T) {
 			pods:       []*corev1.Pod{withRestarts(pod(0, 0), 5)},
 			wantActive: 1,
 		},
+		"successPolicy met: the other pods stop": {
+			spec: func() batchv1alpha1.SafeJobSpec {
+				s := spec(2, 4)
+				s.CompletionMode = batchv1alpha1.IndexedCompletion
+				s.SuccessPolicy = &batchv1alpha1.SuccessPolicy{Rules: []batchv1alpha1.SuccessPolicyRule{{SucceededIndexes: ptr.To("0")}}}
+				return s
+			}(),
+			ledger: ledgerOf(launched(1, 0, 0), launched(2, 1, 0)),
+			pods:   []*corev1.Pod{withPhase(pod(0, 0), corev1.PodSucceeded, 0), pod(1, 0)},
+			wantAppend: []batchv1alpha1.LedgerEntry{outcome(3, batchv1alpha1.EntrySucceeded, 0, 0, ""),
+				outcome(4, batchv1alpha1.EntryStopping, 1, 0, EvictReasonStopped)},
+			wantConds:  []string{batchv1alpha1.ConditionSuccessCriteriaMet},
+			wantActive: 1,
+		},
 		"work queue launches parallelism pods": {
 			spec:       queueSpec(3),
 			wantAppend: []batchv1alpha1.LedgerEntry{launched(1, 0, 0), launched(2, 1, 0), launched(3, 2, 0)},
