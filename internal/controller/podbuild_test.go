@@ -56,7 +56,14 @@ func TestNewPod(t *testing.T) {
 	if len(sj.Spec.Template.Spec.Containers[0].Env) != 1 || sj.Spec.Template.Labels[batchv1alpha1.AttemptLabel] != "" {
 		t.Error("newPod modified the SafeJob's template")
 	}
+	checkNonIndexedAndLongNames(t, sj)
+}
 
+// checkNonIndexedAndLongNames: NonIndexed pods carry no index label,
+// annotation, env or hostname; a long name's hostname stays a DNS label.
+func checkNonIndexedAndLongNames(t *testing.T, sj *batchv1alpha1.SafeJob) {
+	t.Helper()
+	sj = sj.DeepCopy()
 	sj.Spec.CompletionMode = batchv1alpha1.NonIndexedCompletion
 	plain := newPod(sj, jobs.PodRef{Name: "train-0-0"})
 	if _, ok := plain.Annotations[batchv1alpha1.JobCompletionIndexAnnotation]; ok || len(plain.Spec.Containers[0].Env) != 1 {

@@ -97,10 +97,11 @@ func (r *SafeJobReconciler) newQueue(mgr manager.Manager) func(string, workqueue
 func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 	r.tracker = newTracker()
 	r.podWrites = newSlots(r.ConcurrentPodWrites)
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, controllerUIDIndex, indexActivePodController); err != nil {
+	indexer := mgr.GetFieldIndexer()
+	if err := indexer.IndexField(context.Background(), &corev1.Pod{}, controllerUIDIndex, indexActivePodController); err != nil {
 		return fmt.Errorf("indexing pods by owner: %w", err)
 	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &batchv1alpha1.SafeJob{}, controllerUIDIndex, indexController); err != nil {
+	if err := indexer.IndexField(context.Background(), &batchv1alpha1.SafeJob{}, controllerUIDIndex, indexController); err != nil {
 		return fmt.Errorf("indexing SafeJobs by owner: %w", err)
 	}
 	sjInformer, err := mgr.GetCache().GetInformer(context.Background(), &batchv1alpha1.SafeJob{})
@@ -121,7 +122,7 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 		For(&batchv1alpha1.SafeJob{}).
 		Owns(&batchv1alpha1.SafeJob{})
 	if r.Kueue {
-		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &kueue.Workload{}, controllerUIDIndex, indexController); err != nil {
+		if err := indexer.IndexField(context.Background(), &kueue.Workload{}, controllerUIDIndex, indexController); err != nil {
 			return fmt.Errorf("indexing Workloads by owner: %w", err)
 		}
 		b = b.Owns(&kueue.Workload{})

@@ -244,14 +244,14 @@ func (e *env) waitAndMeasure(scenario string, w workload, timeout time.Duration,
 	ctx := context.Background()
 	deadline := time.Now().Add(timeout)
 	var sjs batchv1alpha1.SafeJobList
-	var jobs batchv1.JobList
+	var jobList batchv1.JobList
 	for {
 		// Errors are retried: a scenario may have the API server down for a while.
 		err1 := e.cl.List(ctx, &sjs, client.InNamespace(nsSafeJob))
-		err2 := e.cl.List(ctx, &jobs, client.InNamespace(nsBatch))
-		done := err1 == nil && err2 == nil && unfinishedSafeJobs(sjs.Items) == 0 && unfinishedJobs(jobs.Items) == 0
+		err2 := e.cl.List(ctx, &jobList, client.InNamespace(nsBatch))
+		done := err1 == nil && err2 == nil && unfinishedSafeJobs(sjs.Items) == 0 && unfinishedJobs(jobList.Items) == 0
 		if err1 == nil && err2 == nil && testing.Verbose() {
-			e.t.Logf("%s unfinished: %d SafeJobs, %d Jobs", time.Now().Format("15:04:05"), unfinishedSafeJobs(sjs.Items), unfinishedJobs(jobs.Items))
+			e.t.Logf("%s unfinished: %d SafeJobs, %d Jobs", time.Now().Format("15:04:05"), unfinishedSafeJobs(sjs.Items), unfinishedJobs(jobList.Items))
 		}
 		if done || time.Now().After(deadline) {
 			if err := errors.Join(err1, err2); err != nil {
@@ -261,12 +261,12 @@ func (e *env) waitAndMeasure(scenario string, w workload, timeout time.Duration,
 		}
 		time.Sleep(500 * time.Millisecond) // polling interval of the completion check
 	}
-	return e.measure(scenario, w, sjs.Items, jobs.Items, allowedReruns)
+	return e.measure(scenario, w, sjs.Items, jobList.Items, allowedReruns)
 }
 
 // measure builds both controllers' rows from the audit log, the pod
 // recorder and the final objects.
-func (e *env) measure(scenario string, w workload, sjs []batchv1alpha1.SafeJob, jobs []batchv1.Job,
+func (e *env) measure(scenario string, w workload, sjs []batchv1alpha1.SafeJob, batchJobs []batchv1.Job,
 	allowedReruns func(ns string) int) []result {
 	creates, err := testutil.PodCreatesByNamespace(e.c.AuditLog)
 	if err != nil {
@@ -274,12 +274,12 @@ func (e *env) measure(scenario string, w workload, sjs []batchv1alpha1.SafeJob, 
 	}
 	needed := w.jobs * int(w.completions)
 	sjRow := result{scenario: scenario, controller: "SafeJob", needed: needed, stuck: unfinishedSafeJobs(sjs)}
-	jobRow := result{scenario: scenario, controller: "batch/v1 Job", needed: needed, stuck: unfinishedJobs(jobs)}
+	jobRow := result{scenario: scenario, controller: "batch/v1 Job", needed: needed, stuck: unfinishedJobs(batchJobs)}
 	counted := map[string]int{}
 	for _, sj := range sjs {
 		counted[nsSafeJob+"/"+sj.Name] = int(sj.Status.Succeeded)
 	}
-	for _, j := range jobs {
+	for _, j := range batchJobs {
 		counted[nsBatch+"/"+j.Name] = int(j.Status.Succeeded)
 	}
 	for ns, row := range map[string]*result{nsSafeJob: &sjRow, nsBatch: &jobRow} {

@@ -108,7 +108,7 @@ func parityCases() map[string]parityCase {
 		"per-index backoff": {spec: jobSpec(ptr.To[int32](3), 3, indexed, func(s *batchv1.JobSpec) {
 			s.BackoffLimitPerIndex = ptr.To[int32](2)
 		}), script: failFirst(2, 1, "0")},
-		"two adjacent indexes":          {spec: jobSpec(ptr.To[int32](2), 2, indexed), script: succeedAfter(quick)},
+		"two adjacent indexes": {spec: jobSpec(ptr.To[int32](2), 2, indexed), script: succeedAfter(quick)},
 		"podFailurePolicy FailJob": {spec: jobSpec(ptr.To[int32](2), 2, indexed, func(s *batchv1.JobSpec) {
 			s.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
 				exitCodeRule(batchv1.PodFailurePolicyActionFailJob, 42)}}

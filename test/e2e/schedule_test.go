@@ -152,14 +152,14 @@ func checkRuns(t *testing.T, e *env, final *batchv1alpha1.SafeJob, gone time.Tim
 	return ran, missed
 }
 
-func checkOnePodPerRun(t *testing.T, e *env, runs int64) {
+func checkOnePodPerRun(t *testing.T, e *env, ran int64) {
 	t.Helper()
 	pods, err := testutil.CreatesByNamespace(e.c.AuditLog, "pods")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(pods[nsSafeJob]); int64(n) != runs {
-		t.Errorf("%d pods created for %d runs of one completion each", n, runs)
+	if n := len(pods[nsSafeJob]); int64(n) != ran {
+		t.Errorf("%d pods created for %d runs of one completion each", n, ran)
 	}
 }
 

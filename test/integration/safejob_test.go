@@ -85,11 +85,7 @@ func TestWorkQueue(t *testing.T) {
 		t.Fatalf("after the first success: active %d, completions %q, conditions %+v; want 2 running, \"1/1 of 3\", not complete",
 			got.Status.Active, got.Status.Completions, got.Status.Conditions)
 	}
-	for _, e := range got.Status.Ledger.Entries {
-		if e.Type == batchv1alpha1.EntryStopping || (e.Type == batchv1alpha1.EntryLaunched && e.Attempt > 0) {
-			t.Errorf("after the first success the ledger holds %s %s", e.Type, e.Pod)
-		}
-	}
+	checkNoLaunchOrStop(t, got)
 	// A lower parallelism after a success stops nothing (batch/v1).
 	patch := client.MergeFrom(got.DeepCopy())
 	got.Spec.Parallelism = ptr.To[int32](1)
@@ -141,5 +137,16 @@ func TestManagedByAnotherController(t *testing.T) {
 	if got.Status.Ledger.Seq != 0 || len(got.Status.Conditions) != 0 || len(pods.Items) != 0 {
 		t.Errorf("the SafeJob managed elsewhere was touched: ledger seq %d, conditions %+v, %d pods",
 			got.Status.Ledger.Seq, got.Status.Conditions, len(pods.Items))
+	}
+}
+
+// checkNoLaunchOrStop fails on a replacement launch or a Stopping entry in
+// the listed ledger.
+func checkNoLaunchOrStop(t *testing.T, sj *batchv1alpha1.SafeJob) {
+	t.Helper()
+	for _, e := range sj.Status.Ledger.Entries {
+		if e.Type == batchv1alpha1.EntryStopping || (e.Type == batchv1alpha1.EntryLaunched && e.Attempt > 0) {
+			t.Errorf("after the first success the ledger holds %s %s", e.Type, e.Pod)
+		}
 	}
 }

@@ -196,9 +196,9 @@ func (s *scheduleHarness) checkOnce(t *testing.T, want ...string) {
 	s.watch.Check(t)
 }
 
-func holdPodsOf(runs ...string) func(*corev1.Pod) testutil.Fate {
+func holdPodsOf(names ...string) func(*corev1.Pod) testutil.Fate {
 	return func(pod *corev1.Pod) testutil.Fate {
-		for _, r := range runs {
+		for _, r := range names {
 			if pod.Labels[batchv1alpha1.SafeJobNameLabel] == r {
 				return testutil.Fate{Hold: true}
 			}
@@ -382,11 +382,11 @@ func TestScheduleRemovedRunNeverRecreated(t *testing.T) {
 	}
 	s.at(t, s.minute(1))
 	s.waitLedger(t, batchv1alpha1.EntrySucceeded, s.runName(1))
-	var runs batchv1alpha1.SafeJobList
-	if err := k8s.List(context.Background(), &runs, client.InNamespace(ns)); err != nil {
+	var children batchv1alpha1.SafeJobList
+	if err := k8s.List(context.Background(), &children, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}
-	for _, sj := range runs.Items {
+	for _, sj := range children.Items {
 		if sj.Name == s.runName(0) {
 			t.Errorf("run 0 exists again (UID %s, was %s)", sj.UID, run.UID)
 		}

@@ -130,6 +130,11 @@ func (w *LedgerWatch) see(sj *batchv1alpha1.SafeJob) {
 		w.seeParent(sj)
 		return
 	}
+	w.seeJob(sj)
+}
+
+// seeJob checks the ledger of a SafeJob that is not a schedule (I2, I4, I6).
+func (w *LedgerWatch) seeJob(sj *batchv1alpha1.SafeJob) {
 	st, err := jobs.Replay(&sj.Status.Ledger)
 	if err != nil {
 		w.fail("I4: %s ledger does not replay: %v", sj.Name, err)

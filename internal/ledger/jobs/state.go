@@ -84,7 +84,7 @@ func Replay(l *batchv1alpha1.Ledger) (*State, error) {
 		}
 	}
 	if err := ledger.Walk(l, st.apply); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("ledger: %w", err)
 	}
 	return st, nil
 }

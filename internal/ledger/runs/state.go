@@ -73,7 +73,7 @@ func Replay(l *batchv1alpha1.Ledger) (*State, error) {
 		return st.applyScheduled(e, prevTime, e.Seq > cpSeq)
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("run ledger: %w", err)
 	}
 	return st, nil
 }
