@@ -496,9 +496,17 @@ type SafeJobStatus struct {
 	// completionTime is when the SafeJob completed.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
-	// active is the number of launched pods whose outcome is not yet recorded.
+	// active is the number of the SafeJob's pods that exist and have neither
+	// ended nor begun terminating, as batch/v1 counts active pods: a launch
+	// whose pod is not created yet (or whose create was refused) is not
+	// active.
 	// +optional
 	Active int32 `json:"active,omitempty"`
+	// terminating is the number of the SafeJob's pods that are being deleted
+	// and have not ended yet, as batch/v1 counts them. SafeJob never starts
+	// a replacement for such a pod before it has ended.
+	// +optional
+	Terminating *int32 `json:"terminating,omitempty"`
 	// ready is the number of active pods that are ready.
 	// +optional
 	Ready int32 `json:"ready,omitempty"`

@@ -398,6 +398,11 @@ func (in *SafeJobStatus) DeepCopyInto(out *SafeJobStatus) {
 		in, out := &in.CompletionTime, &out.CompletionTime
 		*out = (*in).DeepCopy()
 	}
+	if in.Terminating != nil {
+		in, out := &in.Terminating, &out.Terminating
+		*out = new(int32)
+		**out = **in
+	}
 	if in.FailedIndexes != nil {
 		in, out := &in.FailedIndexes, &out.FailedIndexes
 		*out = new(string)

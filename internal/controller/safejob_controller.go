@@ -243,13 +243,18 @@ func (r *SafeJobReconciler) spaceWrites(sj *batchv1alpha1.SafeJob, plan *jobs.Pl
 }
 
 // deferReadyOnly returns how long to hold a status write whose only change
-// is the ready count; 0 means write now.
+// is in the pod counters (active, ready, terminating); 0 means write now.
 func (r *SafeJobReconciler) deferReadyOnly(sj *batchv1alpha1.SafeJob, plan *jobs.Plan) time.Duration {
-	if r.ReadyBatchPeriod <= 0 || len(plan.Append) > 0 || plan.Status.Ready == sj.Status.Ready {
+	if r.ReadyBatchPeriod <= 0 || len(plan.Append) > 0 {
 		return 0
 	}
+	// The pod counters (active, ready, terminating) follow the pods, not
+	// the ledger: a change of them alone travels with the next write.
+	if equality.Semantic.DeepEqual(plan.Status, sj.Status) {
+		return 0 // nothing to write
+	}
 	same := plan.Status.DeepCopy()
-	same.Ready = sj.Status.Ready
+	same.Active, same.Ready, same.Terminating = sj.Status.Active, sj.Status.Ready, sj.Status.Terminating
 	if !equality.Semantic.DeepEqual(*same, sj.Status) {
 		return 0
 	}

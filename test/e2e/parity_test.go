@@ -51,6 +51,8 @@ type parityOutcome struct {
 	Failed           int32
 	CompletedIndexes string
 	FailedIndexes    string
+	Active           int32
+	Terminating      int32
 	PodsPerIndex     map[string]int
 }
 
@@ -223,7 +225,7 @@ func (e *env) waitParity(t *testing.T, job *batchv1.Job, sj *batchv1alpha1.SafeJ
 	}
 	jobOut := parityOutcome{Succeeded: job.Status.Succeeded, Failed: job.Status.Failed,
 		CompletedIndexes: job.Status.CompletedIndexes, FailedIndexes: ptr.Deref(job.Status.FailedIndexes, ""),
-		PodsPerIndex: d.podsPerIndex(job.UID)}
+		Active: job.Status.Active, Terminating: ptr.Deref(job.Status.Terminating, 0), PodsPerIndex: d.podsPerIndex(job.UID)}
 	for _, c := range job.Status.Conditions {
 		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
 			jobOut.Finished = string(c.Type) + "/" + c.Reason
@@ -231,7 +233,7 @@ func (e *env) waitParity(t *testing.T, job *batchv1.Job, sj *batchv1alpha1.SafeJ
 	}
 	sjOut := parityOutcome{Succeeded: sj.Status.Succeeded, Failed: sj.Status.Failed,
 		CompletedIndexes: sj.Status.CompletedIndexes, FailedIndexes: ptr.Deref(sj.Status.FailedIndexes, ""),
-		PodsPerIndex: d.podsPerIndex(sj.UID)}
+		Active: sj.Status.Active, Terminating: ptr.Deref(sj.Status.Terminating, 0), PodsPerIndex: d.podsPerIndex(sj.UID)}
 	for _, c := range sj.Status.Conditions {
 		if (c.Type == batchv1alpha1.ConditionComplete || c.Type == batchv1alpha1.ConditionFailed) && c.Status == metav1.ConditionTrue {
 			sjOut.Finished = c.Type + "/" + c.Reason

@@ -178,7 +178,7 @@ func TestFailingSafeJobCountsStoppedPods(t *testing.T) {
 	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != batchv1alpha1.ReasonMaxFailedIndexesExceeded {
 		t.Fatalf("want Failed with MaxFailedIndexesExceeded, got %+v", got.Status.Conditions)
 	}
-	if got.Status.Failed != 4 || got.Status.Active != 0 {
+	if got.Status.Failed != 4 || (got.Status.Active != 0 || openLaunches(t, got) != 0) {
 		t.Errorf("failed %d active %d, want 4 and 0 (the failed pod and the three stopped with it)", got.Status.Failed, got.Status.Active)
 	}
 	h.finalCheck(t, got)

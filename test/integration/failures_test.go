@@ -118,7 +118,7 @@ func TestActiveDeadline(t *testing.T) {
 	if c == nil || c.Reason != batchv1alpha1.ReasonDeadlineExceeded {
 		t.Fatalf("want Failed with DeadlineExceeded, got %+v", got.Status.Conditions)
 	}
-	if got.Status.Active != 0 || got.Status.Failed != 2 {
+	if (got.Status.Active != 0 || openLaunches(t, got) != 0) || got.Status.Failed != 2 {
 		t.Errorf("active %d failed %d, want 0 and 2 (pods stopped because the SafeJob fails count as failed, as in batch/v1)",
 			got.Status.Active, got.Status.Failed)
 	}
@@ -148,7 +148,7 @@ func TestSuspendResume(t *testing.T) {
 	setSuspend(t, key, true)
 	waitFor(t, time.Minute, "suspension with no active pod", func() (bool, error) {
 		err := k8s.Get(context.Background(), key, got)
-		return err == nil && conditionTrue(got, batchv1alpha1.ConditionSuspended) && got.Status.Active == 0, err
+		return err == nil && conditionTrue(got, batchv1alpha1.ConditionSuspended) && got.Status.Active == 0 && openLaunches(t, got) == 0, err
 	})
 	if got.Status.Succeeded != 1 || got.Status.Failed != 0 || countEntries(got, batchv1alpha1.EntryEvicted) != 2 {
 		t.Fatalf("suspended with succeeded %d failed %d evicted %d, want 1, 0, 2",

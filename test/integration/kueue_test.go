@@ -270,7 +270,7 @@ func checkEvicted(t *testing.T, sj *batchv1alpha1.SafeJob, want int) {
 		}
 	}
 	evicted := countEntries(got, batchv1alpha1.EntryEvicted)
-	if evicted != want || got.Status.Failed != 0 || got.Status.Active != 0 {
+	if evicted != want || got.Status.Failed != 0 || (got.Status.Active != 0 || openLaunches(t, got) != 0) {
 		t.Fatalf("after eviction: %d Evicted entries, failed %d, active %d; want %d, 0, 0", evicted, got.Status.Failed, got.Status.Active, want)
 	}
 }
@@ -301,7 +301,7 @@ func TestKueueSuspendAndWorkloadLoss(t *testing.T) {
 	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(sj), got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Status.Active != 0 || got.Status.Failed != 0 {
+	if (got.Status.Active != 0 || openLaunches(t, got) != 0) || got.Status.Failed != 0 {
 		t.Errorf("new Workload while %d pods active (failed %d)", got.Status.Active, got.Status.Failed)
 	}
 	if err := k8s.Patch(context.Background(), got, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"suspend":true}}`))); err != nil {
@@ -392,7 +392,7 @@ func TestKueueWorkloadFinishedEarly(t *testing.T) {
 	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(sj), got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Status.Failed != 0 || got.Status.Active != 0 || finishedOrFailed(got) {
+	if got.Status.Failed != 0 || (got.Status.Active != 0 || openLaunches(t, got) != 0) || finishedOrFailed(got) {
 		t.Fatalf("after the early finish: failed %d active %d conditions %+v", got.Status.Failed, got.Status.Active, got.Status.Conditions)
 	}
 	waitForEvent(t, h.ns, "orphaned", "WorkloadFinishedEarly")
@@ -511,7 +511,7 @@ func TestKueueParallelismRaised(t *testing.T) {
 // Evicted (WorkloadResized), none counted as a failure, none left active.
 func checkResizeStopped(t *testing.T, got *batchv1alpha1.SafeJob, n int) {
 	t.Helper()
-	if e := countEntries(got, batchv1alpha1.EntryEvicted); e != n || got.Status.Failed != 0 || got.Status.Active != 0 {
+	if e := countEntries(got, batchv1alpha1.EntryEvicted); e != n || got.Status.Failed != 0 || (got.Status.Active != 0 || openLaunches(t, got) != 0) {
 		t.Fatalf("after the raise: %d Evicted entries, failed %d, active %d; want %d, 0, 0", e, got.Status.Failed, got.Status.Active, n)
 	}
 	for _, e := range got.Status.Ledger.Entries {

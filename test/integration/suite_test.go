@@ -338,3 +338,14 @@ func waitForEvent(t *testing.T, ns, name, reason string) {
 		return false, nil
 	})
 }
+
+// openLaunches is the number of launches of the SafeJob's ledger whose
+// outcome is not recorded (status.active counts only the pods that exist).
+func openLaunches(t *testing.T, sj *batchv1alpha1.SafeJob) int {
+	t.Helper()
+	st, err := jobs.Replay(&sj.Status.Ledger)
+	if err != nil {
+		t.Fatalf("%s: ledger does not replay: %v", sj.Name, err)
+	}
+	return len(st.Open)
+}

@@ -606,13 +606,21 @@ func (d *decision) writeStatus() error {
 
 // setCounters derives the status counters from the ledger's state.
 func (d *decision) setCounters(s *batchv1alpha1.SafeJobStatus, st *State) {
-	s.Active = int32(len(st.Open))
-	s.Ready = 0
-	for name := range st.Open {
-		if pod := d.seen[name]; pod != nil && isReady(pod) {
-			s.Ready++
+	s.Active, s.Ready = 0, 0
+	var terminating int32
+	for name, pod := range d.seen {
+		switch _, open := st.Open[name]; {
+		case IsTerminal(pod) || d.in.LastSeen[name] == pod:
+		case pod.DeletionTimestamp != nil:
+			terminating++
+		case open:
+			s.Active++
+			if isReady(pod) {
+				s.Ready++
+			}
 		}
 	}
+	s.Terminating = ptr.To(terminating)
 	s.Succeeded = int32(st.Succeeded.Len())
 	s.Failed = st.Failed
 	s.CompletedIndexes = ""

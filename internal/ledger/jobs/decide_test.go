@@ -96,33 +96,28 @@ func TestDecide(t *testing.T) {
 		"first reconcile launches up to parallelism": {
 			spec:       spec(2, 5),
 			wantAppend: []batchv1alpha1.LedgerEntry{launched(1, 0, 0), launched(2, 1, 0)},
-			wantActive: 2,
 		},
 		"launch is created only once observed and uncreated here": {
 			spec:       spec(2, 5),
 			ledger:     ledgerOf(launched(1, 0, 0), launched(2, 1, 0)),
 			uncreated:  []string{"sj-0-0"},
 			wantCreate: []string{"sj-0-0"},
-			wantActive: 2,
 		},
 		"launch neither seen nor uncreated here waits for a live read": {
-			spec:       spec(1, 1),
-			ledger:     ledgerOf(launched(1, 0, 0)),
-			wantActive: 1,
+			spec:   spec(1, 1),
+			ledger: ledgerOf(launched(1, 0, 0)),
 		},
 		"succeeded pod is recorded, finalizer kept until observed": {
 			spec:       spec(1, 2),
 			ledger:     ledgerOf(launched(1, 0, 0)),
 			pods:       []*corev1.Pod{withPhase(pod(0, 0), corev1.PodSucceeded, 0)},
 			wantAppend: []batchv1alpha1.LedgerEntry{outcome(2, batchv1alpha1.EntrySucceeded, 0, 0, ""), launched(3, 1, 0)},
-			wantActive: 1,
 		},
 		"observed outcome releases the finalizer": {
 			spec:        spec(1, 2),
 			ledger:      ledgerOf(launched(1, 0, 0), outcome(2, batchv1alpha1.EntrySucceeded, 0, 0, ""), launched(3, 1, 0)),
 			pods:        []*corev1.Pod{withPhase(pod(0, 0), corev1.PodSucceeded, 0)},
 			wantRelease: []string{"sj-0-0"},
-			wantActive:  1,
 		},
 		"terminal state seen before deletion counts (pod GC)": {
 			spec:       spec(1, 1),
@@ -136,7 +131,6 @@ func TestDecide(t *testing.T) {
 			ledger:     ledgerOf(launched(1, 0, 0)),
 			gone:       []string{"sj-0-0"},
 			wantAppend: []batchv1alpha1.LedgerEntry{outcome(2, batchv1alpha1.EntryLost, 0, 0, ""), launched(3, 0, 1)},
-			wantActive: 1,
 		},
 		"failure past backoffLimit sets FailureTarget and Failed in the outcome's write": {
 			spec:   batchv1alpha1.SafeJobSpec{Parallelism: ptr.To[int32](1), Completions: ptr.To[int32](1), BackoffLimit: ptr.To[int32](0)},
@@ -156,7 +150,6 @@ func TestDecide(t *testing.T) {
 			pods:   []*corev1.Pod{withPhase(pod(0, 0), corev1.PodFailed, 137, corev1.DisruptionTarget)},
 			wantAppend: []batchv1alpha1.LedgerEntry{
 				outcome(2, batchv1alpha1.EntryFailed, 0, 0, batchv1alpha1.FailReasonIgnored), launched(3, 0, 1)},
-			wantActive: 1,
 		},
 		"suspend commits Stopping for running pods and evicts uncreated launches": {
 			spec:      func() batchv1alpha1.SafeJobSpec { s := spec(2, 4); s.Suspend = ptr.To(true); return s }(),
@@ -210,14 +203,13 @@ func TestDecide(t *testing.T) {
 				return p
 			}()},
 			wantAppend: []batchv1alpha1.LedgerEntry{outcome(4, batchv1alpha1.EntryEvicted, 1, 0, EvictReasonScaledDown), launched(5, 1, 1)},
-			wantActive: 2,
+			wantActive: 1,
 		},
 		"resumed before the stopped pod ended: a success is not counted either": {
 			spec:       spec(1, 4),
 			ledger:     ledgerOf(launched(1, 0, 0), outcome(2, batchv1alpha1.EntryStopping, 0, 0, EvictReasonSuspended)),
 			pods:       []*corev1.Pod{withPhase(pod(0, 0), corev1.PodSucceeded, 0)},
 			wantAppend: []batchv1alpha1.LedgerEntry{outcome(3, batchv1alpha1.EntryEvicted, 0, 0, EvictReasonSuspended), launched(4, 0, 1)},
-			wantActive: 1,
 		},
 		"a pod that is stopped while the SafeJob fails counts as failed": {
 			spec: spec(2, 4),
@@ -235,7 +227,6 @@ func TestDecide(t *testing.T) {
 			pods:        []*corev1.Pod{pod(0, 0)},
 			wantRelease: []string{"sj-0-0"},
 			wantDelete:  []string{"sj-0-0"},
-			wantActive:  1,
 		},
 		"pod from a newer ledger than the cache is left alone": {
 			spec:       spec(1, 2),
@@ -296,7 +287,6 @@ func TestDecide(t *testing.T) {
 		"work queue launches parallelism pods": {
 			spec:       queueSpec(3),
 			wantAppend: []batchv1alpha1.LedgerEntry{launched(1, 0, 0), launched(2, 1, 0), launched(3, 2, 0)},
-			wantActive: 3,
 		},
 		"work queue: a failure before any success runs again": {
 			spec:   queueSpec(2),
@@ -304,7 +294,7 @@ func TestDecide(t *testing.T) {
 			pods:   []*corev1.Pod{withPhase(pod(0, 0), corev1.PodFailed, 1), pod(1, 0)},
 			wantAppend: []batchv1alpha1.LedgerEntry{outcome(3, batchv1alpha1.EntryFailed, 0, 0, batchv1alpha1.FailReasonCounted),
 				launched(4, 0, 1)},
-			wantActive: 2,
+			wantActive: 1,
 		},
 		"work queue: after a success nothing starts and the others run on": {
 			spec:   queueSpec(3),
@@ -408,18 +398,22 @@ func TestStatusWriteSequence(t *testing.T) {
 	var got []write
 	got = append(got, summarise(step(t0)))                     // launch index 0
 	got = append(got, summarise(step(t0)))                     // create it
+	got = append(got, summarise(step(t0)))                     // it runs: active
 	dr.pods[0] = withPhase(dr.pods[0], corev1.PodSucceeded, 0) // kubelet
 	got = append(got, summarise(step(t0)))                     // record success, launch index 1
 	got = append(got, summarise(step(t0)))                     // release pod 0, create pod 1
+	got = append(got, summarise(step(t0)))                     // it runs: active
 	dr.pods[1] = withPhase(dr.pods[1], corev1.PodSucceeded, 0) // kubelet
 	got = append(got, summarise(step(t0)))                     // record success and complete in one write
 	got = append(got, summarise(step(t0)))                     // then release pod 1
 	got = append(got, summarise(step(t0)))                     // nothing left to do
 	want := []write{
-		{Seq: 1, Types: []batchv1alpha1.EntryType{"Launched"}, Active: 1},
-		{Seq: 1, Active: 1, Create: 1},
-		{Seq: 3, Types: []batchv1alpha1.EntryType{"Succeeded", "Launched"}, Completed: "0", Active: 1},
-		{Seq: 3, Completed: "0", Active: 1, Create: 1, Release: 1},
+		{Seq: 1, Types: []batchv1alpha1.EntryType{"Launched"}},
+		{Seq: 1, Create: 1},
+		{Seq: 1, Active: 1},
+		{Seq: 3, Types: []batchv1alpha1.EntryType{"Succeeded", "Launched"}, Completed: "0"},
+		{Seq: 3, Completed: "0", Create: 1, Release: 1},
+		{Seq: 3, Completed: "0", Active: 1},
 		{Seq: 4, Types: []batchv1alpha1.EntryType{"Succeeded"}, Completed: "0,1", Complete: true},
 		{Seq: 4, Completed: "0,1", Release: 1, Complete: true},
 		{Seq: 4, Completed: "0,1", Complete: true},
@@ -758,5 +752,37 @@ func TestBackoff(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPodCounters: active counts the pods that exist and have neither ended
+// nor begun terminating, terminating those being deleted, as batch/v1 counts
+// them; a launch whose pod does not exist yet is neither.
+func TestPodCounters(t *testing.T) {
+	deleting := func(p *corev1.Pod) *corev1.Pod {
+		p.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
+		return p
+	}
+	ready := pod(1, 0)
+	ready.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	s := spec(6, 6)
+	s.CompletionMode = batchv1alpha1.IndexedCompletion
+	in := &Input{Name: "sj", Spec: &s, Now: t0, Backoff: noBackoff, LastSeen: map[string]*corev1.Pod{},
+		Status: &batchv1alpha1.SafeJobStatus{Ledger: ledgerOf(launched(1, 0, 0), launched(2, 1, 0), launched(3, 2, 0),
+			outcome(4, batchv1alpha1.EntryStopping, 2, 0, EvictReasonScaledDown), launched(5, 3, 0), launched(6, 4, 0))},
+		Pods: []*corev1.Pod{
+			pod(0, 0),           // running
+			ready,               // running and ready
+			deleting(pod(2, 0)), // being stopped
+			withPhase(pod(3, 0), corev1.PodFailed, 1), // ended
+			// index 4: launched, not created yet
+		}}
+	plan, err := Decide(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := [3]int32{plan.Status.Active, plan.Status.Ready, ptr.Deref(plan.Status.Terminating, -1)}
+	if want := [3]int32{2, 1, 1}; got != want {
+		t.Errorf("active, ready, terminating = %v, want %v", got, want)
 	}
 }

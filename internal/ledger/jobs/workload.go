@@ -193,7 +193,7 @@ func DecideWorkload(in *WorkloadInput) *WorkloadPlan {
 	case !in.Served:
 		p.Gate = &QueueGate{Reason: ReasonKueueMissing,
 			Message: fmt.Sprintf("label %s is set but the Workload API (kueue.x-k8s.io/v1beta2) is not served; install Kueue", queueNameLabel)}
-	case wl == nil && in.Status.Active > 0:
+	case wl == nil && launchesOpen(in.Status):
 		p.Gate = &QueueGate{Reason: ReasonWorkloadMissing, Message: "the Workload is gone; stopping pods before queueing again"}
 	case wl == nil && len(in.NamesTaken) > 0:
 		p.Gate = &QueueGate{Reason: ReasonWorkloadNameTaken,
@@ -450,4 +450,11 @@ func sameStatus(a, b *kueue.WorkloadStatus) bool {
 		return x.Type == y.Type && x.Status == y.Status && x.Reason == y.Reason && x.Message == y.Message
 	}) && (a.Admission == nil) == (b.Admission == nil) &&
 		slices.Equal(a.ReclaimablePods, b.ReclaimablePods)
+}
+
+// launchesOpen reports whether the SafeJob's ledger has a launch whose
+// outcome is not recorded: its pod may still run.
+func launchesOpen(status *batchv1alpha1.SafeJobStatus) bool {
+	st, err := Replay(&status.Ledger)
+	return err != nil || len(st.Open) > 0
 }
