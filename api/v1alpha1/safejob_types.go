@@ -160,6 +160,15 @@ type SafeJobSpec struct {
 	// +optional
 	PodFailurePolicy *PodFailurePolicy `json:"podFailurePolicy,omitempty"`
 
+	// podReplacementPolicy is batch/v1's field, with the one value SafeJob
+	// keeps whatever is set: Failed, a pod is replaced only once it has
+	// ended. batch/v1's TerminatingOrFailed (its default without a
+	// podFailurePolicy) would run a second pod of an index while the first
+	// is still terminating, which the ledger's one pod per index forbids.
+	// +optional
+	// +kubebuilder:validation:Enum=Failed
+	PodReplacementPolicy *batchv1.PodReplacementPolicy `json:"podReplacementPolicy,omitempty"`
+
 	// successPolicy declares the SafeJob succeeded before every index has,
 	// as batch/v1's successPolicy: once a rule matches the SafeJob gets
 	// SuccessCriteriaMet (reason SuccessPolicy), its remaining pods are

@@ -21,8 +21,9 @@ limitations under the License.
 package v1alpha1
 
 import (
+	"k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -318,6 +319,11 @@ func (in *SafeJobSpec) DeepCopyInto(out *SafeJobSpec) {
 		*out = new(PodFailurePolicy)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.PodReplacementPolicy != nil {
+		in, out := &in.PodReplacementPolicy, &out.PodReplacementPolicy
+		*out = new(v1.PodReplacementPolicy)
+		**out = **in
+	}
 	if in.SuccessPolicy != nil {
 		in, out := &in.SuccessPolicy, &out.SuccessPolicy
 		*out = new(SuccessPolicy)
@@ -385,7 +391,7 @@ func (in *SafeJobStatus) DeepCopyInto(out *SafeJobStatus) {
 	*out = *in
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
-		*out = make([]v1.Condition, len(*in))
+		*out = make([]metav1.Condition, len(*in))
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}

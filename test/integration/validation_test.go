@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -291,5 +293,50 @@ func TestKueueSamplesValid(t *testing.T) {
 		if err := testutil.CreateManifests(context.Background(), client.NewDryRunClient(k8s), path); err != nil {
 			t.Errorf("%s refused: %v", f, err)
 		}
+	}
+}
+
+// TestUnknownJobFieldsRefused: batch/v1 Job fields a SafeJob does not have
+// (selector, manualSelector) are refused as unknown fields under strict
+// field validation, kubectl's default, never taken in silence; and
+// podReplacementPolicy takes only Failed, what SafeJob always does.
+func TestUnknownJobFieldsRefused(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	cases := map[string]struct {
+		spec    map[string]any
+		wantMsg []string
+	}{
+		"selector":       {spec: map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"a": "b"}}}, wantMsg: []string{"unknown field", "spec.selector"}},
+		"manualSelector": {spec: map[string]any{"manualSelector": true}, wantMsg: []string{"unknown field", "spec.manualSelector"}},
+		"podReplacementPolicy TerminatingOrFailed": {spec: map[string]any{"podReplacementPolicy": "TerminatingOrFailed"},
+			wantMsg: []string{"spec.podReplacementPolicy", `supported values: "Failed"`}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			sj := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": batchv1alpha1.GroupVersion.String(), "kind": "SafeJob",
+				"metadata": map[string]any{"name": strings.ToLower(strings.Fields(name)[0]), "namespace": ns},
+				"spec": map[string]any{"template": map[string]any{"spec": map[string]any{"restartPolicy": "Never",
+					"containers": []any{map[string]any{"name": "main", "image": "busybox"}}}}},
+			}}
+			for k, v := range tc.spec {
+				sj.Object["spec"].(map[string]any)[k] = v
+			}
+			err := k8s.Create(context.Background(), sj, client.FieldValidation(metav1.FieldValidationStrict))
+			if err == nil {
+				t.Fatal("created; want the API server to refuse it")
+			}
+			for _, want := range tc.wantMsg {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not mention %q", err, want)
+				}
+			}
+		})
+	}
+	ok := testutil.MakeSafeJob("replace-failed", ns).Obj()
+	ok.Spec.PodReplacementPolicy = ptr.To(batchv1.Failed)
+	if err := k8s.Create(context.Background(), ok, client.FieldValidation(metav1.FieldValidationStrict)); err != nil {
+		t.Errorf("podReplacementPolicy Failed refused: %v", err)
 	}
 }
