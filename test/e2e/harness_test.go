@@ -367,6 +367,28 @@ type podRecorder struct {
 func recordPods(t *testing.T, c *cluster.Cluster) *podRecorder {
 	t.Helper()
 	r := &podRecorder{succeeded: map[string]map[string]string{}, seen: map[string]map[string]bool{}}
+	watchPods(t, c, func(_ context.Context, pod *corev1.Pod) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.seen[pod.Namespace] == nil {
+			r.seen[pod.Namespace] = map[string]bool{}
+		}
+		r.seen[pod.Namespace][string(pod.UID)] = true
+		if ref := metav1.GetControllerOf(pod); ref != nil && pod.Status.Phase == corev1.PodSucceeded {
+			if r.succeeded[pod.Namespace] == nil {
+				r.succeeded[pod.Namespace] = map[string]string{}
+			}
+			r.succeeded[pod.Namespace][string(pod.UID)] = ref.Name
+		}
+	})
+	return r
+}
+
+// watchPods calls see with every state of every pod of the cluster (the
+// last state of a deleted one too) until the test ends; it returns once the
+// pods that exist have been seen.
+func watchPods(t *testing.T, c *cluster.Cluster, see func(context.Context, *corev1.Pod)) {
+	t.Helper()
 	informers, err := cache.New(c.Config, cache.Options{Scheme: cluster.Scheme()})
 	if err != nil {
 		t.Fatal(err)
@@ -377,42 +399,23 @@ func recordPods(t *testing.T, c *cluster.Cluster) *podRecorder {
 	if err != nil {
 		t.Fatal(err)
 	}
-	see := func(obj any) {
-		if pod, ok := obj.(*corev1.Pod); ok {
-			r.mu.Lock()
-			if r.seen[pod.Namespace] == nil {
-				r.seen[pod.Namespace] = map[string]bool{}
-			}
-			r.seen[pod.Namespace][string(pod.UID)] = true
-			r.mu.Unlock()
+	handle := func(obj any) {
+		if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
 		}
-		if pod, ok := obj.(*corev1.Pod); ok && pod.Status.Phase == corev1.PodSucceeded {
-			if ref := metav1.GetControllerOf(pod); ref != nil {
-				r.mu.Lock()
-				if r.succeeded[pod.Namespace] == nil {
-					r.succeeded[pod.Namespace] = map[string]string{}
-				}
-				r.succeeded[pod.Namespace][string(pod.UID)] = ref.Name
-				r.mu.Unlock()
-			}
+		if pod, ok := obj.(*corev1.Pod); ok {
+			see(ctx, pod)
 		}
 	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: see, UpdateFunc: func(_, obj any) { see(obj) },
-		DeleteFunc: func(obj any) {
-			if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			see(obj)
-		},
+		AddFunc: handle, UpdateFunc: func(_, obj any) { handle(obj) }, DeleteFunc: handle,
 	}); err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = informers.Start(ctx) }()
 	if !informers.WaitForCacheSync(ctx) {
-		t.Fatal("pod recorder did not sync")
+		t.Fatal("pod watch did not sync")
 	}
-	return r
 }
 
 func (r *podRecorder) podsSeen(ns string) int {

@@ -17,9 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
@@ -263,30 +261,7 @@ func startFateDriver(t *testing.T, e *env) *fateDriver {
 	t.Helper()
 	d := &fateDriver{cl: e.cl, scripts: map[string]script{}, attempt: map[types.UID]int{}, count: map[string]int{},
 		perIdx: map[types.UID]map[string]int{}, done: map[types.UID]bool{}, created: map[string][]time.Time{}}
-	informers, err := cache.New(e.c.Config, cache.Options{Scheme: cluster.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	inf, err := informers.GetInformer(ctx, &corev1.Pod{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	see := func(obj any) {
-		if pod, ok := obj.(*corev1.Pod); ok {
-			d.see(ctx, t, pod)
-		}
-	}
-	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: see, UpdateFunc: func(_, obj any) { see(obj) },
-	}); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = informers.Start(ctx) }()
-	if !informers.WaitForCacheSync(ctx) {
-		t.Fatal("pod informer did not sync")
-	}
+	watchPods(t, e.c, func(ctx context.Context, pod *corev1.Pod) { d.see(ctx, t, pod) })
 	return d
 }
 
