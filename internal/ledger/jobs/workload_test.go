@@ -31,6 +31,7 @@ func job(par, completions int32) wlJob {
 }
 
 func (j wlJob) succeeded(n int32) wlJob { j.status.Succeeded = n; return j }
+
 // active opens n launches in the ledger: their pods may run.
 func (j wlJob) active(n int32) wlJob {
 	var entries []batchv1alpha1.LedgerEntry
@@ -40,7 +41,7 @@ func (j wlJob) active(n int32) wlJob {
 	j.status.Ledger = ledgerOf(entries...)
 	return j
 }
-func (j wlJob) suspended() wlJob        { j.spec.Suspend = ptr.To(true); return j }
+func (j wlJob) suspended() wlJob { j.spec.Suspend = ptr.To(true); return j }
 func (j wlJob) finished(t string) wlJob {
 	j.status.Conditions = append(j.status.Conditions, metav1.Condition{Type: t, Status: metav1.ConditionTrue, Reason: t, Message: "done"})
 	return j
