@@ -1,6 +1,6 @@
 // Command benchledger measures what the pure ledger decision costs per
 // completion as a SafeJob grows (BenchmarkDecideToCompletion in
-// internal/ledger) and writes the table into BENCHMARKS.md, between the
+// internal/ledger/jobs) and writes the table into BENCHMARKS.md, between the
 // markers of its section; the rest of the file is left as it is.
 //
 //	go run ./hack/benchledger [-out BENCHMARKS.md]
@@ -30,7 +30,7 @@ func main() {
 	out := flag.String("out", "BENCHMARKS.md", "the Markdown report to update")
 	flag.Parse()
 	started := time.Now()
-	cmd := exec.Command("go", "test", "./internal/ledger", "-run", "^$", "-bench", "DecideToCompletion", "-benchtime", "1x", "-count", "1")
+	cmd := exec.Command("go", "test", "./internal/ledger/jobs", "-run", "^$", "-bench", "DecideToCompletion", "-benchtime", "1x", "-count", "1")
 	cmd.Stderr = os.Stderr
 	raw, err := cmd.Output()
 	if err != nil {
