@@ -776,7 +776,10 @@ func (b Backoff) left(failures int32, last, now time.Time) time.Duration {
 	for i := int32(1); i < failures && delay < b.Max; i++ {
 		delay *= 2
 	}
-	return max(min(delay, b.Max)-now.Sub(last), 0)
+	delay = min(delay, b.Max)
+	// A failure time ahead of the clock (another controller's clock, a
+	// hand-edited checkpoint) never makes the wait longer than the delay.
+	return min(max(delay-now.Sub(last), 0), delay)
 }
 
 // restartsPastLimit is batch/v1's backoffLimit for restartPolicy OnFailure:

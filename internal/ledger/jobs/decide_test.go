@@ -681,6 +681,7 @@ func TestBackoffDelay(t *testing.T) {
 		"at the cap":                 {failures: 7, want: 10 * time.Minute},
 		"far past the cap":           {failures: 1000, want: 10 * time.Minute},
 		"far past the cap, 1m later": {failures: 1000, elapsed: time.Minute, want: 9 * time.Minute},
+		"failure time ahead of now":  {failures: 1, elapsed: -24 * time.Hour, want: 10 * time.Second},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
