@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -259,17 +258,15 @@ type fateDriver struct {
 	cl      client.Client
 	mu      sync.Mutex
 	scripts map[string]script
-	attempt map[types.UID]int            // by pod: its attempt of its index
-	count   map[string]int               // by owner UID and index: pods seen
-	perIdx  map[types.UID]map[string]int // by owner UID: pods created per index
-	created map[string][]time.Time       // by owner UID and index: creation times, in order
-	done    map[types.UID]bool           // pods whose fate is set
+	attempt map[types.UID]int      // by pod: its attempt of its index
+	created map[string][]time.Time // by owner UID and index: creation times, in order
+	done    map[types.UID]bool     // pods whose fate is set
 }
 
 func startFateDriver(t *testing.T, e *env) *fateDriver {
 	t.Helper()
-	d := &fateDriver{cl: e.cl, scripts: map[string]script{}, attempt: map[types.UID]int{}, count: map[string]int{},
-		perIdx: map[types.UID]map[string]int{}, done: map[types.UID]bool{}, created: map[string][]time.Time{}}
+	d := &fateDriver{cl: e.cl, scripts: map[string]script{}, attempt: map[types.UID]int{}, done: map[types.UID]bool{},
+		created: map[string][]time.Time{}}
 	watchPods(t, e.c, func(ctx context.Context, pod *corev1.Pod) { d.see(ctx, t, pod) })
 	return d
 }
@@ -294,13 +291,8 @@ func (d *fateDriver) see(ctx context.Context, t *testing.T, pod *corev1.Pod) {
 	attempt, known := d.attempt[pod.UID]
 	if !known {
 		key := string(owner.UID) + "/" + index
-		attempt = d.count[key]
-		d.count[key]++
+		attempt = len(d.created[key])
 		d.attempt[pod.UID] = attempt
-		if d.perIdx[owner.UID] == nil {
-			d.perIdx[owner.UID] = map[string]int{}
-		}
-		d.perIdx[owner.UID][index]++
 		d.created[key] = append(d.created[key], pod.CreationTimestamp.Time)
 	}
 	_, held := pod.Annotations[holdAnnotation]
@@ -335,13 +327,10 @@ func (d *fateDriver) podsPerIndex(owner types.UID) map[string]int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := map[string]int{}
-	keys := make([]string, 0, len(d.perIdx[owner]))
-	for k := range d.perIdx[owner] {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		out[k] = d.perIdx[owner][k]
+	for key, times := range d.created {
+		if o, index, _ := strings.Cut(key, "/"); types.UID(o) == owner {
+			out[index] = len(times)
+		}
 	}
 	return out
 }
