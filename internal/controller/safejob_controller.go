@@ -245,13 +245,12 @@ func (r *SafeJobReconciler) spaceWrites(sj *batchv1alpha1.SafeJob, plan *jobs.Pl
 // deferReadyOnly returns how long to hold a status write whose only change
 // is in the pod counters (active, ready, terminating); 0 means write now.
 func (r *SafeJobReconciler) deferReadyOnly(sj *batchv1alpha1.SafeJob, plan *jobs.Plan) time.Duration {
-	if r.ReadyBatchPeriod <= 0 || len(plan.Append) > 0 {
-		return 0
-	}
 	// The pod counters (active, ready, terminating) follow the pods, not
 	// the ledger: a change of them alone travels with the next write.
-	if equality.Semantic.DeepEqual(plan.Status, sj.Status) {
-		return 0 // nothing to write
+	p, o := &plan.Status, &sj.Status
+	if r.ReadyBatchPeriod <= 0 || len(plan.Append) > 0 ||
+		(p.Active == o.Active && p.Ready == o.Ready && ptr.Equal(p.Terminating, o.Terminating)) {
+		return 0
 	}
 	same := plan.Status.DeepCopy()
 	same.Active, same.Ready, same.Terminating = sj.Status.Active, sj.Status.Ready, sj.Status.Terminating
