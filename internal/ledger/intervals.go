@@ -130,6 +130,36 @@ func (s *IndexSet) Common(o *IndexSet) (i int32, ok bool) {
 	return 0, false
 }
 
+// CountCommon counts the indexes below limit that are in both s and o,
+// walking intervals, never indexes.
+func (s *IndexSet) CountCommon(o *IndexSet, limit int32) int32 {
+	var n int32
+	a, b := s.runs, o.runs
+	for len(a) > 0 && len(b) > 0 {
+		lo, hi := max(a[0].lo, b[0].lo), min(a[0].hi, b[0].hi, limit-1)
+		if lo <= hi {
+			n += hi - lo + 1
+		}
+		if a[0].hi < b[0].hi {
+			a = a[1:]
+		} else {
+			b = b[1:]
+		}
+	}
+	return n
+}
+
+// CountBelow counts the indexes of s below limit.
+func (s *IndexSet) CountBelow(limit int32) int32 {
+	var n int32
+	for _, r := range s.runs {
+		if r.lo < limit {
+			n += min(r.hi, limit-1) - r.lo + 1
+		}
+	}
+	return n
+}
+
 // String formats the set exactly as batch/v1 writes completedIndexes and
 // failedIndexes: sorted intervals, a range only from three indexes on, two
 // adjacent indexes as a pair ("0-3,7,9,10").

@@ -126,3 +126,34 @@ func TestParseIndexSetRejects(t *testing.T) {
 		}
 	}
 }
+
+// TestCountCommon checks the interval counts against counting index by
+// index, on random sets.
+func TestCountCommon(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	for round := range 300 {
+		var a, b IndexSet
+		for range rng.IntN(40) {
+			a.Add(rng.Int32N(120))
+		}
+		for range rng.IntN(40) {
+			b.Add(rng.Int32N(120))
+		}
+		limit := rng.Int32N(130)
+		var wantCommon, wantBelow int32
+		for i := range int32(130) {
+			if i < limit && a.Has(i) {
+				wantBelow++
+				if b.Has(i) {
+					wantCommon++
+				}
+			}
+		}
+		if got := a.CountCommon(&b, limit); got != wantCommon {
+			t.Fatalf("round %d: CountCommon(%q, %q, %d) = %d, want %d", round, a.String(), b.String(), limit, got, wantCommon)
+		}
+		if got := a.CountBelow(limit); got != wantBelow {
+			t.Fatalf("round %d: CountBelow(%q, %d) = %d, want %d", round, a.String(), limit, got, wantBelow)
+		}
+	}
+}

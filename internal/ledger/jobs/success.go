@@ -26,16 +26,7 @@ func successPolicyMatch(policy *batchv1alpha1.SuccessPolicy, completions int32, 
 		if err != nil {
 			continue
 		}
-		var total, done int32
-		for i := range required.All() {
-			if i >= completions {
-				break
-			}
-			total++
-			if succeeded.Has(i) {
-				done++
-			}
-		}
+		total, done := required.CountBelow(completions), required.CountCommon(succeeded, completions)
 		if total > 0 && (done == total || (rule.SucceededCount != nil && done >= *rule.SucceededCount)) {
 			return fmt.Sprintf("Matched rules at index %d", k), true
 		}
