@@ -521,34 +521,77 @@ func (d *decision) launch() {
 		busy[ref.Index] = true
 	}
 	perIndex := d.in.Spec.BackoffLimitPerIndex != nil
+	limit, ok := d.launchLimit(perIndex)
+	if !ok {
+		return
+	}
+	// With backoffLimitPerIndex an index waiting out its delay is passed
+	// over, as in batch/v1. Fresh indexes start only while fewer than
+	// parallelism indexes are started and unfinished, so that those (the
+	// checkpoint's index list) stay bounded by parallelism (size bounds).
+	fresh := int32(math.MaxInt32)
+	if perIndex {
+		fresh = d.parallelism() - d.st.unfinishedStarted()
+	}
+	for i := d.st.nextUndone(0); i < limit && slots > 0; i = d.st.nextUndone(i + 1) {
+		if d.st.Attempts[i] == 0 && fresh <= 0 {
+			break // the rest are fresh, or started ones taken below
+		}
+		if d.launchIndex(i, busy, perIndex) {
+			slots--
+			if d.st.Attempts[i] == 0 {
+				fresh--
+			}
+		}
+	}
+	if perIndex { // without it every undone index below limit was visited above
+		d.relaunchStarted(limit, slots, busy)
+	}
+}
+
+// relaunchStarted launches, within slots, the started indexes below limit
+// that the scan above did not reach, once their delay has passed.
+func (d *decision) relaunchStarted(limit, slots int32, busy map[int32]bool) {
+	for _, i := range d.st.startedIndexes() {
+		if slots > 0 && i < limit && d.launchIndex(i, busy, true) {
+			slots--
+		}
+	}
+}
+
+// launchLimit is the index below which launches may start now; ok is false
+// when none may: within the backoff delay after failures (batch/v1, without
+// backoffLimitPerIndex), or once a work queue has a success.
+func (d *decision) launchLimit(perIndex bool) (limit int32, ok bool) {
 	if wait := d.in.Backoff.left(d.st.FailuresSinceSuccess, d.st.LastFailure, d.in.Now); wait > 0 && !perIndex {
 		// batch/v1: no pod starts until the delay after the failures since
 		// the last success has passed.
 		d.plan.RequeueAfter = ledger.MinPositive(d.plan.RequeueAfter, wait)
-		return
+		return 0, false
 	}
-	limit := ptr.Deref(d.in.Spec.Completions, 1)
 	if workQueue(d.in.Spec) {
 		// Work queue: parallelism pods until one succeeds; after that none
 		// starts, and those running finish (batch/v1).
-		limit = d.parallelism()
-		if d.st.Succeeded.Len() > 0 {
-			return
-		}
+		return d.parallelism(), d.st.Succeeded.Len() == 0
 	}
-	for i := d.st.nextUndone(0); i < limit && slots > 0; i = d.st.nextUndone(i + 1) {
-		if busy[i] {
-			continue
-		}
-		if wait := d.in.Backoff.left(d.st.Failures[i], d.st.LastIndexFailure[i], d.in.Now); wait > 0 && perIndex {
-			// With backoffLimitPerIndex the delay is the index's own.
-			d.plan.RequeueAfter = ledger.MinPositive(d.plan.RequeueAfter, wait)
-			continue
-		}
-		a := d.st.Attempts[i]
-		d.add(batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryLaunched, Pod: PodName(d.in.Name, i, a), Index: i, Attempt: a})
-		slots--
+	return ptr.Deref(d.in.Spec.Completions, 1), true
+}
+
+// launchIndex launches the next attempt of index i unless it runs, or waits
+// out its own backoff delay; it reports whether it launched.
+func (d *decision) launchIndex(i int32, busy map[int32]bool, perIndex bool) bool {
+	if busy[i] {
+		return false
 	}
+	if wait := d.in.Backoff.left(d.st.Failures[i], d.st.LastIndexFailure[i], d.in.Now); wait > 0 && perIndex {
+		// With backoffLimitPerIndex the delay is the index's own.
+		d.plan.RequeueAfter = ledger.MinPositive(d.plan.RequeueAfter, wait)
+		return false
+	}
+	busy[i] = true
+	a := d.st.Attempts[i]
+	d.add(batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryLaunched, Pod: PodName(d.in.Name, i, a), Index: i, Attempt: a})
+	return true
 }
 
 // finish turns the target into Complete or Failed once no launch is open and

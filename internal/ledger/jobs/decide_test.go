@@ -702,6 +702,8 @@ func TestBackoff(t *testing.T) {
 		e.Time = metav1.NewTime(at)
 		return e
 	}
+	perIndexWide := spec(2, 10)
+	perIndexWide.CompletionMode, perIndexWide.BackoffLimitPerIndex = batchv1alpha1.IndexedCompletion, ptr.To[int32](3)
 	perIndex := spec(2, 2)
 	perIndex.CompletionMode, perIndex.BackoffLimitPerIndex = batchv1alpha1.IndexedCompletion, ptr.To[int32](3)
 	twoFailures := ledgerOf(launched(1, 0, 0), failedAt(2, 0, 0, t0), launched(3, 0, 1), failedAt(4, 0, 1, t0.Add(5*time.Second)))
@@ -720,6 +722,12 @@ func TestBackoff(t *testing.T) {
 		"a success resets it": {spec: spec(1, 3), ledger: ledgerOf(launched(1, 0, 0), failedAt(2, 0, 0, t0),
 			launched(3, 0, 1), outcome(4, batchv1alpha1.EntrySucceeded, 0, 1, "")),
 			now: t0.Add(time.Second), wantLaunch: []string{"sj-1-0"}},
+		"per index: indexes waiting their delay hold parallelism's slots for fresh ones": {spec: perIndexWide,
+			ledger: ledgerOf(launched(1, 0, 0), launched(2, 1, 0), failedAt(3, 0, 0, t0), failedAt(4, 1, 0, t0)),
+			now:    t0.Add(3 * time.Second), wantWait: 7 * time.Second},
+		"per index: after the delay the waiting indexes run again first": {spec: perIndexWide,
+			ledger: ledgerOf(launched(1, 0, 0), launched(2, 1, 0), failedAt(3, 0, 0, t0), failedAt(4, 1, 0, t0)),
+			now:    t0.Add(10 * time.Second), wantLaunch: []string{"sj-0-1", "sj-1-1"}},
 		"per index: the failed index waits, others start": {spec: perIndex,
 			ledger: ledgerOf(launched(1, 0, 0), failedAt(2, 0, 0, t0)),
 			now:    t0.Add(3 * time.Second), wantLaunch: []string{"sj-1-0"}, wantWait: 7 * time.Second},

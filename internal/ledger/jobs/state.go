@@ -141,6 +141,31 @@ func (st *State) within(completions int32) error {
 	return nil
 }
 
+// unfinishedStarted counts the indexes launched at least once that have
+// not finished: open, or waiting to run again.
+func (st *State) unfinishedStarted() int32 {
+	var n int32
+	for i, a := range st.Attempts {
+		if a > 0 && !st.done(i) {
+			n++
+		}
+	}
+	return n
+}
+
+// startedIndexes lists, ascending, the unfinished indexes launched at least
+// once.
+func (st *State) startedIndexes() []int32 {
+	var out []int32
+	for i, a := range st.Attempts {
+		if a > 0 && !st.done(i) {
+			out = append(out, i)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // done reports whether an index is finished: succeeded or failed for good.
 func (st *State) done(i int32) bool { return st.Succeeded.Has(i) || st.FailedIndexes.Has(i) }
 
