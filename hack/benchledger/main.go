@@ -30,7 +30,8 @@ func main() {
 	out := flag.String("out", "BENCHMARKS.md", "the Markdown report to update")
 	flag.Parse()
 	started := time.Now()
-	cmd := exec.Command("go", "test", "./internal/ledger/jobs", "-run", "^$", "-bench", "DecideToCompletion", "-benchtime", "1x", "-count", "1")
+	cmd := exec.Command("go", "test", "./internal/ledger/jobs", "-run", "^$", "-bench", "DecideToCompletion",
+		"-benchtime", "1x", "-count", "1")
 	cmd.Stderr = os.Stderr
 	raw, err := cmd.Output()
 	if err != nil {
