@@ -93,10 +93,10 @@ const (
 // ledger commit.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.schedule) || !(has(self.timeZone) || has(self.concurrencyPolicy) || has(self.startingDeadlineSeconds) || has(self.successfulRunsHistoryLimit) || has(self.failedRunsHistoryLimit))",message="timeZone, concurrencyPolicy, startingDeadlineSeconds and the run history limits require schedule"
-// +kubebuilder:validation:XValidation:rule="!has(self.backoffLimitPerIndex) || self.completionMode == 'Indexed'",message="backoffLimitPerIndex requires completionMode Indexed"
-// +kubebuilder:validation:XValidation:rule="!has(self.maxFailedIndexes) || has(self.backoffLimitPerIndex)",message="maxFailedIndexes requires backoffLimitPerIndex"
+// +kubebuilder:validation:XValidation:rule="!has(self.backoffLimitPerIndex) || self.completionMode == 'Indexed'",message="requires indexed completion mode",fieldPath=".backoffLimitPerIndex"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxFailedIndexes) || has(self.backoffLimitPerIndex)",message="must be set when maxFailedIndexes is",fieldPath=".backoffLimitPerIndex"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxFailedIndexes) || !has(self.completions) || self.maxFailedIndexes <= self.completions",message="maxFailedIndexes must not exceed completions",fieldPath=".maxFailedIndexes"
-// +kubebuilder:validation:XValidation:rule="self.completionMode != 'Indexed' || (has(self.completions) && self.completions >= 1)",message="completions must be set, at least 1, when completionMode is Indexed",fieldPath=".completions"
+// +kubebuilder:validation:XValidation:rule="self.completionMode != 'Indexed' || has(self.completions) || !has(self.parallelism)",message="must be set when completionMode is Indexed (unless parallelism is unset too: then both are 1)",fieldPath=".completions"
 // +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || (has(self.template.spec.restartPolicy) && self.template.spec.restartPolicy == 'Never')",message="only \"Never\" is supported when podFailurePolicy is specified",fieldPath=".template.spec.restartPolicy"
 // +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || has(self.backoffLimitPerIndex) || self.podFailurePolicy.rules.all(r, r.action != 'FailIndex')",message="a rule's action FailIndex requires the backoffLimitPerIndex to be set",fieldPath=".podFailurePolicy.rules"
 // +kubebuilder:validation:XValidation:rule="!has(self.successPolicy) || self.completionMode == 'Indexed'",message="requires indexed completion mode",fieldPath=".successPolicy"
@@ -106,24 +106,24 @@ type SafeJobSpec struct {
 	// template is the pod template of every pod the SafeJob creates.
 	// Its restartPolicy must be Never or OnFailure. Immutable.
 	// +required
-	// +kubebuilder:validation:XValidation:rule="self.spec.?restartPolicy.orValue('') in ['Never', 'OnFailure']",message="template.spec.restartPolicy must be Never or OnFailure"
+	// +kubebuilder:validation:XValidation:rule="self.spec.?restartPolicy.orValue('') in ['Never', 'OnFailure']",message="valid values: \"OnFailure\", \"Never\"",fieldPath=".spec.restartPolicy"
 	Template corev1.PodTemplateSpec `json:"template"`
 
-	// parallelism is the most pods that run at once. 0 pauses launching.
-	// At most 2000: every running pod is listed in the ledger (with a
-	// Stopping entry while it is stopped), and that many fit in one status
-	// write together with the largest index sets (docs/design.md).
+	// parallelism is the most pods that run at once; unset, 1. 0 pauses
+	// launching. At most 2000: every running pod is listed in the ledger
+	// (with a Stopping entry while it is stopped), and that many fit in one
+	// status write together with the largest index sets (docs/design.md).
 	// +optional
-	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=2000
 	Parallelism *int32 `json:"parallelism,omitempty"`
 
 	// completions is the number of successful pods (NonIndexed) or of indexes
-	// that must succeed (Indexed). Unset (NonIndexed only), the SafeJob is a
-	// work queue, as a batch/v1 Job without completions: parallelism pods run
-	// until one succeeds, and it completes once the others have ended.
-	// Immutable.
+	// that must succeed (Indexed). Unset while parallelism is set (NonIndexed
+	// only), the SafeJob is a work queue, as a batch/v1 Job without
+	// completions: parallelism pods run until one succeeds, and it completes
+	// once the others have ended. With neither set, both are 1, as batch/v1
+	// defaults them. Immutable.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100000

@@ -25,8 +25,8 @@ type Proxy struct {
 }
 
 // StartProxy forwards 127.0.0.1:<free port> to target, each chunk delayed by
-// a random duration in [minDelay, maxDelay]; every cutEvery (if > 0) one
-// random open connection is closed.
+// a random duration in [minDelay, maxDelay]; at random times, on average
+// every cutEvery (if > 0), one random open connection is closed.
 func StartProxy(target string, minDelay, maxDelay, cutEvery time.Duration) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -108,12 +108,17 @@ func (p *Proxy) close(conns ...net.Conn) {
 	}
 }
 
+// cut closes one random open connection at random times, on average every
+// every: the gaps are exponentially distributed, as independent faults
+// arrive. A cut at a fixed period would fall in step with any client timer
+// of the same period (a lost create is retried as a new attempt a fixed
+// grace after the first), and would then hit every retry.
 func (p *Proxy) cut(every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
 	for {
+		t := time.NewTimer(time.Duration(rand.ExpFloat64() * float64(every)))
 		select {
 		case <-p.stop:
+			t.Stop()
 			return
 		case <-t.C:
 		}

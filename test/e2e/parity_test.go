@@ -14,8 +14,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -43,6 +45,19 @@ type parityCase struct {
 	// README lists as not yet closed: those gaps are logged, not compared.
 	// Everything else is compared.
 	knownGap string
+	// steps change both objects while they run, each once its condition
+	// holds for that object.
+	steps []step
+}
+
+// step is a change made to the Job and to the SafeJob alike: once running
+// of the object's pods run (or, with running 0, once none is left that has
+// not ended), the merge patch is applied to the object, or, with evict,
+// one running pod is evicted through the Eviction API.
+type step struct {
+	running int
+	patch   string
+	evict   bool
 }
 
 // parityOutcome is what is compared between the two controllers.
@@ -145,6 +160,55 @@ func parityCases() map[string]parityCase {
 		"activeDeadlineSeconds": {spec: jobSpec(ptr.To[int32](2), 2, func(s *batchv1.JobSpec) {
 			s.ActiveDeadlineSeconds = ptr.To[int64](2)
 		}), script: func(string, int) fate { return fate{hold: true} }},
+		"neither completions nor parallelism": {spec: jobSpec(nil, 0, func(s *batchv1.JobSpec) { s.Parallelism = nil }),
+			script: failFirst(1, 1)},
+		"Indexed, zero completions": {spec: jobSpec(ptr.To[int32](0), 2, indexed), script: succeedAfter(quick)},
+		"podFailurePolicy Count and NotIn": {spec: jobSpec(ptr.To[int32](2), 2, func(s *batchv1.JobSpec) {
+			s.BackoffLimit = ptr.To[int32](1)
+			s.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
+				exitCodeRule(batchv1.PodFailurePolicyActionIgnore, 5),
+				{Action: batchv1.PodFailurePolicyActionCount, OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
+					Operator: batchv1.PodFailurePolicyOnExitCodesOpNotIn, Values: []int32{0, 7}}},
+				exitCodeRule(batchv1.PodFailurePolicyActionFailJob, 7)}}
+			s.PodReplacementPolicy = ptr.To(batchv1.Failed)
+		}), script: func(_ string, attempt int) fate {
+			// exit 5 is ignored, exit 3 counted, the second count (exit 4)
+			// exceeds backoffLimit 1.
+			return fate{exit: []int32{5, 3, 4, 0, 0, 0}[min(attempt, 5)], duration: quick}
+		}},
+		"podFailurePolicy FailIndex": {spec: jobSpec(ptr.To[int32](3), 3, indexed, func(s *batchv1.JobSpec) {
+			s.BackoffLimitPerIndex = ptr.To[int32](3)
+			s.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
+				exitCodeRule(batchv1.PodFailurePolicyActionFailIndex, 9)}}
+		}), script: func(index string, _ int) fate {
+			if index == "2" {
+				return fate{exit: 9, duration: quick}
+			}
+			return fate{duration: quick}
+		}},
+		"DisruptionTarget ignored": {spec: jobSpec(ptr.To[int32](1), 1, func(s *batchv1.JobSpec) {
+			s.BackoffLimit = ptr.To[int32](0)
+			s.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+				Action:          batchv1.PodFailurePolicyActionIgnore,
+				OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}}}}}
+		}), script: func(_ string, attempt int) fate {
+			if attempt == 0 {
+				return fate{hold: true}
+			}
+			return fate{duration: quick}
+		}, steps: []step{{running: 1, evict: true}}},
+		"suspended while running, then resumed": {spec: jobSpec(ptr.To[int32](3), 2), script: func(_ string, attempt int) fate {
+			if attempt < 2 {
+				return fate{hold: true}
+			}
+			return fate{duration: quick}
+		}, steps: []step{{running: 2, patch: `{"spec":{"suspend":true}}`}, {running: 0, patch: `{"spec":{"suspend":false}}`}}},
+		"parallelism lowered while running": {spec: jobSpec(ptr.To[int32](4), 3), script: func(_ string, attempt int) fate {
+			if attempt < 3 {
+				return fate{duration: 8 * time.Second}
+			}
+			return fate{duration: quick}
+		}, steps: []step{{running: 3, patch: `{"spec":{"parallelism":1}}`}, {running: 1, patch: `{"spec":{"parallelism":2}}`}}},
 	}
 }
 
@@ -174,7 +238,13 @@ func TestParity(t *testing.T) {
 					t.Fatalf("creating %T: %v", obj, err)
 				}
 			}
+			var wg sync.WaitGroup
+			for _, obj := range []client.Object{job, sj} {
+				wg.Go(func() { d.runSteps(t, obj, tc.steps) })
+			}
+			wg.Wait()
 			wantJob, gotSJ := e.waitParity(t, job, sj, d, 3*time.Minute)
+			t.Logf("batch/v1: %+v", wantJob)
 			if diff := cmp.Diff(wantJob, gotSJ); diff != "" {
 				t.Errorf("SafeJob differs from batch/v1 (-batch/v1,+SafeJob):\n%s", diff)
 			}
@@ -261,12 +331,21 @@ type fateDriver struct {
 	attempt map[types.UID]int      // by pod: its attempt of its index
 	created map[string][]time.Time // by owner UID and index: creation times, in order
 	done    map[types.UID]bool     // pods whose fate is set
+	last    map[types.UID]seenPod  // every pod's last state seen
+}
+
+// seenPod is what the driver last saw of a pod.
+type seenPod struct {
+	owner   types.UID
+	name    string
+	running bool // Running and not being deleted
+	ended   bool // Succeeded or Failed
 }
 
 func startFateDriver(t *testing.T, e *env) *fateDriver {
 	t.Helper()
 	d := &fateDriver{cl: e.cl, scripts: map[string]script{}, attempt: map[types.UID]int{}, done: map[types.UID]bool{},
-		created: map[string][]time.Time{}}
+		created: map[string][]time.Time{}, last: map[types.UID]seenPod{}}
 	watchPods(t, e.c, func(ctx context.Context, pod *corev1.Pod) { d.see(ctx, t, pod) })
 	return d
 }
@@ -288,6 +367,9 @@ func (d *fateDriver) see(ctx context.Context, t *testing.T, pod *corev1.Pod) {
 		return
 	}
 	index := pod.Labels[batchv1alpha1.JobCompletionIndexAnnotation]
+	d.last[pod.UID] = seenPod{owner: owner.UID, name: pod.Name,
+		running: pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil,
+		ended:   pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed}
 	attempt, known := d.attempt[pod.UID]
 	if !known {
 		key := string(owner.UID) + "/" + index
@@ -351,4 +433,57 @@ func (d *fateDriver) createGaps(owner types.UID) map[string][]time.Duration {
 		}
 	}
 	return out
+}
+
+// runSteps makes the case's changes to one object, each once its
+// condition holds for the object's pods.
+func (d *fateDriver) runSteps(t *testing.T, obj client.Object, steps []step) {
+	ctx := context.Background()
+	for k, st := range steps {
+		var pod string
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+			running, unended, name := d.pods(obj.GetUID())
+			pod = name
+			if st.running == 0 {
+				return unended == 0, nil
+			}
+			return running == st.running, nil
+		})
+		if err != nil {
+			t.Errorf("%T step %d: waiting for %d pods running: %v", obj, k, st.running, err)
+			return
+		}
+		switch {
+		case st.evict:
+			eviction := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: obj.GetNamespace()}}
+			target := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: obj.GetNamespace()}}
+			err = d.cl.SubResource("eviction").Create(ctx, target, eviction)
+		default:
+			err = d.cl.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(st.patch)))
+		}
+		if err != nil {
+			t.Errorf("%T step %d: %v", obj, k, err)
+			return
+		}
+	}
+}
+
+// pods counts the owner's pods that run and those that have not ended,
+// and names one that runs.
+func (d *fateDriver) pods(owner types.UID) (running, unended int, name string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, p := range d.last {
+		if p.owner != owner {
+			continue
+		}
+		if p.running {
+			running++
+			name = p.name
+		}
+		if !p.ended {
+			unended++
+		}
+	}
+	return running, unended, name
 }

@@ -33,17 +33,13 @@ func TestBadInputRefused(t *testing.T) {
 			sj:       testutil.MakeSafeJob("neg", ns).Parallelism(-1).Obj(),
 			wantMsgs: []string{"spec.parallelism"},
 		},
-		"completions 0 with Indexed": {
-			sj:       testutil.MakeSafeJob("zero", ns).Indexed().Completions(0).Obj(),
-			wantMsgs: []string{"spec.completions", "completions must be set, at least 1, when completionMode is Indexed"},
-		},
 		"Indexed without completions": {
 			sj:       testutil.MakeSafeJob("nocomp", ns).Indexed().WorkQueue().Obj(),
-			wantMsgs: []string{"spec.completions", "completions must be set, at least 1, when completionMode is Indexed"},
+			wantMsgs: []string{"spec.completions", "must be set when completionMode is Indexed"},
 		},
 		"restartPolicy Always": {
 			sj:       testutil.MakeSafeJob("always", ns).RestartPolicy(corev1.RestartPolicyAlways).Obj(),
-			wantMsgs: []string{"spec.template", "restartPolicy must be Never or OnFailure"},
+			wantMsgs: []string{"spec.template.spec.restartPolicy", `valid values: "OnFailure", "Never"`},
 		},
 		"unknown completionMode": {
 			sj: func() *batchv1alpha1.SafeJob {
@@ -55,7 +51,7 @@ func TestBadInputRefused(t *testing.T) {
 		},
 		"backoffLimitPerIndex without Indexed": {
 			sj:       testutil.MakeSafeJob("perindex", ns).BackoffLimitPerIndex(1).Obj(),
-			wantMsgs: []string{"backoffLimitPerIndex requires completionMode Indexed"},
+			wantMsgs: []string{"spec.backoffLimitPerIndex", "requires indexed completion mode"},
 		},
 		"schedule with six fields": {
 			sj:       testutil.MakeSafeJob("six", ns).Schedule("* * * * * *").Obj(),
@@ -145,10 +141,15 @@ func TestBadInputRefused(t *testing.T) {
 func TestImmutableFields(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)
+	neither := func(sj *batchv1alpha1.SafeJob) { sj.Spec.Completions, sj.Spec.Parallelism = nil, nil }
 	cases := map[string]struct {
+		create  func(*batchv1alpha1.SafeJob) // before the create
 		mutate  func(*batchv1alpha1.SafeJob)
 		wantMsg string
 	}{
+		"parallelism above 1 without completions and parallelism at creation": {create: neither,
+			mutate:  func(sj *batchv1alpha1.SafeJob) { sj.Spec.Parallelism = ptr.To[int32](2) },
+			wantMsg: "spec.parallelism: a SafeJob created without completions and parallelism has one completion"},
 		"completions":    {mutate: func(sj *batchv1alpha1.SafeJob) { sj.Spec.Completions = ptr.To[int32](9) }, wantMsg: "completions is immutable"},
 		"completionMode": {mutate: func(sj *batchv1alpha1.SafeJob) { sj.Spec.CompletionMode = batchv1alpha1.IndexedCompletion }, wantMsg: "completionMode is immutable"},
 		"template": {mutate: func(sj *batchv1alpha1.SafeJob) { sj.Spec.Template.Spec.Containers[0].Image = "other" },
@@ -160,7 +161,10 @@ func TestImmutableFields(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			sj := testutil.MakeSafeJob("immutable-"+strings.ToLower(name), ns).Suspend(true).Obj()
+			sj := testutil.MakeSafeJob("immutable-"+strings.ToLower(strings.ReplaceAll(name, " ", "-")), ns).Suspend(true).Obj()
+			if tc.create != nil {
+				tc.create(sj)
+			}
 			if err := k8s.Create(context.Background(), sj); err != nil {
 				t.Fatal(err)
 			}
@@ -197,6 +201,19 @@ func TestImmutableFields(t *testing.T) {
 		parent.Spec.Completions = ptr.To[int32](4)
 		if err := k8s.Update(context.Background(), parent); err != nil {
 			t.Errorf("changing a scheduled SafeJob's template and completions: %v", err)
+		}
+		// Created with neither completions nor parallelism (one completion):
+		// parallelism 0 pauses it and 1 resumes it, as for a batch/v1 Job.
+		one := testutil.MakeSafeJob("mutable-one", ns).Suspend(true).Obj()
+		neither(one)
+		if err := k8s.Create(context.Background(), one); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []int32{0, 1} {
+			one.Spec.Parallelism = ptr.To(p)
+			if err := k8s.Update(context.Background(), one); err != nil {
+				t.Errorf("setting parallelism %d of a SafeJob created with neither: %v", p, err)
+			}
 		}
 	})
 }

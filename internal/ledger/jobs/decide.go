@@ -757,10 +757,13 @@ func hasFinalizer(pod *corev1.Pod) bool {
 	return slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer)
 }
 
-// workQueue reports a SafeJob without completions: parallelism pods run
-// until one succeeds, and it completes once the others have ended, as a
-// batch/v1 Job without completions does.
-func workQueue(spec *batchv1alpha1.SafeJobSpec) bool { return spec.Completions == nil }
+// workQueue reports a SafeJob without completions but with parallelism:
+// parallelism pods run until one succeeds, and it completes once the others
+// have ended, as a batch/v1 Job without completions does. With neither set,
+// batch/v1 defaults both to 1, and so does SafeJob: one pod, one completion.
+func workQueue(spec *batchv1alpha1.SafeJobSpec) bool {
+	return spec.Completions == nil && spec.Parallelism != nil
+}
 
 // completionsOrParallelism is the number of pods the SafeJob needs to
 // succeed: completions, or parallelism for a work queue (as Kueue counts a
@@ -773,7 +776,10 @@ func completionsOrParallelism(spec *batchv1alpha1.SafeJobSpec) int32 {
 // or for a work queue the largest parallelism the API accepts (slots of a
 // parallelism since lowered stay in the ledger).
 func indexLimit(spec *batchv1alpha1.SafeJobSpec) int32 {
-	return ptr.Deref(spec.Completions, MaxParallelism)
+	if workQueue(spec) {
+		return MaxParallelism
+	}
+	return ptr.Deref(spec.Completions, 1)
 }
 
 // MaxParallelism is the largest parallelism the API accepts.
