@@ -366,7 +366,9 @@ type LedgerEntry struct {
 	// +required
 	// +kubebuilder:validation:Minimum=0
 	Attempt int32 `json:"attempt"`
-	// time is when the fact was committed.
+	// time is when the fact was committed; for a pod's Succeeded or
+	// Failed, when the pod ended (its containers' latest finish, as batch/v1
+	// reads it), never before its launch nor after the commit.
 	// +required
 	Time metav1.Time `json:"time"`
 	// reason qualifies the fact (for a pod's Failed: Counted, Ignored,
@@ -429,14 +431,18 @@ type LedgerCheckpoint struct {
 	// failJob is true when a folded failure carried the FailJob action.
 	// +optional
 	FailJob bool `json:"failJob,omitempty"`
-	// failuresSinceSuccess is the number of pod failures recorded since the
-	// last success; the next pod waits out the backoff delay it sets.
+	// failuresSinceSuccess is the number of pod failures that ended after
+	// the latest success; the next pod waits out the backoff delay it sets.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	FailuresSinceSuccess int32 `json:"failuresSinceSuccess,omitempty"`
-	// lastFailureTime is when the last of those failures was recorded.
+	// lastFailureTime is when the last of those failures ended.
 	// +optional
 	LastFailureTime *metav1.Time `json:"lastFailureTime,omitempty"`
+	// lastSuccessTime is when the latest recorded success ended: a failure
+	// that ended no later does not delay the next pod (batch/v1).
+	// +optional
+	LastSuccessTime *metav1.Time `json:"lastSuccessTime,omitempty"`
 	// succeededIndexes lists the indexes that succeeded, as intervals ("0-3,7").
 	// +optional
 	// +kubebuilder:validation:MaxLength=65536

@@ -80,6 +80,10 @@ func (in *LedgerCheckpoint) DeepCopyInto(out *LedgerCheckpoint) {
 		in, out := &in.LastFailureTime, &out.LastFailureTime
 		*out = (*in).DeepCopy()
 	}
+	if in.LastSuccessTime != nil {
+		in, out := &in.LastSuccessTime, &out.LastSuccessTime
+		*out = (*in).DeepCopy()
+	}
 	if in.Indexes != nil {
 		in, out := &in.Indexes, &out.Indexes
 		*out = make([]IndexState, len(*in))

@@ -55,6 +55,9 @@ func TestSizeLimits(t *testing.T) {
 // accepts can have: every index string at its schema limit, the largest
 // parallelism all open and all stopping under the longest pod names, their
 // attempt counts folded, and the conditions. The API server must store it.
+// An index's failure time is kept only while it waits to run again, not
+// while it is open, and at most parallelism indexes are open or waiting:
+// all of them open (two entries each) is the larger case.
 func TestWorstCaseStatusFits(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)
@@ -82,8 +85,9 @@ func TestWorstCaseStatusFits(t *testing.T) {
 	status := &sj.Status
 	status.CompletedIndexes, status.FailedIndexes = indexes(0), ptr.To(indexes(1))
 	status.Completions = fmt.Sprintf("%d/%d", maxCompletions-1, maxCompletions)
+	at := ptr.To(metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)))
 	status.Ledger.Checkpoint = &batchv1alpha1.LedgerCheckpoint{Seq: 1 << 40, Failed: 1 << 30, Lost: 1 << 30, Evicted: 1 << 30, Ignored: 1 << 30,
-		SucceededIndexes: indexes(0), FailedIndexes: indexes(1)}
+		SucceededIndexes: indexes(0), FailedIndexes: indexes(1), FailuresSinceSuccess: 1 << 30, LastFailureTime: at, LastSuccessTime: at}
 	for i := range int32(maxParallelism) {
 		status.Ledger.Checkpoint.Indexes = append(status.Ledger.Checkpoint.Indexes,
 			batchv1alpha1.IndexState{Index: maxCompletions - 1 - i, Attempts: 1 << 30, Failures: 1 << 30})

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -223,8 +224,12 @@ func (d *decision) stickyTarget() string {
 	return ""
 }
 
-func (d *decision) add(e batchv1alpha1.LedgerEntry) {
-	e.Time = metav1.NewTime(d.in.Now)
+func (d *decision) add(e batchv1alpha1.LedgerEntry) { d.addAt(e, d.in.Now) }
+
+// addAt appends an entry whose time is at, not now: a pod outcome carries
+// when the pod ended.
+func (d *decision) addAt(e batchv1alpha1.LedgerEntry, at time.Time) {
+	e.Time = metav1.NewTime(at)
 	d.unapplied = append(d.unapplied, e)
 }
 
@@ -248,6 +253,7 @@ func (d *decision) applyAppends() {
 // or that must not run.
 func (d *decision) recordOutcomes() {
 	failures := map[int32]int32{}
+	var outcomes []batchv1alpha1.LedgerEntry
 	for _, name := range ledger.SortedKeys(d.seen) {
 		pod := d.seen[name]
 		ref, open := d.st.Open[name]
@@ -258,7 +264,18 @@ func (d *decision) recordOutcomes() {
 		if !IsTerminal(pod) {
 			continue
 		}
-		d.add(d.outcome(pod, ref, failures))
+		e := d.outcome(pod, ref, failures)
+		e.Time = metav1.NewTime(endedAt(pod, ref.Time, d.in.Now))
+		outcomes = append(outcomes, e)
+	}
+	// Successes first: as batch/v1 reads the pods that ended since it last
+	// looked, a failure clears with an earlier success but counts after a
+	// later one, whichever is recorded first.
+	slices.SortStableFunc(outcomes, func(a, b batchv1alpha1.LedgerEntry) int {
+		return cmp.Compare(btoi(a.Type != batchv1alpha1.EntrySucceeded), btoi(b.Type != batchv1alpha1.EntrySucceeded))
+	})
+	for _, e := range outcomes {
+		d.addAt(e, e.Time.Time)
 	}
 	for _, ref := range sortedOpen(d.st) {
 		if d.seen[ref.Name] != nil {
@@ -734,6 +751,43 @@ func RefFromPod(pod *corev1.Pod) (PodRef, bool) {
 		return PodRef{}, false
 	}
 	return PodRef{Name: pod.Name, Index: int32(i), Attempt: int32(a)}, true
+}
+
+// endedAt is when a terminal pod ended, as batch/v1 reads it: its
+// containers' latest finish, else when it stopped being ready, else its
+// deletion time less its grace period; never before its launch (launched)
+// nor after now, and now when the pod tells nothing.
+func endedAt(pod *corev1.Pod, launched, now time.Time) time.Time {
+	var at time.Time
+	for _, cs := range pod.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil && t.FinishedAt.After(at) {
+			at = t.FinishedAt.Time
+		}
+	}
+	if at.IsZero() {
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionFalse {
+				at = c.LastTransitionTime.Time
+			}
+		}
+	}
+	if at.IsZero() && pod.DeletionTimestamp != nil {
+		at = pod.DeletionTimestamp.Add(-time.Duration(ptr.Deref(pod.DeletionGracePeriodSeconds, 0)) * time.Second)
+	}
+	switch {
+	case at.IsZero() || at.After(now):
+		at = now
+	case at.Before(launched):
+		at = launched
+	}
+	return at.Truncate(time.Second) // as the ledger stores it, so replay decides the same
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // IsTerminal reports whether a pod has ended, Succeeded or Failed.

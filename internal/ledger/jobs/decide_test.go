@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"testing"
@@ -217,8 +218,8 @@ func TestDecide(t *testing.T) {
 				outcome(4, batchv1alpha1.EntryStopping, 1, 0, EvictReasonFailing)),
 			conditions: []metav1.Condition{{Type: batchv1alpha1.ConditionFailureTarget, Status: metav1.ConditionTrue}},
 			pods:       []*corev1.Pod{withPhase(pod(0, 0), corev1.PodFailed, 143), withPhase(pod(1, 0), corev1.PodSucceeded, 0)},
-			wantAppend: []batchv1alpha1.LedgerEntry{outcome(5, batchv1alpha1.EntryFailed, 0, 0, batchv1alpha1.FailReasonCounted),
-				outcome(6, batchv1alpha1.EntrySucceeded, 1, 0, "")},
+			wantAppend: []batchv1alpha1.LedgerEntry{outcome(5, batchv1alpha1.EntrySucceeded, 1, 0, ""),
+				outcome(6, batchv1alpha1.EntryFailed, 0, 0, batchv1alpha1.FailReasonCounted)},
 			wantConds: []string{batchv1alpha1.ConditionFailureTarget, batchv1alpha1.ConditionFailed},
 		},
 		"pod of a closed launch that still runs is stopped": {
@@ -702,6 +703,11 @@ func TestBackoff(t *testing.T) {
 		e.Time = metav1.NewTime(at)
 		return e
 	}
+	succeededAt := func(seq int64, i, a int32, at time.Time) batchv1alpha1.LedgerEntry {
+		e := outcome(seq, batchv1alpha1.EntrySucceeded, i, a, "")
+		e.Time = metav1.NewTime(at)
+		return e
+	}
 	perIndexWide := spec(2, 10)
 	perIndexWide.CompletionMode, perIndexWide.BackoffLimitPerIndex = batchv1alpha1.IndexedCompletion, ptr.To[int32](3)
 	perIndex := spec(2, 2)
@@ -722,6 +728,15 @@ func TestBackoff(t *testing.T) {
 		"a success resets it": {spec: spec(1, 3), ledger: ledgerOf(launched(1, 0, 0), failedAt(2, 0, 0, t0),
 			launched(3, 0, 1), outcome(4, batchv1alpha1.EntrySucceeded, 0, 1, "")),
 			now: t0.Add(time.Second), wantLaunch: []string{"sj-1-0"}},
+		"a failure that ended with the latest success, recorded after it, does not delay": {spec: spec(2, 4),
+			ledger: ledgerOf(launched(1, 0, 0), launched(2, 1, 0), succeededAt(3, 1, 0, t0), failedAt(4, 0, 0, t0)),
+			now:    t0.Add(time.Second), wantLaunch: []string{"sj-0-1", "sj-2-0"}},
+		"a failure that ended after the latest success delays, whatever the record order": {spec: spec(2, 4),
+			ledger: ledgerOf(launched(1, 0, 0), launched(2, 1, 0), succeededAt(3, 1, 0, t0), failedAt(4, 0, 0, t0.Add(time.Second))),
+			now:    t0.Add(3 * time.Second), wantWait: 8 * time.Second},
+		"an earlier failure that ended before a later-recorded success does not delay": {spec: spec(2, 4),
+			ledger: ledgerOf(launched(1, 0, 0), launched(2, 1, 0), failedAt(3, 0, 0, t0), succeededAt(4, 1, 0, t0.Add(time.Second))),
+			now:    t0.Add(2 * time.Second), wantLaunch: []string{"sj-0-1", "sj-2-0"}},
 		"per index: indexes waiting their delay hold parallelism's slots for fresh ones": {spec: perIndexWide,
 			ledger: ledgerOf(launched(1, 0, 0), launched(2, 1, 0), failedAt(3, 0, 0, t0), failedAt(4, 1, 0, t0)),
 			now:    t0.Add(3 * time.Second), wantWait: 7 * time.Second},
@@ -794,4 +809,53 @@ func TestPodCounters(t *testing.T) {
 	if want := [3]int32{2, 1, 1}; got != want {
 		t.Errorf("active, ready, terminating = %v, want %v", got, want)
 	}
+}
+
+// TestOutcomeTimes: a pod's outcome carries when it ended, as batch/v1 reads
+// it, within its launch and the commit; in one pass successes are recorded
+// first, so a failure that ended after a success still delays the next pod.
+func TestOutcomeTimes(t *testing.T) {
+	finished := func(p *corev1.Pod, at time.Time) *corev1.Pod {
+		p.Status.ContainerStatuses[0].State.Terminated.FinishedAt = metav1.NewTime(at)
+		return p
+	}
+	now := t0.Add(30 * time.Second)
+	cases := map[string]struct {
+		pod  *corev1.Pod
+		want time.Time
+	}{
+		"containers' finish": {pod: finished(withPhase(pod(0, 0), corev1.PodFailed, 1), t0.Add(12*time.Second)),
+			want: t0.Add(12 * time.Second)},
+		"not before the launch": {pod: finished(withPhase(pod(0, 0), corev1.PodFailed, 1), t0.Add(-time.Hour)), want: t0},
+		"not after the commit":  {pod: finished(withPhase(pod(0, 0), corev1.PodFailed, 1), now.Add(time.Hour)), want: now},
+		"no finish: now":        {pod: withPhase(pod(0, 0), corev1.PodFailed, 1), want: now},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := endedAt(tc.pod, t0, now); !got.Equal(tc.want) {
+				t.Errorf("endedAt = %s, want %s", got, tc.want)
+			}
+		})
+	}
+	t.Run("one pass: successes first", func(t *testing.T) {
+		sp := spec(2, 4)
+		pods := []*corev1.Pod{finished(withPhase(pod(0, 0), corev1.PodFailed, 1), t0.Add(11*time.Second)),
+			finished(withPhase(pod(1, 0), corev1.PodSucceeded, 0), t0.Add(10*time.Second))}
+		plan, err := Decide(&Input{Name: "sj", Spec: &sp, Pods: pods, Now: t0.Add(12 * time.Second),
+			Status: &batchv1alpha1.SafeJobStatus{Ledger: ledgerOf(launched(1, 0, 0), launched(2, 1, 0))}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range plan.Append {
+			got = append(got, fmt.Sprintf("%s %s %s", e.Type, e.Pod, e.Time.Sub(t0)))
+		}
+		want := []string{"Succeeded sj-1-0 10s", "Failed sj-0-0 11s"}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("appended (-want,+got):\n%s", diff)
+		}
+		if plan.RequeueAfter != 9*time.Second {
+			t.Errorf("requeue after %s, want the 10s delay from the failure's end, 9s", plan.RequeueAfter)
+		}
+	})
 }

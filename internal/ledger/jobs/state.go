@@ -46,12 +46,16 @@ type State struct {
 	Attempts map[int32]int32
 	// Failures counts counted failures per index.
 	Failures map[int32]int32
-	// FailuresSinceSuccess counts the pod failures recorded since the last
-	// success, the last of them recorded at LastFailure: the backoff delay
-	// before the next pod runs from it (batch/v1).
+	// FailuresSinceSuccess counts the pod failures that ended after the
+	// latest success (LastSuccess), the last of them at LastFailure: the
+	// backoff delay before the next pod runs from it. As in batch/v1, a
+	// success recorded later clears them, and a failure that ended no later
+	// than the latest success is not among them.
 	FailuresSinceSuccess int32
 	LastFailure          time.Time
-	// LastIndexFailure is when each index's last failure was recorded.
+	LastSuccess          time.Time
+	// LastIndexFailure is when each waiting index's last failure ended
+	// (dropped once the index is launched again).
 	LastIndexFailure map[int32]time.Time
 	// Open holds the launches whose outcome is not recorded, by pod name.
 	Open map[string]PodRef
@@ -108,6 +112,9 @@ func (st *State) loadCheckpoint(cp *batchv1alpha1.LedgerCheckpoint) error {
 	st.FailuresSinceSuccess = cp.FailuresSinceSuccess
 	if cp.LastFailureTime != nil {
 		st.LastFailure = cp.LastFailureTime.Time
+	}
+	if cp.LastSuccessTime != nil {
+		st.LastSuccess = cp.LastSuccessTime.Time
 	}
 	for _, is := range cp.Indexes {
 		if min(is.Index, is.Attempts, is.Failures) < 0 || is.Failures > is.Attempts {
@@ -207,6 +214,9 @@ func (st *State) apply(e *batchv1alpha1.LedgerEntry) error {
 	case batchv1alpha1.EntrySucceeded:
 		st.Succeeded.Add(e.Index)
 		st.FailuresSinceSuccess, st.LastFailure = 0, time.Time{}
+		if e.Time.After(st.LastSuccess) {
+			st.LastSuccess = e.Time.Time
+		}
 	case batchv1alpha1.EntryFailed:
 		if err := st.applyFailure(e); err != nil {
 			return err
@@ -254,13 +264,21 @@ func (st *State) applyLaunch(e *batchv1alpha1.LedgerEntry) error {
 	}
 	st.Attempts[e.Index]++
 	st.openIndex[e.Index] = true
+	// Its backoff delay is over: the index's last failure no longer matters,
+	// and is not kept (so a checkpoint lists failure times only for the
+	// indexes that wait, within the size bounds).
+	delete(st.LastIndexFailure, e.Index)
 	st.Open[e.Pod] = PodRef{Name: e.Pod, Index: e.Index, Attempt: e.Attempt, Seq: e.Seq, Time: e.Time.Time}
 	return nil
 }
 
 func (st *State) applyFailure(e *batchv1alpha1.LedgerEntry) error {
-	st.FailuresSinceSuccess++
-	st.LastFailure = e.Time.Time
+	if e.Time.After(st.LastSuccess) {
+		st.FailuresSinceSuccess++
+		if e.Time.After(st.LastFailure) {
+			st.LastFailure = e.Time.Time
+		}
+	}
 	st.LastIndexFailure[e.Index] = e.Time.Time
 	switch e.Reason {
 	case batchv1alpha1.FailReasonIgnored:
@@ -331,6 +349,20 @@ func Fold(l *batchv1alpha1.Ledger, keep int) (batchv1alpha1.Ledger, error) {
 		cpSeq = max(cpSeq, l.Checkpoint.Seq)
 	}
 	out.Checkpoint = fst.checkpoint(cpSeq)
+	// An index launched again in the listed entries has waited out its
+	// delay: replay drops its failure time at that launch, and so does the
+	// checkpoint.
+	relaunched := map[int32]bool{}
+	for _, e := range out.Entries {
+		if e.Type == batchv1alpha1.EntryLaunched {
+			relaunched[e.Index] = true
+		}
+	}
+	for k := range out.Checkpoint.Indexes {
+		if relaunched[out.Checkpoint.Indexes[k].Index] {
+			out.Checkpoint.Indexes[k].LastFailureTime = nil
+		}
+	}
 	return out, nil
 }
 
@@ -360,6 +392,9 @@ func (st *State) checkpoint(seq int64) *batchv1alpha1.LedgerCheckpoint {
 	}
 	if st.FailuresSinceSuccess > 0 {
 		cp.LastFailureTime = ptr.To(metav1.NewTime(st.LastFailure))
+	}
+	if !st.LastSuccess.IsZero() {
+		cp.LastSuccessTime = ptr.To(metav1.NewTime(st.LastSuccess))
 	}
 	slices.SortFunc(cp.Indexes, func(a, b batchv1alpha1.IndexState) int { return int(a.Index - b.Index) })
 	return cp
