@@ -270,6 +270,12 @@ const (
 	// ConditionMissedRuns is True when scheduled times were not run; its
 	// message gives the count and the latest missed time.
 	ConditionMissedRuns = "MissedRuns"
+	// ConditionPodCreateFailure is True, with reason FailedCreate and the
+	// API server's message, while the API server refuses the SafeJob's pod
+	// creates (a ResourceQuota, an admission policy, an invalid template),
+	// as a ReplicaSet's ReplicaFailure; it is removed once a create
+	// succeeds. Meanwhile one launch at a time waits to be created.
+	ConditionPodCreateFailure = "PodCreateFailure"
 )
 
 // Condition reasons, as in batch/v1 where batch/v1 has one.

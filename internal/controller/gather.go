@@ -42,17 +42,18 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 	}
 	key := client.ObjectKeyFromObject(sj)
 	in := &jobs.Input{
-		Name:      sj.Name,
-		Spec:      &sj.Spec,
-		Status:    &sj.Status,
-		Pods:      pods,
-		LastSeen:  r.tracker.lastSeen(key, sj.UID),
-		Uncreated: r.tracker.uncreated(key, sj.UID),
-		Gone:      map[string]bool{},
-		Taken:     map[string]bool{},
-		Fence:     r.Fence,
-		Backoff:   r.Backoff,
-		Now:       r.Clock.Now(),
+		Name:          sj.Name,
+		Spec:          &sj.Spec,
+		Status:        &sj.Status,
+		Pods:          pods,
+		LastSeen:      r.tracker.lastSeen(key, sj.UID),
+		Uncreated:     r.tracker.uncreated(key, sj.UID),
+		CreateRefusal: r.tracker.refusal(key, sj.UID),
+		Gone:          map[string]bool{},
+		Taken:         map[string]bool{},
+		Fence:         r.Fence,
+		Backoff:       r.Backoff,
+		Now:           r.Clock.Now(),
 	}
 	unaccounted, wait, err := jobs.Unaccounted(in)
 	if err != nil {

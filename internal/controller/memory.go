@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
 // jobMemo is what this process remembers of one SafeJob (one UID) beyond
@@ -88,6 +89,9 @@ type podMemory struct {
 	// releasedAt holds when this process released pods' finalizers, so that
 	// a reconcile on a cache that does not show it yet does not patch again.
 	releasedAt map[string]time.Time
+	// refusal is the API server's answer to the latest pod create issued
+	// here (nil: none issued yet).
+	refusal *jobs.CreateRefusal
 }
 
 // committed notes the launches a successful write committed, and forgets

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -122,20 +123,34 @@ func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.Saf
 	switch {
 	case err == nil:
 		r.tracker.created(key, sj.UID, ref.Name)
+		r.tracker.answered(key, sj.UID, "")
 		r.Metrics.PodsCreated.Inc()
 		return true, nil
 	case apierrors.IsAlreadyExists(err):
 		r.tracker.created(key, sj.UID, ref.Name)
 		return false, nil
 	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
-		// Refused for sure: the launch stays uncreated and is retried with backoff.
-		r.Recorder.Eventf(sj, nil, corev1.EventTypeWarning, "FailedCreate", "CreatePod", "Error creating pod %s: %v", ref.Name, err)
+		// Refused for sure: the launch stays uncreated and is retried with
+		// backoff. The PodCreateFailure condition carries the message; an
+		// event is recorded when the refusal starts or its message changes,
+		// not for every pod and retry.
+		if r.tracker.answered(key, sj.UID, refusalMessage(err, ref.Name)) {
+			r.Recorder.Eventf(sj, nil, corev1.EventTypeWarning, "FailedCreate", "CreatePod", "Error creating pod %s: %v", ref.Name, err)
+		}
 		return false, fmt.Errorf("creating pod %s: %w", ref.Name, err)
 	default:
 		// The pod may or may not exist: a live read settles it later.
 		r.tracker.created(key, sj.UID, ref.Name)
 		return false, fmt.Errorf("creating pod %s: %w", ref.Name, err)
 	}
+}
+
+// refusalMessage is the API server's refusal of a pod create without the
+// pod's name, so that the refusals of one cause read the same for every pod
+// and retry: `pods "sj-0-1" is forbidden: exceeded quota: ...` becomes
+// `pods is forbidden: exceeded quota: ...`.
+func refusalMessage(err error, pod string) string {
+	return strings.Replace(err.Error(), " "+strconv.Quote(pod), "", 1)
 }
 
 // fence is the reconciler's fence, or the default.

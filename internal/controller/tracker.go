@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
 // tracker keeps what this process knows beyond the cache: a memo per
@@ -115,6 +116,26 @@ func (t *tracker) delivered(sj *batchv1alpha1.SafeJob) {
 // was issued (whatever its result) or its window has passed.
 func (t *tracker) created(key types.NamespacedName, uid types.UID, pod string) {
 	t.with(key, uid, func(m *jobMemo) { delete(m.pods.uncreated, pod) })
+}
+
+// answered records the API server's answer to a pod create (msg "" for a
+// success) and reports whether it differs from the previous one.
+func (t *tracker) answered(key types.NamespacedName, uid types.UID, msg string) (changed bool) {
+	t.with(key, uid, func(m *jobMemo) {
+		changed = m.pods.refusal == nil || m.pods.refusal.Message != msg
+		m.pods.refusal = &jobs.CreateRefusal{Message: msg}
+	})
+	return changed
+}
+
+// refusal returns the answer to the latest pod create issued here.
+func (t *tracker) refusal(key types.NamespacedName, uid types.UID) (out *jobs.CreateRefusal) {
+	t.with(key, uid, func(m *jobMemo) {
+		if m.pods.refusal != nil {
+			out = &jobs.CreateRefusal{Message: m.pods.refusal.Message}
+		}
+	})
+	return out
 }
 
 // uncreated returns the launches this process committed and has not created.

@@ -75,7 +75,19 @@ type Input struct {
 	// Queue is what the queueing system says of a queued SafeJob; nil when
 	// the SafeJob is not queued.
 	Queue *QueueGate
+	// CreateRefusal is what this process last heard of the SafeJob's pod
+	// creates; nil when it has issued none since it started.
+	CreateRefusal *CreateRefusal
 }
+
+// CreateRefusal is the API server's answer to the latest pod create:
+// Message is its refusal, "" once a create succeeded.
+type CreateRefusal struct {
+	Message string
+}
+
+// ReasonFailedCreate is the reason of the PodCreateFailure condition.
+const ReasonFailedCreate = "FailedCreate"
 
 // QueueGate is the admission of a queued SafeJob. While it is closed no
 // launch is committed, and launches already open are stopped and recorded
@@ -167,6 +179,7 @@ func Decide(in *Input) (*Plan, error) {
 	if !d.finished() {
 		d.decideTarget()
 		d.decideSuspend()
+		d.decideCreateFailure()
 		d.stopPods()
 		d.launch()
 		d.applyAppends()
@@ -312,6 +325,17 @@ func (d *decision) outcome(pod *corev1.Pod, ref PodRef, failures map[int32]int32
 		e.Type, e.Reason = batchv1alpha1.EntryFailed, d.failureReason(pod, ref, failures)
 	}
 	return e
+}
+
+// uncreatedOpen counts the open launches whose pod is not observed.
+func (d *decision) uncreatedOpen() int32 {
+	var n int32
+	for name := range d.st.Open {
+		if d.seen[name] == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // parallelism is the most launches open at once: spec.parallelism, within
@@ -526,13 +550,30 @@ func (d *decision) stopPods() {
 	}
 }
 
+// decideCreateFailure sets PodCreateFailure while the latest pod create was
+// refused, and removes it once one succeeded; without news it stays as is.
+func (d *decision) decideCreateFailure() {
+	switch r := d.in.CreateRefusal; {
+	case r == nil:
+	case r.Message != "":
+		d.setCond(batchv1alpha1.ConditionPodCreateFailure, metav1.ConditionTrue, ReasonFailedCreate, r.Message)
+	default:
+		meta.RemoveStatusCondition(&d.status.Conditions, batchv1alpha1.ConditionPodCreateFailure)
+	}
+}
+
 // launch appends Launched entries for the lowest unfinished, idle indexes,
-// up to parallelism open launches.
+// up to parallelism open launches. While pod creates are refused, one launch
+// at a time waits for its pod: a launch whose window passes goes Lost and
+// runs again, and one at a time keeps that churn to a single slot.
 func (d *decision) launch() {
 	if d.stopping {
 		return
 	}
 	slots := min(d.parallelism()-int32(len(d.st.Open)), WaveSize)
+	if d.isTrue(batchv1alpha1.ConditionPodCreateFailure) {
+		slots = min(slots, 1-d.uncreatedOpen())
+	}
 	busy := map[int32]bool{}
 	for _, ref := range d.st.Open {
 		busy[ref.Index] = true
