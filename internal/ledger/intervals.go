@@ -160,6 +160,20 @@ func (s *IndexSet) CountBelow(limit int32) int32 {
 	return n
 }
 
+// Below returns the indexes of s below limit, as a new set.
+func (s *IndexSet) Below(limit int32) IndexSet {
+	var out IndexSet
+	for _, r := range s.runs {
+		if r.lo >= limit {
+			break
+		}
+		r.hi = min(r.hi, limit-1)
+		out.runs = append(out.runs, r)
+		out.n += int(r.hi - r.lo + 1)
+	}
+	return out
+}
+
 // String formats the set exactly as batch/v1 writes completedIndexes and
 // failedIndexes: sorted intervals, a range only from three indexes on, two
 // adjacent indexes as a pair ("0-3,7,9,10").

@@ -56,6 +56,17 @@ func TestIndexSetMatchesModel(t *testing.T) {
 		if i, common := a.Common(&b); common != intersects(ma, mb) || common && (!ma[i] || !mb[i]) {
 			t.Fatalf("round %d: Common = %d, %v for %q and %q", round, i, common, a.String(), b.String())
 		}
+		limit := rng.Int32N(modelSpan + 2)
+		below, mbelow := a.Below(limit), map[int32]bool{}
+		for i := range ma {
+			if i < limit {
+				mbelow[i] = true
+			}
+		}
+		checkAgainstModel(t, round, &below, mbelow)
+		if below.Len() != int(a.CountBelow(limit)) {
+			t.Fatalf("round %d: Below(%d) has %d, CountBelow %d", round, limit, below.Len(), a.CountBelow(limit))
+		}
 	}
 }
 

@@ -198,6 +198,14 @@ func parityCases() map[string]parityCase {
 			}
 			return fate{duration: quick}
 		}, steps: []step{{running: 2, patch: `{"spec":{"suspend":true}}`}, {running: 0, patch: `{"spec":{"suspend":false}}`}}},
+		"elastic Indexed scaled down": {spec: jobSpec(ptr.To[int32](4), 4, indexed), script: func(index string, _ int) fate {
+			if index == "3" {
+				return fate{duration: quick} // succeeds before the scale-down: no longer counted after it
+			}
+			return fate{duration: 6 * time.Second}
+		}, steps: []step{{running: 3, patch: `{"spec":{"completions":2,"parallelism":2}}`}}},
+		"elastic Indexed scaled up": {spec: jobSpec(ptr.To[int32](2), 2, indexed), script: succeedAfter(3 * time.Second),
+			steps: []step{{running: 2, patch: `{"spec":{"completions":4,"parallelism":4}}`}}},
 		"parallelism lowered while running": {spec: jobSpec(ptr.To[int32](4), 3), script: func(_ string, attempt int) fate {
 			if attempt < 3 {
 				return fate{duration: 8 * time.Second}

@@ -150,6 +150,20 @@ func TestImmutableFields(t *testing.T) {
 		"parallelism above 1 without completions and parallelism at creation": {create: neither,
 			mutate:  func(sj *batchv1alpha1.SafeJob) { sj.Spec.Parallelism = ptr.To[int32](2) },
 			wantMsg: "spec.parallelism: a SafeJob created without completions and parallelism has one completion"},
+		"completions of an Indexed SafeJob whose parallelism differs": {
+			create: func(sj *batchv1alpha1.SafeJob) {
+				sj.Spec.CompletionMode, sj.Spec.Completions = batchv1alpha1.IndexedCompletion, ptr.To[int32](4)
+			},
+			mutate: func(sj *batchv1alpha1.SafeJob) {
+				sj.Spec.Completions, sj.Spec.Parallelism = ptr.To[int32](3), ptr.To[int32](3)
+			},
+			wantMsg: "completions is immutable, except for an Indexed SafeJob"},
+		"completions of an elastic Indexed SafeJob without parallelism": {
+			create: func(sj *batchv1alpha1.SafeJob) {
+				sj.Spec.CompletionMode, sj.Spec.Completions, sj.Spec.Parallelism = batchv1alpha1.IndexedCompletion, ptr.To[int32](4), ptr.To[int32](4)
+			},
+			mutate:  func(sj *batchv1alpha1.SafeJob) { sj.Spec.Completions = ptr.To[int32](3) },
+			wantMsg: "completions is immutable, except for an Indexed SafeJob"},
 		"completions":    {mutate: func(sj *batchv1alpha1.SafeJob) { sj.Spec.Completions = ptr.To[int32](9) }, wantMsg: "completions is immutable"},
 		"completionMode": {mutate: func(sj *batchv1alpha1.SafeJob) { sj.Spec.CompletionMode = batchv1alpha1.IndexedCompletion }, wantMsg: "completionMode is immutable"},
 		"template": {mutate: func(sj *batchv1alpha1.SafeJob) { sj.Spec.Template.Spec.Containers[0].Image = "other" },
@@ -201,6 +215,18 @@ func TestImmutableFields(t *testing.T) {
 		parent.Spec.Completions = ptr.To[int32](4)
 		if err := k8s.Update(context.Background(), parent); err != nil {
 			t.Errorf("changing a scheduled SafeJob's template and completions: %v", err)
+		}
+		// Elastic Indexed: completions and parallelism equal before and
+		// after, they change together, down and up.
+		elastic := testutil.MakeSafeJob("mutable-elastic", ns).Indexed().Completions(4).Parallelism(4).Suspend(true).Obj()
+		if err := k8s.Create(context.Background(), elastic); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []int32{2, 5} {
+			elastic.Spec.Completions, elastic.Spec.Parallelism = ptr.To(n), ptr.To(n)
+			if err := k8s.Update(context.Background(), elastic); err != nil {
+				t.Errorf("scaling an elastic Indexed SafeJob to %d: %v", n, err)
+			}
 		}
 		// Created with neither completions nor parallelism (one completion):
 		// parallelism 0 pauses it and 1 resumes it, as for a batch/v1 Job.

@@ -165,7 +165,7 @@ func Decide(in *Input) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := st.within(indexLimit(in.Spec)); err != nil {
+	if err := st.within(ledgerIndexLimit(in.Spec)); err != nil {
 		return nil, err
 	}
 	d := &decision{in: in, st: st, seen: observed(in), plan: &Plan{}, fence: in.Fence.OrDefault()}
@@ -348,6 +348,19 @@ func (d *decision) parallelism() int32 {
 	return p
 }
 
+// inRange returns the succeeded and failed indexes that count: for an
+// Indexed SafeJob those below completions. Completions of an Indexed SafeJob
+// may shrink with its parallelism (elastic, as in batch/v1); the ledger
+// keeps every index it recorded (I4), and an index above completions
+// counts again if completions grow back.
+func (d *decision) inRange() (succeeded, failed ledger.IndexSet) {
+	if d.in.Spec.CompletionMode != batchv1alpha1.IndexedCompletion {
+		return d.st.Succeeded, d.st.FailedIndexes
+	}
+	c := ptr.Deref(d.in.Spec.Completions, 1)
+	return d.st.Succeeded.Below(c), d.st.FailedIndexes.Below(c)
+}
+
 // gateClosed reports whether the SafeJob is queued and not admitted.
 func (d *decision) gateClosed() bool { return d.in.Queue != nil && !d.in.Queue.Admitted }
 
@@ -385,6 +398,15 @@ func (d *decision) pickVictims() map[string]bool {
 	victims := map[string]bool{}
 	for k := len(open) - 1; k >= 0 && len(victims) < n; k-- {
 		victims[open[k].Name] = true
+	}
+	// Pods of indexes at or above completions are stopped, whatever
+	// parallelism says (an elastic Indexed SafeJob scaled down).
+	if d.in.Spec.CompletionMode == batchv1alpha1.IndexedCompletion {
+		for _, ref := range open {
+			if ref.Index >= indexLimit(d.in.Spec) {
+				victims[ref.Name] = true
+			}
+		}
 	}
 	return victims
 }
@@ -441,8 +463,9 @@ func (d *decision) decideTarget() {
 			completions = 0
 		}
 	}
+	succeeded, failed := d.inRange()
 	t, reason, msg := batchv1alpha1.ConditionFailureTarget, "", ""
-	matched, met := successPolicyMatch(spec.SuccessPolicy, completions, &st.Succeeded)
+	matched, met := successPolicyMatch(spec.SuccessPolicy, completions, &succeeded)
 	switch {
 	case met:
 		// batch/v1 decides a success policy before any failure.
@@ -451,14 +474,14 @@ func (d *decision) decideTarget() {
 		reason, msg = batchv1alpha1.ReasonPodFailurePolicy, "A pod failure matched a podFailurePolicy rule with action FailJob"
 	case spec.BackoffLimitPerIndex == nil && st.Failed > ptr.Deref(spec.BackoffLimit, 6), d.restartsPastLimit():
 		reason, msg = batchv1alpha1.ReasonBackoffLimitExceeded, "Job has reached the specified backoff limit"
-	case spec.MaxFailedIndexes != nil && int32(st.FailedIndexes.Len()) > *spec.MaxFailedIndexes:
+	case spec.MaxFailedIndexes != nil && int32(failed.Len()) > *spec.MaxFailedIndexes:
 		reason, msg = batchv1alpha1.ReasonMaxFailedIndexesExceeded, "Job has exceeded the specified maximal number of failed indexes"
 	case d.deadlineLeft() < 0:
 		reason, msg = batchv1alpha1.ReasonDeadlineExceeded, "Job was active longer than specified deadline"
-	case int32(st.Succeeded.Len()) >= completions:
+	case int32(succeeded.Len()) >= completions:
 		t, reason = batchv1alpha1.ConditionSuccessCriteriaMet, batchv1alpha1.ReasonCompletionsReached
 		msg = "Reached expected number of succeeded pods"
-	case st.FailedIndexes.Len() > 0 && int32(st.Succeeded.Len()+st.FailedIndexes.Len()) >= completions:
+	case failed.Len() > 0 && int32(succeeded.Len()+failed.Len()) >= completions:
 		reason, msg = batchv1alpha1.ReasonFailedIndexes, "Job has failed indexes"
 	default:
 		return
@@ -589,7 +612,7 @@ func (d *decision) launch() {
 	// checkpoint's index list) stay bounded by parallelism (size bounds).
 	fresh := int32(math.MaxInt32)
 	if perIndex {
-		fresh = d.parallelism() - d.st.unfinishedStarted()
+		fresh = d.parallelism() - d.st.unfinishedStarted(limit)
 	}
 	for i := d.st.nextUndone(0); i < limit && slots > 0; i = d.st.nextUndone(i + 1) {
 		if d.st.Attempts[i] == 0 && fresh <= 0 {
@@ -722,15 +745,16 @@ func (d *decision) setCounters(s *batchv1alpha1.SafeJobStatus, st *State) {
 		}
 	}
 	s.Terminating = ptr.To(terminating)
-	s.Succeeded = int32(st.Succeeded.Len())
+	succeeded, failed := d.inRange()
+	s.Succeeded = int32(succeeded.Len())
 	s.Failed = st.Failed
 	s.CompletedIndexes = ""
 	if d.in.Spec.CompletionMode == batchv1alpha1.IndexedCompletion {
-		s.CompletedIndexes = st.Succeeded.String()
+		s.CompletedIndexes = succeeded.String()
 	}
 	s.FailedIndexes = nil
 	if d.in.Spec.BackoffLimitPerIndex != nil {
-		s.FailedIndexes = ptr.To(st.FailedIndexes.String())
+		s.FailedIndexes = ptr.To(failed.String())
 	}
 	s.Completions = completionsColumn(d.in.Spec, s.Succeeded)
 }
@@ -875,6 +899,16 @@ func indexLimit(spec *batchv1alpha1.SafeJobSpec) int32 {
 		return MaxParallelism
 	}
 	return ptr.Deref(spec.Completions, 1)
+}
+
+// ledgerIndexLimit bounds the indexes a valid ledger may hold: those of
+// indexLimit, and for an Indexed SafeJob, whose completions may have been
+// larger before (elastic), any index the API accepts.
+func ledgerIndexLimit(spec *batchv1alpha1.SafeJobSpec) int32 {
+	if spec.CompletionMode == batchv1alpha1.IndexedCompletion {
+		return ledger.MaxCompletions
+	}
+	return indexLimit(spec)
 }
 
 // MaxParallelism is the largest parallelism the API accepts.

@@ -94,6 +94,31 @@ func TestDecide(t *testing.T) {
 		wantConds   []string
 		wantActive  int32
 	}{
+		"elastic Indexed scaled down: indexes above completions stop and no longer count": {
+			spec: func() batchv1alpha1.SafeJobSpec {
+				s := spec(2, 2)
+				s.CompletionMode = batchv1alpha1.IndexedCompletion
+				return s
+			}(),
+			ledger: ledgerOf(launched(1, 0, 0), launched(2, 1, 0), launched(3, 2, 0), launched(4, 3, 0),
+				outcome(5, batchv1alpha1.EntrySucceeded, 3, 0, "")),
+			pods:        []*corev1.Pod{pod(0, 0), pod(1, 0), pod(2, 0), withPhase(pod(3, 0), corev1.PodSucceeded, 0)},
+			wantAppend:  []batchv1alpha1.LedgerEntry{outcome(6, batchv1alpha1.EntryStopping, 2, 0, EvictReasonScaledDown)},
+			wantRelease: []string{"sj-3-0"},
+			wantActive:  3,
+		},
+		"elastic Indexed scaled down: completes on the indexes in range": {
+			spec: func() batchv1alpha1.SafeJobSpec {
+				s := spec(1, 1)
+				s.CompletionMode = batchv1alpha1.IndexedCompletion
+				return s
+			}(),
+			ledger:      ledgerOf(launched(1, 0, 0), launched(2, 3, 0), outcome(3, batchv1alpha1.EntrySucceeded, 3, 0, "")),
+			pods:        []*corev1.Pod{withPhase(pod(0, 0), corev1.PodSucceeded, 0), withPhase(pod(3, 0), corev1.PodSucceeded, 0)},
+			wantAppend:  []batchv1alpha1.LedgerEntry{outcome(4, batchv1alpha1.EntrySucceeded, 0, 0, "")},
+			wantConds:   []string{batchv1alpha1.ConditionSuccessCriteriaMet, batchv1alpha1.ConditionComplete},
+			wantRelease: []string{"sj-3-0"},
+		},
 		"first reconcile launches up to parallelism": {
 			spec:       spec(2, 5),
 			wantAppend: []batchv1alpha1.LedgerEntry{launched(1, 0, 0), launched(2, 1, 0)},
@@ -858,4 +883,31 @@ func TestOutcomeTimes(t *testing.T) {
 			t.Errorf("requeue after %s, want the 10s delay from the failure's end, 9s", plan.RequeueAfter)
 		}
 	})
+}
+
+// TestElasticIndexedCounts: after completions shrink, status counts only the
+// indexes below them, as batch/v1 does; the ledger keeps the others (I4),
+// and they count again once completions grow back.
+func TestElasticIndexedCounts(t *testing.T) {
+	l := ledgerOf(launched(1, 0, 0), launched(2, 3, 0), outcome(3, batchv1alpha1.EntrySucceeded, 0, 0, ""),
+		outcome(4, batchv1alpha1.EntrySucceeded, 3, 0, ""))
+	for _, tc := range []struct {
+		completions   int32
+		wantSucceeded int32
+		wantIndexes   string
+	}{{completions: 2, wantSucceeded: 1, wantIndexes: "0"}, {completions: 5, wantSucceeded: 2, wantIndexes: "0,3"}} {
+		sp := spec(tc.completions, tc.completions)
+		sp.CompletionMode = batchv1alpha1.IndexedCompletion
+		plan, err := Decide(&Input{Name: "sj", Spec: &sp, Now: t0, Backoff: noBackoff, Status: &batchv1alpha1.SafeJobStatus{Ledger: l}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan.Status.Succeeded != tc.wantSucceeded || plan.Status.CompletedIndexes != tc.wantIndexes {
+			t.Errorf("completions %d: succeeded %d, completedIndexes %q; want %d, %q", tc.completions,
+				plan.Status.Succeeded, plan.Status.CompletedIndexes, tc.wantSucceeded, tc.wantIndexes)
+		}
+		if st, err := Replay(&plan.Status.Ledger); err != nil || !st.Succeeded.Has(3) {
+			t.Errorf("completions %d: the ledger lost index 3 (%v)", tc.completions, err)
+		}
+	}
 }

@@ -148,12 +148,12 @@ func (st *State) within(completions int32) error {
 	return nil
 }
 
-// unfinishedStarted counts the indexes launched at least once that have
-// not finished: open, or waiting to run again.
-func (st *State) unfinishedStarted() int32 {
+// unfinishedStarted counts the indexes below limit launched at least once
+// that have not finished: open, or waiting to run again.
+func (st *State) unfinishedStarted(limit int32) int32 {
 	var n int32
 	for i, a := range st.Attempts {
-		if a > 0 && !st.done(i) {
+		if a > 0 && i < limit && !st.done(i) {
 			n++
 		}
 	}
