@@ -15,6 +15,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -486,4 +487,68 @@ func (d *fateDriver) pods(owner types.UID) (running, unended int, name string) {
 		}
 	}
 	return running, unended, name
+}
+
+// TestParityTTL: ttlSecondsAfterFinished deletes a finished Job and a
+// finished SafeJob alike, and their pods with them, no sooner than the TTL
+// after they finished.
+func TestParityTTL(t *testing.T) {
+	e := newEnv(t, cluster.Options{})
+	e.startOperator()
+	d := startFateDriver(t, e)
+	ctx := context.Background()
+	const ns, ttl = "parity-ttl", 3
+	if err := e.cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	d.setScript(ns, succeedAfter(200*time.Millisecond))
+	spec := jobSpec(ptr.To[int32](2), 2, func(s *batchv1.JobSpec) { s.TTLSecondsAfterFinished = ptr.To[int32](ttl) })
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: ns}, Spec: spec}
+	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "safejob", Namespace: ns}}
+	if err := convertSpec(&spec, &sj.Spec); err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range []client.Object{job, sj} {
+		if err := e.cl.Create(ctx, obj); err != nil {
+			t.Fatalf("creating %T: %v", obj, err)
+		}
+	}
+	// finishedAt reads when the object finished; gone reports it deleted.
+	check := func(obj client.Object, finishedAt func() *metav1.Time) {
+		var finished time.Time
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			err := e.cl.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+			switch {
+			case apierrors.IsNotFound(err):
+				return true, nil
+			case err != nil:
+				return false, err
+			}
+			if at := finishedAt(); at != nil {
+				finished = at.Time
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Errorf("%T not deleted: %v", obj, err)
+			return
+		}
+		if finished.IsZero() {
+			t.Errorf("%T deleted before it was seen finished", obj)
+		} else if lived := time.Since(finished); lived < ttl*time.Second-time.Second {
+			t.Errorf("%T deleted %s after it finished, before its TTL of %ds", obj, lived, ttl)
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { check(job, func() *metav1.Time { return job.Status.CompletionTime }) })
+	wg.Go(func() { check(sj, func() *metav1.Time { return sj.Status.CompletionTime }) })
+	wg.Wait()
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var pods corev1.PodList
+		err := e.cl.List(ctx, &pods, client.InNamespace(ns))
+		return err == nil && len(pods.Items) == 0, err
+	})
+	if err != nil {
+		t.Errorf("the pods of the deleted Job and SafeJob are not gone: %v", err)
+	}
 }
