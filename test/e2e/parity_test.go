@@ -368,16 +368,7 @@ func (d *fateDriver) see(ctx context.Context, t *testing.T, pod *corev1.Pod) {
 		return
 	}
 	index := pod.Labels[batchv1alpha1.JobCompletionIndexAnnotation]
-	d.last[pod.UID] = seenPod{owner: owner.UID, name: pod.Name,
-		running: pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil,
-		ended:   pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed}
-	attempt, known := d.attempt[pod.UID]
-	if !known {
-		key := string(owner.UID) + "/" + index
-		attempt = len(d.created[key])
-		d.attempt[pod.UID] = attempt
-		d.created[key] = append(d.created[key], pod.CreationTimestamp.Time)
-	}
+	attempt := d.note(pod, owner.UID, index)
 	_, held := pod.Annotations[holdAnnotation]
 	ready := held && !d.done[pod.UID] && pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil
 	if ready {
@@ -403,6 +394,22 @@ func (d *fateDriver) see(ctx context.Context, t *testing.T, pod *corev1.Pod) {
 	if err := d.cl.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); err != nil && ctx.Err() == nil {
 		t.Errorf("scripting pod %s/%s: %v", pod.Namespace, pod.Name, err)
 	}
+}
+
+// note keeps the pod's state and returns its attempt of its index, numbering
+// it when it first appears. Call with d.mu held.
+func (d *fateDriver) note(pod *corev1.Pod, owner types.UID, index string) int {
+	d.last[pod.UID] = seenPod{owner: owner, name: pod.Name,
+		running: pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil,
+		ended:   pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed}
+	attempt, known := d.attempt[pod.UID]
+	if !known {
+		key := string(owner) + "/" + index
+		attempt = len(d.created[key])
+		d.attempt[pod.UID] = attempt
+		d.created[key] = append(d.created[key], pod.CreationTimestamp.Time)
+	}
+	return attempt
 }
 
 // podsPerIndex is how many pods the owner created for each index.

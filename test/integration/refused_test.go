@@ -31,20 +31,7 @@ func TestPodCreatesRefusedByQuota(t *testing.T) {
 	if err := k8s.Create(ctx, quota); err != nil {
 		t.Fatal(err)
 	}
-	// No quota controller runs here: the quota's status is what admission reads.
-	setQuota := func(pods string) {
-		t.Helper()
-		quota.Spec.Hard[corev1.ResourcePods] = resource.MustParse(pods)
-		if err := k8s.Update(ctx, quota); err != nil {
-			t.Fatal(err)
-		}
-		quota.Status = corev1.ResourceQuotaStatus{Hard: quota.Spec.Hard,
-			Used: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}
-		if err := k8s.Status().Update(ctx, quota); err != nil {
-			t.Fatal(err)
-		}
-	}
-	setQuota("0")
+	setQuota(t, quota, "0")
 	startManager(t, h.ns, managerOptions{fence: shortFence})
 	sj := testutil.MakeSafeJob("quota", h.ns).Completions(3).Parallelism(3).Obj()
 	if err := k8s.Create(ctx, sj); err != nil {
@@ -78,23 +65,45 @@ func TestPodCreatesRefusedByQuota(t *testing.T) {
 		}
 		return st.Lost >= 5, nil
 	})
-	events := &corev1.EventList{}
-	if err := k8s.List(ctx, events, client.InNamespace(h.ns)); err != nil {
-		t.Fatal(err)
-	}
-	var failedCreate int
-	for _, e := range events.Items {
-		if e.Reason == "FailedCreate" && e.InvolvedObject.Name == sj.Name {
-			failedCreate++
-		}
-	}
-	if failedCreate != 1 {
+	if failedCreate := countEvents(t, h.ns, sj.Name, "FailedCreate"); failedCreate != 1 {
 		t.Errorf("%d FailedCreate events for %d refused launches, want one", failedCreate, st.Lost)
 	}
-	setQuota("10")
+	setQuota(t, quota, "10")
 	sj = waitFinished(t, key, time.Minute)
 	if !conditionTrue(sj, batchv1alpha1.ConditionComplete) || condition(sj, batchv1alpha1.ConditionPodCreateFailure) != nil {
 		t.Errorf("conditions %+v: want Complete and no PodCreateFailure", sj.Status.Conditions)
 	}
 	h.finalCheck(t, sj)
+}
+
+// setQuota sets a quota's pod limit, and its status as the quota controller
+// would (none runs here): admission reads the status.
+func setQuota(t *testing.T, quota *corev1.ResourceQuota, pods string) {
+	t.Helper()
+	ctx := context.Background()
+	quota.Spec.Hard[corev1.ResourcePods] = resource.MustParse(pods)
+	if err := k8s.Update(ctx, quota); err != nil {
+		t.Fatal(err)
+	}
+	quota.Status = corev1.ResourceQuotaStatus{Hard: quota.Spec.Hard,
+		Used: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}
+	if err := k8s.Status().Update(ctx, quota); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// countEvents counts the events with the reason about the named object.
+func countEvents(t *testing.T, ns, name, reason string) int {
+	t.Helper()
+	events := &corev1.EventList{}
+	if err := k8s.List(context.Background(), events, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range events.Items {
+		if e.Reason == reason && e.InvolvedObject.Name == name {
+			n++
+		}
+	}
+	return n
 }

@@ -190,58 +190,60 @@ func TestImmutableFields(t *testing.T) {
 			}
 		})
 	}
-	// What stays mutable is accepted with the policy in force: parallelism,
-	// a scheduled parent's template (it applies to later runs), and status.
-	t.Run("mutable", func(t *testing.T) {
-		sj := testutil.MakeSafeJob("mutable", ns).Suspend(true).Obj()
-		parent := testutil.MakeSafeJob("mutable-parent", ns).Schedule("@hourly").Suspend(true).Obj()
-		for _, obj := range []*batchv1alpha1.SafeJob{sj, parent} {
-			if err := k8s.Create(context.Background(), obj); err != nil {
-				t.Fatal(err)
-			}
-		}
-		probe := sj.DeepCopy()
-		probe.Spec.Completions = ptr.To[int32](9)
-		waitRefused(t, probe)
-		sj.Spec.Parallelism = ptr.To[int32](3)
-		if err := k8s.Update(context.Background(), sj); err != nil {
-			t.Errorf("changing parallelism: %v", err)
-		}
-		sj.Status.Completions = "0/1"
-		if err := k8s.Status().Update(context.Background(), sj); err != nil {
-			t.Errorf("writing status: %v", err)
-		}
-		parent.Spec.Template.Spec.Containers[0].Image = "other"
-		parent.Spec.Completions = ptr.To[int32](4)
-		if err := k8s.Update(context.Background(), parent); err != nil {
-			t.Errorf("changing a scheduled SafeJob's template and completions: %v", err)
-		}
-		// Elastic Indexed: completions and parallelism equal before and
-		// after, they change together, down and up.
-		elastic := testutil.MakeSafeJob("mutable-elastic", ns).Indexed().Completions(4).Parallelism(4).Suspend(true).Obj()
-		if err := k8s.Create(context.Background(), elastic); err != nil {
+	t.Run("mutable", func(t *testing.T) { checkMutable(t, ns, neither) })
+}
+
+// What stays mutable is accepted with the policy in force: parallelism,
+// a scheduled parent's template (it applies to later runs), and status.
+func checkMutable(t *testing.T, ns string, neither func(*batchv1alpha1.SafeJob)) {
+	sj := testutil.MakeSafeJob("mutable", ns).Suspend(true).Obj()
+	parent := testutil.MakeSafeJob("mutable-parent", ns).Schedule("@hourly").Suspend(true).Obj()
+	for _, obj := range []*batchv1alpha1.SafeJob{sj, parent} {
+		if err := k8s.Create(context.Background(), obj); err != nil {
 			t.Fatal(err)
 		}
-		for _, n := range []int32{2, 5} {
-			elastic.Spec.Completions, elastic.Spec.Parallelism = ptr.To(n), ptr.To(n)
-			if err := k8s.Update(context.Background(), elastic); err != nil {
-				t.Errorf("scaling an elastic Indexed SafeJob to %d: %v", n, err)
-			}
+	}
+	probe := sj.DeepCopy()
+	probe.Spec.Completions = ptr.To[int32](9)
+	waitRefused(t, probe)
+	sj.Spec.Parallelism = ptr.To[int32](3)
+	if err := k8s.Update(context.Background(), sj); err != nil {
+		t.Errorf("changing parallelism: %v", err)
+	}
+	sj.Status.Completions = "0/1"
+	if err := k8s.Status().Update(context.Background(), sj); err != nil {
+		t.Errorf("writing status: %v", err)
+	}
+	parent.Spec.Template.Spec.Containers[0].Image = "other"
+	parent.Spec.Completions = ptr.To[int32](4)
+	if err := k8s.Update(context.Background(), parent); err != nil {
+		t.Errorf("changing a scheduled SafeJob's template and completions: %v", err)
+	}
+	// Elastic Indexed: completions and parallelism equal before and
+	// after, they change together, down and up.
+	elastic := testutil.MakeSafeJob("mutable-elastic", ns).Indexed().Completions(4).Parallelism(4).Suspend(true).Obj()
+	if err := k8s.Create(context.Background(), elastic); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int32{2, 5} {
+		elastic.Spec.Completions, elastic.Spec.Parallelism = ptr.To(n), ptr.To(n)
+		if err := k8s.Update(context.Background(), elastic); err != nil {
+			t.Errorf("scaling an elastic Indexed SafeJob to %d: %v", n, err)
 		}
-		// Created with neither completions nor parallelism (one completion):
-		// parallelism 0 pauses it and 1 resumes it, as for a batch/v1 Job.
-		one := testutil.MakeSafeJob("mutable-one", ns).Suspend(true).Obj()
-		neither(one)
-		if err := k8s.Create(context.Background(), one); err != nil {
-			t.Fatal(err)
+	}
+	// Created with neither completions nor parallelism (one completion):
+	// parallelism 0 pauses it and 1 resumes it, as for a batch/v1 Job.
+	one := testutil.MakeSafeJob("mutable-one", ns).Suspend(true).Obj()
+	neither(one)
+	if err := k8s.Create(context.Background(), one); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []int32{0, 1} {
+		one.Spec.Parallelism = ptr.To(p)
+		if err := k8s.Update(context.Background(), one); err != nil {
+			t.Errorf("setting parallelism %d of a SafeJob created with neither: %v", p, err)
 		}
-		for _, p := range []int32{0, 1} {
-			one.Spec.Parallelism = ptr.To(p)
-			if err := k8s.Update(context.Background(), one); err != nil {
-				t.Errorf("setting parallelism %d of a SafeJob created with neither: %v", p, err)
-			}
-		}
-	})
+	}
 }
 
 // waitRefused waits until an update to sj is refused, in dry runs: the API

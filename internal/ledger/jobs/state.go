@@ -349,21 +349,25 @@ func Fold(l *batchv1alpha1.Ledger, keep int) (batchv1alpha1.Ledger, error) {
 		cpSeq = max(cpSeq, l.Checkpoint.Seq)
 	}
 	out.Checkpoint = fst.checkpoint(cpSeq)
-	// An index launched again in the listed entries has waited out its
-	// delay: replay drops its failure time at that launch, and so does the
-	// checkpoint.
+	dropRelaunchedFailureTimes(out.Checkpoint, out.Entries)
+	return out, nil
+}
+
+// dropRelaunchedFailureTimes clears the failure time of the checkpoint's
+// indexes that the listed entries launch again: they have waited out their
+// delay, and replay drops the time at that launch anyway.
+func dropRelaunchedFailureTimes(cp *batchv1alpha1.LedgerCheckpoint, entries []batchv1alpha1.LedgerEntry) {
 	relaunched := map[int32]bool{}
-	for _, e := range out.Entries {
+	for _, e := range entries {
 		if e.Type == batchv1alpha1.EntryLaunched {
 			relaunched[e.Index] = true
 		}
 	}
-	for k := range out.Checkpoint.Indexes {
-		if relaunched[out.Checkpoint.Indexes[k].Index] {
-			out.Checkpoint.Indexes[k].LastFailureTime = nil
+	for k := range cp.Indexes {
+		if relaunched[cp.Indexes[k].Index] {
+			cp.Indexes[k].LastFailureTime = nil
 		}
 	}
-	return out, nil
 }
 
 // checkpoint writes the state as a checkpoint. Only valid for a state with
