@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
@@ -30,7 +31,11 @@ func main() {
 	flag.StringVar(&s.probeAddr, "health-probe-bind-address", ":8081", "The address the probe endpoint binds to.")
 	flag.BoolVar(&s.leaderElect, "leader-elect", false,
 		"Enable leader election for controller manager. Enabling this will ensure there is only one active controller manager.")
-	flag.BoolVar(&s.secureMetrics, "metrics-secure", false, "If set, the metrics endpoint is served securely via HTTPS.")
+	flag.StringVar(&s.leaderElectionNamespace, "leader-election-namespace", "",
+		"The namespace of the leader election Lease (default: the namespace the manager runs in).")
+	flag.BoolVar(&s.secureMetrics, "metrics-secure", false,
+		"If set, the metrics endpoint is served via HTTPS, to callers the API server authenticates and authorizes "+
+			"(get on the /metrics non-resource URL, as the metrics-reader ClusterRole grants).")
 	flag.IntVar(&s.concurrency, "concurrent-reconciles", 32, "The number of SafeJobs reconciled at once.")
 	flag.IntVar(&s.podWrites, "concurrent-pod-writes", controller.DefaultConcurrentPodWrites,
 		"The pod creates, finalizer releases and deletes in flight at once, across all SafeJobs (0: unbounded).")
@@ -64,6 +69,7 @@ func main() {
 // settings are the manager's command-line settings.
 type settings struct {
 	metricsAddr, probeAddr, pprofAddr string
+	leaderElectionNamespace           string
 	leaderElect, secureMetrics        bool
 	concurrency                       int
 	podWrites                         int
@@ -89,17 +95,24 @@ func run(s settings) error {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = float32(s.qps), s.burst
+	metricsOpts := metricsserver.Options{
+		BindAddress:   s.metricsAddr,
+		SecureServing: s.secureMetrics,
+		TLSOpts:       []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
+	}
+	if s.secureMetrics {
+		// Only callers the API server authenticates (TokenReview) and
+		// authorizes (SubjectAccessReview) read the metrics.
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: scheme,
-		Metrics: metricsserver.Options{
-			BindAddress:   s.metricsAddr,
-			SecureServing: s.secureMetrics,
-			TLSOpts:       []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
-		},
-		HealthProbeBindAddress: s.probeAddr,
-		PprofBindAddress:       s.pprofAddr,
-		LeaderElection:         s.leaderElect,
-		LeaderElectionID:       "safejob.batch.safejob.dev",
+		Scheme:                  scheme,
+		Metrics:                 metricsOpts,
+		HealthProbeBindAddress:  s.probeAddr,
+		PprofBindAddress:        s.pprofAddr,
+		LeaderElection:          s.leaderElect,
+		LeaderElectionID:        "safejob.batch.safejob.dev",
+		LeaderElectionNamespace: s.leaderElectionNamespace,
 		Cache:                  controller.CacheOptions(),
 	})
 	if err != nil {

@@ -77,7 +77,11 @@ type SafeJobReconciler struct {
 }
 
 // +kubebuilder:rbac:groups=batch.safejob.dev,resources=safejobs,verbs=get;list;watch;create;delete;patch
-// +kubebuilder:rbac:groups=batch.safejob.dev,resources=safejobs/status,verbs=get;update
+// +kubebuilder:rbac:groups=batch.safejob.dev,resources=safejobs/status,verbs=update
+// Pods, runs and Workloads carry a controller reference with
+// blockOwnerDeletion to their SafeJob: the OwnerReferencesPermissionEnforcement
+// admission plugin then requires update on the owner's finalizers.
+// +kubebuilder:rbac:groups=batch.safejob.dev,resources=safejobs/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 

@@ -185,6 +185,9 @@ func (c *Cluster) startControlPlane() error {
 	}
 	c.env.ControlPlane.GetAPIServer().Configure().
 		Set("disable-admission-plugins", "ServiceAccount,TaintNodesByCondition").
+		// As OpenShift has it: setting blockOwnerDeletion on a reference
+		// needs update on the owner's finalizers.
+		Set("enable-admission-plugins", "OwnerReferencesPermissionEnforcement").
 		Set("audit-policy-file", policy).
 		Set("audit-log-path", c.AuditLog).
 		Set("audit-log-maxsize", testutil.AuditLogMaxSizeMB).

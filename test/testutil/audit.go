@@ -10,8 +10,10 @@ import (
 	"time"
 )
 
-// AuditPolicy records every pod create with its request body, and the
-// metadata of every write to pods, Jobs and SafeJobs; no reads.
+// AuditPolicy records every pod create with its request body, the
+// metadata of every write to pods, Jobs and SafeJobs, and of every request
+// of a ServiceAccount of the namespace OperatorNamespace (the operator as
+// shipped, to check its RBAC); no other reads.
 const AuditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived", "ResponseStarted"]
@@ -21,6 +23,8 @@ rules:
   resources:
   - group: ""
     resources: ["pods"]
+- level: Metadata
+  userGroups: ["system:serviceaccounts:` + OperatorNamespace + `"]
 - level: Metadata
   verbs: ["create", "update", "patch", "delete"]
   resources:
@@ -32,6 +36,9 @@ rules:
     resources: ["safejobs", "safejobs/status"]
 - level: None
 `
+
+// OperatorNamespace is where config/default installs the operator.
+const OperatorNamespace = "safejob-system"
 
 // WriteAuditPolicy writes AuditPolicy into dir and returns its path and the
 // path the audit log will have.
@@ -47,7 +54,12 @@ type auditEvent struct {
 	RequestReceived time.Time `json:"requestReceivedTimestamp"`
 	Verb            string    `json:"verb"`
 	Stage           string    `json:"stage"`
-	ObjectRef       struct {
+	RequestURI      string    `json:"requestURI"`
+	User            struct {
+		Username string              `json:"username"`
+		Extra    map[string][]string `json:"extra"`
+	} `json:"user"`
+	ObjectRef struct {
 		Resource    string `json:"resource"`
 		Subresource string `json:"subresource"`
 		Namespace   string `json:"namespace"`
@@ -113,12 +125,45 @@ type Create struct {
 	Received time.Time
 }
 
-// Creates lists the successful creates of a resource in the audit log, in
-// log order; a generated name is its prefix plus a serial.
-func Creates(logPath, resource string) ([]Create, error) {
+// Request is one completed request in the audit log.
+type Request struct {
+	Verb, Resource, Subresource, Namespace, Name, URI string
+	Code                                              int
+	// Credential identifies the credential used (for a ServiceAccount token,
+	// "JTI=<the token's jti>"): two tokens of one ServiceAccount tell two
+	// processes apart.
+	Credential string
+	Received   time.Time
+}
+
+// CredentialIDKey is the user extra key the API server records a
+// credential's identity under.
+const CredentialIDKey = "authentication.kubernetes.io/credential-id"
+
+// UserRequests lists the completed requests of a user in the audit log, in
+// log order (only those the audit policy records).
+func UserRequests(logPath, username string) ([]Request, error) {
+	var out []Request
+	err := scanAudit(logPath, func(e *auditEvent) {
+		if e.Stage != "ResponseComplete" || e.User.Username != username {
+			return
+		}
+		r := Request{Verb: e.Verb, Resource: e.ObjectRef.Resource, Subresource: e.ObjectRef.Subresource,
+			Namespace: e.ObjectRef.Namespace, Name: e.ObjectRef.Name, URI: e.RequestURI, Code: e.ResponseStatus.Code,
+			Received: e.RequestReceived}
+		if ids := e.User.Extra[CredentialIDKey]; len(ids) > 0 {
+			r.Credential = ids[0]
+		}
+		out = append(out, r)
+	})
+	return out, err
+}
+
+// scanAudit calls f with every complete event of the audit log.
+func scanAudit(logPath string, f func(*auditEvent)) error {
 	raw, err := os.ReadFile(logPath)
 	if err != nil {
-		return nil, fmt.Errorf("reading audit log: %w", err)
+		return fmt.Errorf("reading audit log: %w", err)
 	}
 	// The API server may be appending while we read: a last line without its
 	// newline is an event still being written, not a malformed one.
@@ -127,18 +172,30 @@ func Creates(logPath, resource string) ([]Create, error) {
 	} else {
 		raw = nil
 	}
-	var out []Create
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	serial := 0
 	for sc.Scan() {
 		var e auditEvent
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			return nil, fmt.Errorf("reading audit log: %w", err)
+			return fmt.Errorf("reading audit log: %w", err)
 		}
+		f(&e)
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("reading audit log: %w", err)
+	}
+	return nil
+}
+
+// Creates lists the successful creates of a resource in the audit log, in
+// log order; a generated name is its prefix plus a serial.
+func Creates(logPath, resource string) ([]Create, error) {
+	var out []Create
+	serial := 0
+	err := scanAudit(logPath, func(e *auditEvent) {
 		if e.Verb != "create" || e.Stage != "ResponseComplete" || e.ObjectRef.Resource != resource ||
 			e.ObjectRef.Subresource != "" || e.ResponseStatus.Code != 201 {
-			continue
+			return
 		}
 		name := e.ObjectRef.Name
 		if name == "" {
@@ -149,9 +206,6 @@ func Creates(logPath, resource string) ([]Create, error) {
 			name = fmt.Sprintf("%s#%d", e.RequestObject.Metadata.GenerateName, serial)
 		}
 		out = append(out, Create{Namespace: e.ObjectRef.Namespace, Name: name, Received: e.RequestReceived})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading audit log: %w", err)
-	}
-	return out, nil
+	})
+	return out, err
 }
