@@ -61,6 +61,7 @@ func (r *SafeJobReconciler) writeStatus(ctx context.Context, sj *batchv1alpha1.S
 		return err
 	}
 	r.recordEvents(updated, sj, plan)
+	r.Metrics.recordFinished(sj, updated)
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
 )
 
 // Metrics are the controller's Prometheus metrics. Labels come from short
@@ -25,6 +26,17 @@ type Metrics struct {
 	LedgerAppends *prometheus.CounterVec
 	// CommitObserve is the time from a status write to its appearance in the cache.
 	CommitObserve prometheus.Histogram
+	// JobsFinished counts SafeJobs that finished, by completion mode, result
+	// and the reason of their finished condition (as batch/v1's
+	// job_finished_total).
+	JobsFinished *prometheus.CounterVec
+	// PodFailures counts pod failures committed, by the podFailurePolicy
+	// action that handled them (as batch/v1's
+	// pod_failures_handled_by_failure_policy_total, with Count for failures
+	// no rule matched).
+	PodFailures *prometheus.CounterVec
+	// ReconcileDuration is how long reconciles take, by result.
+	ReconcileDuration *prometheus.HistogramVec
 }
 
 // NewMetrics creates the metrics; Register makes them visible.
@@ -55,12 +67,26 @@ func NewMetrics() *Metrics {
 			Help:    "Time from a ledger commit to its observation in the informer cache.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
+		JobsFinished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "safejob_jobs_finished_total",
+			Help: "SafeJobs that finished, by completion mode, result (succeeded, failed) and reason.",
+		}, []string{"completion_mode", "result", "reason"}),
+		PodFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "safejob_pod_failures_total",
+			Help: "Pod failures committed, by the podFailurePolicy action that handled them (Count when no rule matched).",
+		}, []string{"action"}),
+		ReconcileDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "safejob_reconcile_duration_seconds",
+			Help:    "Duration of SafeJob reconciles, by result (success, error).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}, []string{"result"}),
 	}
 }
 
 // Register adds the metrics to a registry.
 func (m *Metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.Reconciles, m.Conflicts, m.PodsCreated, m.CreatesExpired, m.LedgerAppends, m.CommitObserve} {
+	for _, c := range []prometheus.Collector{m.Reconciles, m.Conflicts, m.PodsCreated, m.CreatesExpired, m.LedgerAppends, m.CommitObserve,
+		m.JobsFinished, m.PodFailures, m.ReconcileDuration} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("registering metric: %w", err)
 		}
@@ -68,12 +94,38 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 	return nil
 }
 
-func (m *Metrics) countReconcile(err error) {
+func (m *Metrics) countReconcile(err error, took time.Duration) {
 	result := "success"
 	if err != nil {
 		result = "error"
 	}
 	m.Reconciles.WithLabelValues(result).Inc()
+	m.ReconcileDuration.WithLabelValues(result).Observe(took.Seconds())
+}
+
+// policyAction names the podFailurePolicy action of a Failed entry's reason.
+var policyAction = map[string]string{
+	batchv1alpha1.FailReasonCounted:   "Count",
+	batchv1alpha1.FailReasonIgnored:   "Ignore",
+	batchv1alpha1.FailReasonFailIndex: "FailIndex",
+	batchv1alpha1.FailReasonFailJob:   "FailJob",
+}
+
+// recordFinished counts a SafeJob that a write finished: before did not
+// carry a finished condition, after does.
+func (m *Metrics) recordFinished(before, after *batchv1alpha1.SafeJob) {
+	if ledger.Finished(before.Status.Conditions) != nil {
+		return
+	}
+	c := ledger.Finished(after.Status.Conditions)
+	if c == nil {
+		return
+	}
+	result := "succeeded"
+	if c.Type == batchv1alpha1.ConditionFailed {
+		result = "failed"
+	}
+	m.JobsFinished.WithLabelValues(string(after.Spec.CompletionMode), result, c.Reason).Inc()
 }
 
 func (m *Metrics) observeCommit(d time.Duration) { m.CommitObserve.Observe(d.Seconds()) }
@@ -81,5 +133,8 @@ func (m *Metrics) observeCommit(d time.Duration) { m.CommitObserve.Observe(d.Sec
 func (m *Metrics) recordAppends(entries []batchv1alpha1.LedgerEntry) {
 	for _, e := range entries {
 		m.LedgerAppends.WithLabelValues(string(e.Type)).Inc()
+		if action, ok := policyAction[e.Reason]; ok && e.Type == batchv1alpha1.EntryFailed {
+			m.PodFailures.WithLabelValues(action).Inc()
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 )
@@ -18,23 +19,42 @@ func TestMetrics(t *testing.T) {
 	if err := m.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	m.countReconcile(nil)
-	m.countReconcile(errors.New("boom"))
+	m.countReconcile(nil, time.Millisecond)
+	m.countReconcile(errors.New("boom"), time.Millisecond)
 	m.recordAppends([]batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryLaunched}, {Type: batchv1alpha1.EntryLaunched},
-		{Type: batchv1alpha1.EntrySucceeded}})
+		{Type: batchv1alpha1.EntrySucceeded}, {Type: batchv1alpha1.EntryFailed, Reason: batchv1alpha1.FailReasonIgnored},
+		{Type: batchv1alpha1.EntryFailed, Reason: batchv1alpha1.FailReasonCounted}})
+	running := &batchv1alpha1.SafeJob{Spec: batchv1alpha1.SafeJobSpec{CompletionMode: batchv1alpha1.IndexedCompletion}}
+	failed := running.DeepCopy()
+	failed.Status.Conditions = []metav1.Condition{{Type: batchv1alpha1.ConditionFailed, Status: metav1.ConditionTrue,
+		Reason: batchv1alpha1.ReasonBackoffLimitExceeded}}
+	m.recordFinished(running, failed)
+	m.recordFinished(failed, failed) // already finished: not counted again
 	m.observeCommit(20 * time.Millisecond)
 	want := `
 # HELP safejob_ledger_appends_total Ledger entries committed, by entry type.
 # TYPE safejob_ledger_appends_total counter
+safejob_ledger_appends_total{type="Failed"} 2
 safejob_ledger_appends_total{type="Launched"} 2
 safejob_ledger_appends_total{type="Succeeded"} 1
+# HELP safejob_jobs_finished_total SafeJobs that finished, by completion mode, result (succeeded, failed) and reason.
+# TYPE safejob_jobs_finished_total counter
+safejob_jobs_finished_total{completion_mode="Indexed",reason="BackoffLimitExceeded",result="failed"} 1
+# HELP safejob_pod_failures_total Pod failures committed, by the podFailurePolicy action that handled them (Count when no rule matched).
+# TYPE safejob_pod_failures_total counter
+safejob_pod_failures_total{action="Count"} 1
+safejob_pod_failures_total{action="Ignore"} 1
 # HELP safejob_reconciles_total SafeJob reconciles, by result (success, error).
 # TYPE safejob_reconciles_total counter
 safejob_reconciles_total{result="error"} 1
 safejob_reconciles_total{result="success"} 1
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "safejob_ledger_appends_total", "safejob_reconciles_total"); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "safejob_ledger_appends_total", "safejob_reconciles_total",
+		"safejob_jobs_finished_total", "safejob_pod_failures_total"); err != nil {
 		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(m.ReconcileDuration); n != 2 {
+		t.Errorf("reconcile duration histogram has %d series, want one per result", n)
 	}
 	if n := testutil.CollectAndCount(m.CommitObserve); n != 1 {
 		t.Errorf("commit-observe histogram has %d series", n)

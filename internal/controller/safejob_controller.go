@@ -106,11 +106,12 @@ func (r *SafeJobReconciler) Reconcile(ctx context.Context, req reconcile.Request
 // version of the SafeJob ends it without error: the newer version's watch
 // event brings the SafeJob back.
 func (r *SafeJobReconciler) pass(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	start := time.Now()
 	res, err := r.reconcile(ctx, req)
 	if errors.Is(err, errSuperseded) {
 		res, err = reconcile.Result{}, nil
 	}
-	r.Metrics.countReconcile(err)
+	r.Metrics.countReconcile(err, time.Since(start))
 	return res, err
 }
 
