@@ -2,6 +2,7 @@
 # into a cache outside the repository, so fresh clones reuse it.
 
 IMG ?= safejob-controller:latest
+GOARCH ?= $(shell go env GOARCH)
 CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/safejob
 TOOLS ?= $(CACHE)/tools
 K8S_VERSION ?= v1.35.4
@@ -128,6 +129,11 @@ install: manifests kubectl ## Install the CRD and its admission policies into th
 .PHONY: uninstall
 uninstall: manifests kubectl ## Uninstall the CRD and its admission policies.
 	$(KUBECTL) delete --ignore-not-found -f config/crd/bases $(addprefix -f ,$(POLICIES))
+
+.PHONY: image
+image: ## Build the operator image $(IMG) as an OCI image layout tarball, dist/safejob-image.tar, with Go alone (no container engine).
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH) go build -trimpath -o bin/manager-linux-$(GOARCH) ./cmd
+	go run ./hack/image -binary bin/manager-linux-$(GOARCH) -arch $(GOARCH) -ref $(IMG) -out dist/safejob-image.tar
 
 .PHONY: docker-build
 docker-build: ## Build the operator image $(IMG) (needs a container engine; none is used by the tests).

@@ -1,0 +1,4 @@
+// Command hello is a static binary for the image test.
+package main
+
+func main() { println("hello") }
