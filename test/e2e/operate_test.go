@@ -77,6 +77,9 @@ func TestOperatorAsShipped(t *testing.T) {
 		return err == nil && ptr.Deref(lease.Spec.HolderIdentity, "") != ""
 	})
 	b := e.startShippedReplica(t, cs, "b")
+	// Deferred, so that a refused request is named even when a wait below
+	// times out because of it.
+	defer checkNoForbidden(t, e)
 
 	t.Run("SafeJobs of every kind complete", func(t *testing.T) { e.runEveryKind(t) })
 	t.Run("metrics", func(t *testing.T) { checkMetrics(t, cs, a.metrics) })
@@ -115,7 +118,6 @@ func TestOperatorAsShipped(t *testing.T) {
 			got.Status.Succeeded, created)
 	}
 	checkOnlyLeaderWrote(t, e, leader.credential, follower.credential, killed)
-	checkNoForbidden(t, e)
 }
 
 // installOperatorObjects applies what config/default installs besides the
