@@ -50,8 +50,12 @@ vet: ## Run go vet against code.
 lint: golangci-lint ## Run golangci-lint.
 	$(GOLANGCI_LINT) run
 
+.PHONY: chart
+chart: manifests kubectl ## Generate the Helm chart dist/chart from config/default.
+	$(KUBECTL) kustomize config/default | go run ./hack/chart -out dist/chart
+
 .PHONY: verify
-verify: manifests generate fmt ## Regenerate everything and fail if the tree changed.
+verify: manifests generate fmt chart ## Regenerate everything and fail if the tree changed.
 	@git diff --exit-code --stat -- . || { echo "Generated files are out of date: run 'make manifests generate fmt' and commit."; exit 1; }
 
 .PHONY: envtest-assets
@@ -59,10 +63,11 @@ envtest-assets: ## Build etcd and kube-apiserver (pinned, cached) for the integr
 	@hack/k8s-binaries.sh etcd kube-apiserver >/dev/null
 
 .PHONY: cluster-assets
-cluster-assets: envtest-assets ## Build the rest of the local cluster (pinned, cached): scheduler, controller-manager, kubectl, KWOK, Kueue.
+cluster-assets: envtest-assets ## Build the rest of the local cluster and tools (pinned, cached): scheduler, controller-manager, kubectl, KWOK, Kueue, helm.
 	@hack/k8s-binaries.sh kube-scheduler kube-controller-manager kubectl >/dev/null
 	@hack/kwok.sh >/dev/null
 	@hack/kueue.sh >/dev/null
+	@hack/helm.sh >/dev/null
 
 .PHONY: test
 test: manifests generate fmt vet cluster-assets ## Run unit, integration (real API server) and end-to-end (local cluster) tests.

@@ -1,0 +1,221 @@
+// Command chart writes the Helm chart dist/chart from the manifests of
+// config/default, so that the two never drift (`make verify` regenerates
+// it and fails on a difference):
+//
+//	kubectl kustomize config/default | go run ./hack/chart -out dist/chart
+//
+// The CRD goes to crds/ as it is; every other object becomes a template in
+// the release namespace, with the Deployment's image, replicas, resources
+// and flags, and the metrics Service, taken from values.yaml.
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+)
+
+// operatorNamespace is the namespace config/default installs into; the
+// chart installs into the release's.
+const operatorNamespace = "safejob-system"
+
+func main() {
+	out := flag.String("out", "dist/chart", "the chart directory to write")
+	flag.Parse()
+	if err := run(os.Stdin, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "chart:", err)
+		os.Exit(1)
+	}
+}
+
+func run(in io.Reader, out string) error {
+	objs, err := decode(in)
+	if err != nil {
+		return err
+	}
+	if err := os.RemoveAll(out); err != nil {
+		return err
+	}
+	files := map[string]string{"Chart.yaml": chartYAML, "values.yaml": valuesYAML, ".helmignore": "*.orig\n"}
+	for _, obj := range objs {
+		name, body, err := render(obj)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
+		if name != "" {
+			files[name] = body
+		}
+	}
+	for name, body := range files {
+		path := filepath.Join(out, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil { //nolint:gosec // a chart is world-readable
+			return err
+		}
+	}
+	return nil
+}
+
+func decode(in io.Reader) ([]*unstructured.Unstructured, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(in, 4096)
+	var out []*unstructured.Unstructured
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
+			return out, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("reading the manifests: %w", err)
+		}
+		if obj.GetKind() != "" {
+			out = append(out, obj)
+		}
+	}
+}
+
+const generated = "# Generated from config/default by hack/chart (make chart); do not edit.\n"
+
+// render returns the chart file of an object and its text.
+func render(obj *unstructured.Unstructured) (string, string, error) {
+	kind, name := obj.GetKind(), obj.GetName()
+	switch kind {
+	case "Namespace":
+		return "", "", nil // helm install --namespace ... --create-namespace
+	case "CustomResourceDefinition":
+		body, err := yaml.Marshal(obj.Object)
+		return "crds/" + name + ".yaml", generated + string(body), err
+	}
+	if obj.GetNamespace() == operatorNamespace {
+		obj.SetNamespace("__NAMESPACE__")
+	}
+	if labels := obj.GetLabels(); labels["app.kubernetes.io/managed-by"] != "" {
+		labels["app.kubernetes.io/managed-by"] = "__MANAGED_BY__"
+		obj.SetLabels(labels)
+	}
+	for _, path := range [][]string{{"subjects"}} {
+		subjects, _, _ := unstructured.NestedSlice(obj.Object, path...)
+		for _, s := range subjects {
+			if m, ok := s.(map[string]any); ok && m["namespace"] == operatorNamespace {
+				m["namespace"] = "__NAMESPACE__"
+			}
+		}
+		if subjects != nil {
+			if err := unstructured.SetNestedSlice(obj.Object, subjects, path...); err != nil {
+				return "", "", err
+			}
+		}
+	}
+	if kind == "Deployment" {
+		if err := templateDeployment(obj); err != nil {
+			return "", "", err
+		}
+	}
+	body, err := yaml.Marshal(obj.Object)
+	if err != nil {
+		return "", "", err
+	}
+	text := string(body)
+	text = strings.ReplaceAll(text, "__NAMESPACE__", "{{ .Release.Namespace }}")
+	text = strings.ReplaceAll(text, "__MANAGED_BY__", "{{ .Release.Service }}")
+	for placeholder, tmpl := range deploymentTemplates {
+		text = replaceBlock(text, placeholder, tmpl)
+	}
+	if kind == "Service" && strings.Contains(name, "metrics") {
+		text = "{{- if .Values.metrics.enabled }}\n" + text + "{{- end }}\n"
+	}
+	file := fmt.Sprintf("templates/%s-%s.yaml", strings.ToLower(kind), strings.TrimPrefix(name, "safejob-"))
+	return file, generated + text, nil
+}
+
+// templateDeployment puts placeholders where values.yaml decides.
+func templateDeployment(obj *unstructured.Unstructured) error {
+	containers, _, err := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "containers")
+	if err != nil || len(containers) != 1 {
+		return fmt.Errorf("want one container: %v", err)
+	}
+	c := containers[0].(map[string]any)
+	c["image"], c["imagePullPolicy"], c["args"], c["resources"] = "__IMAGE__", "__PULL_POLICY__", "__ARGS__", "__RESOURCES__"
+	if err := unstructured.SetNestedSlice(obj.Object, containers, "spec", "template", "spec", "containers"); err != nil {
+		return err
+	}
+	return unstructured.SetNestedField(obj.Object, "__REPLICAS__", "spec", "replicas")
+}
+
+// deploymentTemplates replace the Deployment's placeholders; a block
+// template's lines are indented as the placeholder's line.
+var deploymentTemplates = map[string]string{
+	"__IMAGE__":       `"{{ .Values.image.repository }}:{{ .Values.image.tag }}"`,
+	"__PULL_POLICY__": `{{ .Values.image.pullPolicy }}`,
+	"__REPLICAS__":    `{{ .Values.replicas }}`,
+	"__RESOURCES__":   "\n{{- toYaml .Values.resources | nindent INDENT }}",
+	"__ARGS__": "\n{{- if .Values.leaderElect }}\nPAD- --leader-elect\n{{- end }}\nPAD- --health-probe-bind-address=:8081\n" +
+		"{{- if .Values.metrics.enabled }}\nPAD- --metrics-bind-address=:8443\nPAD- --metrics-secure\n{{- end }}\n" +
+		"{{- range .Values.extraArgs }}\nPAD- {{ . }}\n{{- end }}",
+}
+
+var placeholderLine = regexp.MustCompile(`(?m)^( *(?:- )?)([a-zA-Z]+): (__[A-Z_]+__)$`)
+
+// replaceBlock replaces the placeholder on its line (a key, maybe the first
+// of a list item); in the template, PAD becomes the key's column and INDENT
+// that column plus two.
+func replaceBlock(text, placeholder, tmpl string) string {
+	return placeholderLine.ReplaceAllStringFunc(text, func(line string) string {
+		m := placeholderLine.FindStringSubmatch(line)
+		if m[3] != placeholder {
+			return line
+		}
+		column := len(m[1])
+		t := strings.ReplaceAll(tmpl, "INDENT", fmt.Sprint(column+2))
+		t = strings.ReplaceAll(t, "PAD", strings.Repeat(" ", column))
+		if !strings.HasPrefix(t, "\n") {
+			t = " " + t
+		}
+		return m[1] + m[2] + ":" + t
+	})
+}
+
+var chartYAML = `apiVersion: v2
+name: safejob
+description: SafeJob, batch jobs with an exact completion ledger (generated from config/default by hack/chart)
+type: application
+version: 0.1.0
+appVersion: "0.1.0"
+`
+
+var valuesYAML = func() string {
+	var b bytes.Buffer
+	b.WriteString(`# The operator's image: make image writes it as an OCI layout tarball.
+image:
+  repository: safejob-controller
+  tag: latest
+  pullPolicy: IfNotPresent
+# Replicas of the operator; with leaderElect one leads and the others wait.
+replicas: 1
+leaderElect: true
+# HTTPS metrics on port 8443, served to callers bound to the
+# safejob-metrics-reader ClusterRole; the metrics Service comes with it.
+metrics:
+  enabled: true
+resources:
+  limits:
+    cpu: "1"
+    memory: 512Mi
+  requests:
+    cpu: 100m
+    memory: 128Mi
+# More manager flags, e.g. --concurrent-reconciles=64 (see --help).
+extraArgs: []
+`)
+	return b.String()
+}()

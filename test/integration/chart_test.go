@@ -1,0 +1,119 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// TestHelmChart renders dist/chart with the pinned helm (hack/helm.sh),
+// values overridden, checks that the values took effect, and applies every
+// object to the API server. `make verify` keeps the chart equal to what
+// config/default installs (hack/chart generates it).
+func TestHelmChart(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join("..", "..")
+	helmOut, err := exec.Command(filepath.Join(root, "hack", "helm.sh")).Output()
+	if err != nil {
+		t.Fatalf("building helm: %v", err)
+	}
+	helm := strings.TrimSpace(string(helmOut))
+	const ns = "safejob-helm"
+	rendered, err := exec.Command(helm, "template", "safejob", filepath.Join(root, "dist", "chart"), "--namespace", ns,
+		"--include-crds", "--set", "replicas=2", "--set", "image.repository=registry.example/safejob", "--set", "image.tag=v9",
+		"--set", "metrics.enabled=false", "--set-json", `extraArgs=["--concurrent-reconciles=8"]`).CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, rendered)
+	}
+	objs := decodeAll(t, rendered)
+	kinds := map[string]int{}
+	for _, obj := range objs {
+		kinds[obj.GetKind()]++
+		if obj.GetNamespace() != "" && obj.GetNamespace() != ns {
+			t.Errorf("%s %s is in namespace %s, not the release's", obj.GetKind(), obj.GetName(), obj.GetNamespace())
+		}
+		switch obj.GetKind() {
+		case "Deployment":
+			checkDeployment(t, obj)
+		case "Service":
+			t.Errorf("metrics.enabled=false still renders Service %s", obj.GetName())
+		case "ClusterRoleBinding":
+			subjects, _, _ := unstructured.NestedSlice(obj.Object, "subjects")
+			for _, s := range subjects {
+				if m := s.(map[string]any); m["namespace"] != ns {
+					t.Errorf("ClusterRoleBinding %s binds a ServiceAccount of namespace %v", obj.GetName(), m["namespace"])
+				}
+			}
+		}
+	}
+	for _, kind := range []string{"CustomResourceDefinition", "Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+		"Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+		if kinds[kind] == 0 {
+			t.Errorf("the chart renders no %s", kind)
+		}
+	}
+	ctx := context.Background()
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range objs {
+		// Server-side apply: the CRD and the admission policies are already
+		// installed here, identical.
+		if err := k8s.Patch(ctx, obj, client.Apply, client.ForceOwnership, client.FieldOwner("helm-test")); err != nil { //nolint:staticcheck // unstructured objects have no apply configuration
+			t.Errorf("applying %s %s: %v", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+}
+
+func checkDeployment(t *testing.T, obj *unstructured.Unstructured) {
+	t.Helper()
+	if replicas, _, _ := unstructured.NestedInt64(obj.Object, "spec", "replicas"); replicas != 2 {
+		t.Errorf("replicas %d, want 2", replicas)
+	}
+	containers, _, _ := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "containers")
+	c := containers[0].(map[string]any)
+	if c["image"] != "registry.example/safejob:v9" {
+		t.Errorf("image %v", c["image"])
+	}
+	var args []string
+	for _, a := range c["args"].([]any) {
+		args = append(args, a.(string))
+	}
+	if !slices.Contains(args, "--leader-elect") || !slices.Contains(args, "--concurrent-reconciles=8") ||
+		slices.Contains(args, "--metrics-secure") {
+		t.Errorf("args %v: want --leader-elect and --concurrent-reconciles=8, no metrics", args)
+	}
+	sc, _, _ := unstructured.NestedBool(c, "securityContext", "readOnlyRootFilesystem")
+	if !sc {
+		t.Error("the manager's root filesystem is not read-only")
+	}
+}
+
+func decodeAll(t *testing.T, raw []byte) []*unstructured.Unstructured {
+	t.Helper()
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
+			return out
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if obj.GetKind() != "" {
+			out = append(out, obj)
+		}
+	}
+}
