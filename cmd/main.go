@@ -113,7 +113,7 @@ func run(s settings) error {
 		LeaderElection:          s.leaderElect,
 		LeaderElectionID:        "safejob.batch.safejob.dev",
 		LeaderElectionNamespace: s.leaderElectionNamespace,
-		Cache:                  controller.CacheOptions(),
+		Cache:                   controller.CacheOptions(),
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
