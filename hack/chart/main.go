@@ -44,7 +44,7 @@ func run(in io.Reader, out string) error {
 		return err
 	}
 	if err := os.RemoveAll(out); err != nil {
-		return err
+		return fmt.Errorf("clearing %s: %w", out, err)
 	}
 	files := map[string]string{"Chart.yaml": chartYAML, "values.yaml": valuesYAML, ".helmignore": "*.orig\n"}
 	for _, obj := range objs {
@@ -59,10 +59,10 @@ func run(in io.Reader, out string) error {
 	for name, body := range files {
 		path := filepath.Join(out, name)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return err
+			return fmt.Errorf("writing the chart: %w", err)
 		}
 		if err := os.WriteFile(path, []byte(body), 0o644); err != nil { //nolint:gosec // a chart is world-readable
-			return err
+			return fmt.Errorf("writing the chart: %w", err)
 		}
 	}
 	return nil
@@ -94,7 +94,10 @@ func render(obj *unstructured.Unstructured) (string, string, error) {
 		return "", "", nil // helm install --namespace ... --create-namespace
 	case "CustomResourceDefinition":
 		body, err := yaml.Marshal(obj.Object)
-		return "crds/" + name + ".yaml", generated + string(body), err
+		if err != nil {
+			return "", "", fmt.Errorf("writing the CRD: %w", err)
+		}
+		return "crds/" + name + ".yaml", generated + string(body), nil
 	}
 	if obj.GetNamespace() == operatorNamespace {
 		obj.SetNamespace("__NAMESPACE__")
@@ -103,18 +106,8 @@ func render(obj *unstructured.Unstructured) (string, string, error) {
 		labels["app.kubernetes.io/managed-by"] = "__MANAGED_BY__"
 		obj.SetLabels(labels)
 	}
-	for _, path := range [][]string{{"subjects"}} {
-		subjects, _, _ := unstructured.NestedSlice(obj.Object, path...)
-		for _, s := range subjects {
-			if m, ok := s.(map[string]any); ok && m["namespace"] == operatorNamespace {
-				m["namespace"] = "__NAMESPACE__"
-			}
-		}
-		if subjects != nil {
-			if err := unstructured.SetNestedSlice(obj.Object, subjects, path...); err != nil {
-				return "", "", err
-			}
-		}
+	if err := releaseNamespaceSubjects(obj); err != nil {
+		return "", "", err
 	}
 	if kind == "Deployment" {
 		if err := templateDeployment(obj); err != nil {
@@ -123,7 +116,7 @@ func render(obj *unstructured.Unstructured) (string, string, error) {
 	}
 	body, err := yaml.Marshal(obj.Object)
 	if err != nil {
-		return "", "", err
+		return "", "", fmt.Errorf("writing the object: %w", err)
 	}
 	text := string(body)
 	text = strings.ReplaceAll(text, "__NAMESPACE__", "{{ .Release.Namespace }}")
@@ -138,6 +131,24 @@ func render(obj *unstructured.Unstructured) (string, string, error) {
 	return file, generated + text, nil
 }
 
+// releaseNamespaceSubjects binds a role binding's subjects of the
+// operator's namespace in the release's.
+func releaseNamespaceSubjects(obj *unstructured.Unstructured) error {
+	subjects, found, _ := unstructured.NestedSlice(obj.Object, "subjects")
+	if !found {
+		return nil
+	}
+	for _, s := range subjects {
+		if m, ok := s.(map[string]any); ok && m["namespace"] == operatorNamespace {
+			m["namespace"] = "__NAMESPACE__"
+		}
+	}
+	if err := unstructured.SetNestedSlice(obj.Object, subjects, "subjects"); err != nil {
+		return fmt.Errorf("setting subjects: %w", err)
+	}
+	return nil
+}
+
 // templateDeployment puts placeholders where values.yaml decides.
 func templateDeployment(obj *unstructured.Unstructured) error {
 	containers, _, err := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "containers")
@@ -147,9 +158,12 @@ func templateDeployment(obj *unstructured.Unstructured) error {
 	c := containers[0].(map[string]any)
 	c["image"], c["imagePullPolicy"], c["args"], c["resources"] = "__IMAGE__", "__PULL_POLICY__", "__ARGS__", "__RESOURCES__"
 	if err := unstructured.SetNestedSlice(obj.Object, containers, "spec", "template", "spec", "containers"); err != nil {
-		return err
+		return fmt.Errorf("setting the containers: %w", err)
 	}
-	return unstructured.SetNestedField(obj.Object, "__REPLICAS__", "spec", "replicas")
+	if err := unstructured.SetNestedField(obj.Object, "__REPLICAS__", "spec", "replicas"); err != nil {
+		return fmt.Errorf("setting replicas: %w", err)
+	}
+	return nil
 }
 
 // deploymentTemplates replace the Deployment's placeholders; a block

@@ -50,7 +50,7 @@ func write(binary, out, ref, arch string) error {
 	}
 	dir, err := os.MkdirTemp("", "safejob-image-")
 	if err != nil {
-		return err
+		return fmt.Errorf("making a work directory: %w", err)
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	p, err := layout.Write(dir, empty.Index)
@@ -61,7 +61,7 @@ func write(binary, out, ref, arch string) error {
 		return fmt.Errorf("writing the image layout: %w", err)
 	}
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return err
+		return fmt.Errorf("making %s: %w", filepath.Dir(out), err)
 	}
 	return tarDir(dir, out)
 }
@@ -97,7 +97,7 @@ func Image(manager []byte, arch string) (v1.Image, error) {
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the image config: %w", err)
 	}
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", arch
@@ -136,14 +136,14 @@ func tarFiles(files []file) ([]byte, error) {
 			h.Typeflag, h.Size = tar.TypeReg, int64(len(f.body))
 		}
 		if err := tw.WriteHeader(h); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("writing the layer: %w", err)
 		}
 		if _, err := tw.Write(f.body); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("writing the layer: %w", err)
 		}
 	}
 	if err := tw.Close(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("writing the layer: %w", err)
 	}
 	return buf.Bytes(), nil
 }
@@ -153,7 +153,7 @@ func tarFiles(files []file) ([]byte, error) {
 func tarDir(dir, out string) (err error) {
 	f, err := os.Create(out)
 	if err != nil {
-		return err
+		return fmt.Errorf("creating %s: %w", out, err)
 	}
 	defer func() {
 		if cerr := f.Close(); err == nil {
@@ -167,31 +167,36 @@ func tarDir(dir, out string) (err error) {
 		}
 		rel, err := filepath.Rel(dir, path)
 		if err != nil {
-			return err
+			return fmt.Errorf("walking the layout: %w", err)
 		}
 		h, err := tar.FileInfoHeader(info, "")
 		if err != nil {
-			return err
+			return fmt.Errorf("walking the layout: %w", err)
 		}
 		h.Name, h.ModTime, h.Uid, h.Gid, h.Uname, h.Gname = filepath.ToSlash(rel), time.Unix(0, 0), 0, 0, "", ""
 		if info.IsDir() {
 			h.Name += "/"
 		}
 		if err := tw.WriteHeader(h); err != nil {
-			return err
+			return fmt.Errorf("writing %s: %w", out, err)
 		}
 		if info.IsDir() {
 			return nil
 		}
 		body, err := os.ReadFile(path)
 		if err != nil {
-			return err
+			return fmt.Errorf("reading %s: %w", path, err)
 		}
-		_, err = tw.Write(body)
-		return err
+		if _, err := tw.Write(body); err != nil {
+			return fmt.Errorf("writing %s: %w", out, err)
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", out, err)
 	}
-	return tw.Close()
+	if err := tw.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", out, err)
+	}
+	return nil
 }

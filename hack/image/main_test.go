@@ -3,14 +3,17 @@ package main
 import (
 	"archive/tar"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 )
@@ -31,11 +34,50 @@ func TestImage(t *testing.T) {
 	if err := write(bin, out, "safejob:test", "amd64"); err != nil {
 		t.Fatal(err)
 	}
-	layoutDir := filepath.Join(dir, "layout")
-	if err := exec.Command("tar", "-xf", out, "-C", mkdir(t, layoutDir)).Run(); err != nil {
+	cf, files := readLayout(t, out, filepath.Join(dir, "layout"))
+	if cf.Config.User != "65532:65532" || !slices.Equal(cf.Config.Entrypoint, []string{"/manager"}) || cf.OS != "linux" {
+		t.Errorf("config: user %q, entrypoint %v, os %q; want 65532:65532, [/manager], linux",
+			cf.Config.User, cf.Config.Entrypoint, cf.OS)
+	}
+	if !strings.Contains(files["etc/passwd"], "nonroot:x:65532:65532:") {
+		t.Errorf("/etc/passwd has no nonroot user:\n%s", files["etc/passwd"])
+	}
+	if mode, err := strconv.ParseUint(files["manager mode"], 8, 32); err != nil || mode&0o111 == 0 {
+		t.Errorf("/manager missing or not executable (mode %q)", files["manager mode"])
+	}
+	for name := range files {
+		if strings.HasPrefix(name, "bin") || strings.HasSuffix(name, "/sh") || strings.HasSuffix(name, "/sh mode") {
+			t.Errorf("the image holds %s: it needs no shell", name)
+		}
+	}
+	again := filepath.Join(dir, "again.tar")
+	if err := write(bin, again, "safejob:test", "amd64"); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := os.ReadFile(out)
+	b, _ := os.ReadFile(again)
+	if string(a) != string(b) {
+		t.Error("two builds of the same binary give different tarballs")
+	}
+}
+
+func mkdir(t *testing.T, dir string) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// readLayout unpacks an OCI layout tarball holding one image and returns
+// its config and its files: each regular file's body under its path, and
+// each entry's octal mode under "<path> mode".
+func readLayout(t *testing.T, tarball, dir string) (*v1.ConfigFile, map[string]string) {
+	t.Helper()
+	if err := exec.Command("tar", "-xf", tarball, "-C", mkdir(t, dir)).Run(); err != nil {
 		t.Fatalf("unpacking the layout tarball: %v", err)
 	}
-	p, err := layout.FromPath(layoutDir)
+	p, err := layout.FromPath(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,50 +100,20 @@ func TestImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cf.Config.User != "65532:65532" || !slices.Equal(cf.Config.Entrypoint, []string{"/manager"}) || cf.OS != "linux" {
-		t.Errorf("config: user %q, entrypoint %v, os %q; want 65532:65532, [/manager], linux",
-			cf.Config.User, cf.Config.Entrypoint, cf.OS)
-	}
-	files := map[string]*tar.Header{}
+	files := map[string]string{}
 	tr := tar.NewReader(mutate.Extract(img))
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			break
+			return cf, files
 		} else if err != nil {
 			t.Fatal(err)
 		}
-		files[strings.TrimSuffix(h.Name, "/")] = h
-		if h.Name == "etc/passwd" {
+		name := strings.TrimSuffix(h.Name, "/")
+		files[name+" mode"] = fmt.Sprintf("%o", h.Mode&0o777)
+		if h.Typeflag == tar.TypeReg {
 			body, _ := io.ReadAll(tr)
-			if !strings.Contains(string(body), "nonroot:x:65532:65532:") {
-				t.Errorf("/etc/passwd has no nonroot user:\n%s", body)
-			}
+			files[name] = string(body)
 		}
 	}
-	if h := files["manager"]; h == nil || h.Mode&0o111 == 0 {
-		t.Errorf("/manager missing or not executable: %+v", h)
-	}
-	for name := range files {
-		if strings.HasPrefix(name, "bin") || strings.HasSuffix(name, "/sh") {
-			t.Errorf("the image holds %s: it needs no shell", name)
-		}
-	}
-	again := filepath.Join(dir, "again.tar")
-	if err := write(bin, again, "safejob:test", "amd64"); err != nil {
-		t.Fatal(err)
-	}
-	a, _ := os.ReadFile(out)
-	b, _ := os.ReadFile(again)
-	if string(a) != string(b) {
-		t.Error("two builds of the same binary give different tarballs")
-	}
-}
-
-func mkdir(t *testing.T, dir string) string {
-	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }

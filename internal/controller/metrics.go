@@ -39,13 +39,16 @@ type Metrics struct {
 	ReconcileDuration *prometheus.HistogramVec
 }
 
+// labelResult is the label of a reconcile's or a SafeJob's result.
+const labelResult = "result"
+
 // NewMetrics creates the metrics; Register makes them visible.
 func NewMetrics() *Metrics {
 	return &Metrics{
 		Reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "safejob_reconciles_total",
 			Help: "SafeJob reconciles, by result (success, error).",
-		}, []string{"result"}),
+		}, []string{labelResult}),
 		Conflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "safejob_status_conflicts_total",
 			Help: "Status writes refused because the SafeJob changed since it was read.",
@@ -70,7 +73,7 @@ func NewMetrics() *Metrics {
 		JobsFinished: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "safejob_jobs_finished_total",
 			Help: "SafeJobs that finished, by completion mode, result (succeeded, failed) and reason.",
-		}, []string{"completion_mode", "result", "reason"}),
+		}, []string{"completion_mode", labelResult, "reason"}),
 		PodFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "safejob_pod_failures_total",
 			Help: "Pod failures committed, by the podFailurePolicy action that handled them (Count when no rule matched).",
@@ -79,7 +82,7 @@ func NewMetrics() *Metrics {
 			Name:    "safejob_reconcile_duration_seconds",
 			Help:    "Duration of SafeJob reconciles, by result (success, error).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
-		}, []string{"result"}),
+		}, []string{labelResult}),
 	}
 }
 

@@ -39,32 +39,7 @@ func TestHelmChart(t *testing.T) {
 		t.Fatalf("helm template: %v\n%s", err, rendered)
 	}
 	objs := decodeAll(t, rendered)
-	kinds := map[string]int{}
-	for _, obj := range objs {
-		kinds[obj.GetKind()]++
-		if obj.GetNamespace() != "" && obj.GetNamespace() != ns {
-			t.Errorf("%s %s is in namespace %s, not the release's", obj.GetKind(), obj.GetName(), obj.GetNamespace())
-		}
-		switch obj.GetKind() {
-		case "Deployment":
-			checkDeployment(t, obj)
-		case "Service":
-			t.Errorf("metrics.enabled=false still renders Service %s", obj.GetName())
-		case "ClusterRoleBinding":
-			subjects, _, _ := unstructured.NestedSlice(obj.Object, "subjects")
-			for _, s := range subjects {
-				if m := s.(map[string]any); m["namespace"] != ns {
-					t.Errorf("ClusterRoleBinding %s binds a ServiceAccount of namespace %v", obj.GetName(), m["namespace"])
-				}
-			}
-		}
-	}
-	for _, kind := range []string{"CustomResourceDefinition", "Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-		"Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
-		if kinds[kind] == 0 {
-			t.Errorf("the chart renders no %s", kind)
-		}
-	}
+	checkRendered(t, objs, ns)
 	ctx := context.Background()
 	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
@@ -115,6 +90,38 @@ func decodeAll(t *testing.T, raw []byte) []*unstructured.Unstructured {
 		}
 		if obj.GetKind() != "" {
 			out = append(out, obj)
+		}
+	}
+}
+
+// checkRendered checks what the overridden values change, and that every
+// kind config/default installs is there.
+func checkRendered(t *testing.T, objs []*unstructured.Unstructured, ns string) {
+	t.Helper()
+	kinds := map[string]int{}
+	for _, obj := range objs {
+		kinds[obj.GetKind()]++
+		if obj.GetNamespace() != "" && obj.GetNamespace() != ns {
+			t.Errorf("%s %s is in namespace %s, not the release's", obj.GetKind(), obj.GetName(), obj.GetNamespace())
+		}
+		switch obj.GetKind() {
+		case "Deployment":
+			checkDeployment(t, obj)
+		case "Service":
+			t.Errorf("metrics.enabled=false still renders Service %s", obj.GetName())
+		case "ClusterRoleBinding":
+			subjects, _, _ := unstructured.NestedSlice(obj.Object, "subjects")
+			for _, s := range subjects {
+				if m := s.(map[string]any); m["namespace"] != ns {
+					t.Errorf("ClusterRoleBinding %s binds a ServiceAccount of namespace %v", obj.GetName(), m["namespace"])
+				}
+			}
+		}
+	}
+	for _, kind := range []string{"CustomResourceDefinition", "Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+		"Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+		if kinds[kind] == 0 {
+			t.Errorf("the chart renders no %s", kind)
 		}
 	}
 }
