@@ -1,7 +1,7 @@
 // Command image writes the operator's container image as an OCI image
 // layout tarball, from the Go toolchain alone (no container engine): the
-// static manager binary on an empty base, with a nonroot user (uid and gid
-// 65532, as distroless's nonroot) and no shell.
+// static manager binary on an empty base, with CA certificates, a nonroot
+// user (uid and gid 65532, as distroless's nonroot) and no shell.
 //
 //	go run ./hack/image -binary bin/manager-linux-amd64 -out dist/safejob-image.tar
 package main
@@ -9,6 +9,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"encoding/pem"
 	"flag"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"golang.org/x/crypto/x509roots/fallback/bundle"
 )
 
 // NonrootUID is the user the operator runs as, as distroless's nonroot.
@@ -78,6 +80,9 @@ func Image(manager []byte, arch string) (v1.Image, error) {
 		{name: "etc/group", mode: 0o644, body: []byte(fmt.Sprintf("root:x:0:\nnonroot:x:%d:\n", NonrootUID))},
 		{name: "home/", mode: 0o755, dir: true},
 		{name: "home/nonroot/", mode: 0o700, dir: true, owner: NonrootUID},
+		{name: "etc/ssl/", mode: 0o755, dir: true},
+		{name: "etc/ssl/certs/", mode: 0o755, dir: true},
+		{name: "etc/ssl/certs/ca-certificates.crt", mode: 0o644, body: caCertificates()},
 		{name: "tmp/", mode: 0o1777, dir: true},
 		{name: "manager", mode: 0o755, body: manager},
 	}
@@ -115,6 +120,21 @@ func Image(manager []byte, arch string) (v1.Image, error) {
 		return nil, fmt.Errorf("setting the image config: %w", err)
 	}
 	return mutate.ConfigMediaType(img, types.OCIConfigJSON), nil
+}
+
+// caCertificates is the NSS root store, pinned by the module version of
+// golang.org/x/crypto/x509roots/fallback, as PEM: for a manager that talks
+// to anything beyond the API server (whose CA comes with its
+// ServiceAccount). Roots NSS constrains beyond X.509 are left out.
+func caCertificates() []byte {
+	var b bytes.Buffer
+	for root := range bundle.Roots() {
+		if root.Constraint != nil {
+			continue
+		}
+		_ = pem.Encode(&b, &pem.Block{Type: "CERTIFICATE", Bytes: root.Certificate})
+	}
+	return b.Bytes()
 }
 
 type file struct {

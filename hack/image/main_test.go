@@ -39,6 +39,9 @@ func TestImage(t *testing.T) {
 		t.Errorf("config: user %q, entrypoint %v, os %q; want 65532:65532, [/manager], linux",
 			cf.Config.User, cf.Config.Entrypoint, cf.OS)
 	}
+	if n := strings.Count(files["etc/ssl/certs/ca-certificates.crt"], "BEGIN CERTIFICATE"); n < 100 {
+		t.Errorf("%d CA certificates in /etc/ssl/certs/ca-certificates.crt", n)
+	}
 	if !strings.Contains(files["etc/passwd"], "nonroot:x:65532:65532:") {
 		t.Errorf("/etc/passwd has no nonroot user:\n%s", files["etc/passwd"])
 	}
