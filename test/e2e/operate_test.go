@@ -24,6 +24,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -140,8 +141,20 @@ func (e *env) installOperatorObjects(t *testing.T) {
 			t.Fatal(err)
 		}
 		switch obj.GetKind() {
-		case "", "CustomResourceDefinition", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "Deployment":
+		case "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+			if obj.GetNamespace() != "" {
+				t.Errorf("cluster-scoped %s %s is rendered in namespace %s", obj.GetKind(), obj.GetName(), obj.GetNamespace())
+			}
 			continue
+		case "Deployment":
+			checkPodSecurity(t, e, obj)
+			continue
+		case "", "CustomResourceDefinition":
+			continue
+		case "Namespace":
+			if obj.GetLabels()["pod-security.kubernetes.io/enforce"] != "restricted" {
+				t.Errorf("namespace %s is not labelled for the restricted Pod Security level", obj.GetName())
+			}
 		}
 		if err := e.cl.Create(context.Background(), obj); err != nil {
 			t.Fatalf("creating %s %s: %v", obj.GetKind(), obj.GetName(), err)
@@ -153,6 +166,28 @@ func (e *env) installOperatorObjects(t *testing.T) {
 		if !applied[want] {
 			t.Errorf("config/default does not install %s", want)
 		}
+	}
+}
+
+// checkPodSecurity creates the Deployment's pod, dry run, in the operator's
+// namespace, where the API server enforces the restricted Pod Security
+// level (the Namespace is created before the Deployment comes).
+func checkPodSecurity(t *testing.T, e *env, deploy *unstructured.Unstructured) {
+	t.Helper()
+	tmpl, found, err := unstructured.NestedMap(deploy.Object, "spec", "template")
+	if err != nil || !found {
+		t.Fatalf("the Deployment has no pod template: %v", err)
+	}
+	pod := &corev1.Pod{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(tmpl, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Name, pod.Namespace = "pod-security-probe", operatorNS
+	if err := e.cl.Create(context.Background(), pod, client.DryRunAll); err != nil {
+		t.Errorf("the operator's pod is refused in its namespace: %v", err)
+	}
+	if c := pod.Spec.Containers[0].SecurityContext; c == nil || !ptr.Deref(c.ReadOnlyRootFilesystem, false) {
+		t.Error("the manager's root filesystem is not read-only")
 	}
 }
 
