@@ -135,6 +135,10 @@ install: manifests kubectl ## Install the CRD and its admission policies into th
 uninstall: manifests kubectl ## Uninstall the CRD and its admission policies.
 	$(KUBECTL) delete --ignore-not-found -f config/crd/bases $(addprefix -f ,$(POLICIES))
 
+.PHONY: plugin
+plugin: ## Build the kubectl plugin into bin/kubectl-safejob; put bin/ on PATH and run `kubectl safejob`.
+	go build -o bin/kubectl-safejob ./cmd/kubectl-safejob
+
 .PHONY: image
 image: ## Build the operator image $(IMG) as an OCI image layout tarball, dist/safejob-image.tar, with Go alone (no container engine).
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH) go build -trimpath -o bin/manager-linux-$(GOARCH) ./cmd

@@ -941,6 +941,13 @@ var DefaultBackoff = Backoff{Base: 10 * time.Second, Max: 10 * time.Minute}
 // NoBackoff replaces a failed pod at once.
 var NoBackoff = Backoff{Base: -1}
 
+// BackoffLeft is how long the SafeJob's next pod still waits out the
+// backoff delay after the failures since the last success (without
+// backoffLimitPerIndex).
+func (st *State) BackoffLeft(b Backoff, now time.Time) time.Duration {
+	return b.left(st.FailuresSinceSuccess, st.LastFailure, now)
+}
+
 // left is how long the next pod still waits after failures failures, the
 // last recorded at last.
 func (b Backoff) left(failures int32, last, now time.Time) time.Duration {

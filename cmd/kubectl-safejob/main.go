@@ -1,0 +1,243 @@
+// Command kubectl-safejob is the kubectl plugin of SafeJob: `kubectl
+// safejob ledger|why|convert`. Install it on PATH (`go install
+// ./cmd/kubectl-safejob` or `make plugin`) and kubectl finds it.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/plugin"
+)
+
+// Exit codes beyond kubectl's 0 (done) and 1 (error).
+const (
+	// exitNotProgressing: `why` found the SafeJob waiting.
+	exitNotProgressing = 2
+)
+
+// errNotProgressing ends `why` with exitNotProgressing after its output.
+var errNotProgressing = errors.New("not progressing")
+
+func main() {
+	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
+	cmd := newRoot(streams)
+	if err := cmd.Execute(); err != nil {
+		if errors.Is(err, errNotProgressing) {
+			os.Exit(exitNotProgressing)
+		}
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	flags   *genericclioptions.ConfigFlags
+	output  string
+	streams genericiooptions.IOStreams
+}
+
+func newRoot(streams genericiooptions.IOStreams) *cobra.Command {
+	o := &options{flags: genericclioptions.NewConfigFlags(true), streams: streams}
+	root := &cobra.Command{
+		Use:           "kubectl-safejob",
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl safejob"},
+		Short:         "Read SafeJobs' ledgers, see why one waits, convert batch/v1 Jobs",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	o.flags.AddFlags(root.PersistentFlags())
+	root.SetOut(streams.Out)
+	root.SetErr(streams.ErrOut)
+	root.AddCommand(o.ledgerCmd(), o.whyCmd(), o.convertCmd())
+	return root
+}
+
+func (o *options) addOutput(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "Output format: json or yaml (default: text)")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// get reads a SafeJob of the flags' namespace.
+func (o *options) get(ctx context.Context, name string) (*batchv1alpha1.SafeJob, error) {
+	cfg, err := o.flags.ToRESTConfig()
+	if err != nil {
+		return nil, fmt.Errorf("reading the kubeconfig: %w", err)
+	}
+	ns, _, err := o.flags.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return nil, fmt.Errorf("reading the namespace: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	if err := batchv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("adding the SafeJob types: %w", err)
+	}
+	cl, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("creating a client: %w", err)
+	}
+	sj := &batchv1alpha1.SafeJob{}
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, sj); err != nil {
+		return nil, fmt.Errorf("getting SafeJob %s/%s: %w", ns, name, err)
+	}
+	return sj, nil
+}
+
+// print writes v as JSON or YAML when -o asks, or calls text.
+func (o *options) print(v any, text func(io.Writer) error) error {
+	switch o.output {
+	case "":
+		return text(o.streams.Out)
+	case "json":
+		enc := json.NewEncoder(o.streams.Out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(v); err != nil {
+			return fmt.Errorf("writing JSON: %w", err)
+		}
+		return nil
+	case "yaml":
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("writing YAML: %w", err)
+		}
+		_, err = o.streams.Out.Write(b)
+		return err //nolint:wrapcheck // a failed write to stdout says enough
+	default:
+		return fmt.Errorf("unknown output format %q: json or yaml", o.output)
+	}
+}
+
+func (o *options) ledgerCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "ledger NAME",
+		Short: "Show a SafeJob's ledger: its totals and every listed entry (seq, time, type, index, attempt, pod, reason)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sj, err := o.get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			v, err := plugin.Ledger(sj)
+			if err != nil {
+				return err //nolint:wrapcheck // it names the SafeJob
+			}
+			return o.print(v, func(w io.Writer) error { return plugin.PrintLedger(w, v) })
+		},
+	}
+	o.addOutput(cmd)
+	return cmd
+}
+
+func (o *options) whyCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "why NAME",
+		Short: "Say why a SafeJob is not progressing; exit code 0 when it progresses or has finished, 2 when it waits",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sj, err := o.get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			v := plugin.Why(sj, time.Now())
+			if err := o.print(v, func(w io.Writer) error { plugin.PrintWhy(w, v); return nil }); err != nil {
+				return err
+			}
+			if v.State == plugin.StateWaiting {
+				return errNotProgressing
+			}
+			return nil
+		},
+	}
+	o.addOutput(cmd)
+	return cmd
+}
+
+func (o *options) convertCmd() *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "convert -f FILE",
+		Short: "Convert batch/v1 Job and CronJob manifests (one or many documents; -f - reads stdin) into SafeJob manifests",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			in := o.streams.In
+			if file != "-" {
+				f, err := os.Open(file) //nolint:gosec // the user names the file to read
+				if err != nil {
+					return fmt.Errorf("reading %s: %w", file, err)
+				}
+				defer func() { _ = f.Close() }()
+				in = f
+			}
+			out, err := plugin.Convert(in)
+			if err != nil {
+				return err //nolint:wrapcheck // it names the document and the field
+			}
+			if o.output == "json" {
+				var list []map[string]any
+				for _, sj := range out {
+					m, err := manifestMap(sj)
+					if err != nil {
+						return err
+					}
+					list = append(list, m)
+				}
+				return o.print(list, nil)
+			}
+			for k, sj := range out {
+				b, err := manifest(sj)
+				if err != nil {
+					return err
+				}
+				if k > 0 {
+					fmt.Fprintln(o.streams.Out, "---")
+				}
+				if _, err := o.streams.Out.Write(b); err != nil {
+					return err //nolint:wrapcheck // a failed write to stdout says enough
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "filename", "f", "", "The manifests to convert (- for stdin)")
+	_ = cmd.MarkFlagRequired("filename")
+	o.addOutput(cmd)
+	return cmd
+}
+
+// manifestMap is a SafeJob as a manifest: no status, no empty metadata.
+func manifestMap(sj *batchv1alpha1.SafeJob) (map[string]any, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(sj)
+	if err != nil {
+		return nil, fmt.Errorf("converting %s: %w", sj.Name, err)
+	}
+	delete(m, "status")
+	if meta, ok := m["metadata"].(map[string]any); ok {
+		delete(meta, "creationTimestamp")
+	}
+	return m, nil
+}
+
+func manifest(sj *batchv1alpha1.SafeJob) ([]byte, error) {
+	m, err := manifestMap(sj)
+	if err != nil {
+		return nil, err
+	}
+	b, err := yaml.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("writing YAML: %w", err)
+	}
+	return b, nil
+}

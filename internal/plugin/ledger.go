@@ -1,0 +1,130 @@
+// Package plugin holds what kubectl safejob shows, as pure functions of the
+// objects it reads: a SafeJob's ledger, why it does not progress, and Job
+// manifests converted to SafeJobs.
+package plugin
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger/jobs"
+)
+
+// LedgerView is a SafeJob's ledger as `kubectl safejob ledger -o json`
+// prints it; its fields are stable.
+type LedgerView struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Seq is the seq of the last entry ever appended.
+	Seq int64 `json:"seq"`
+	// Folded is what the checkpoint holds, nil when nothing is folded.
+	Folded *Folded `json:"folded,omitempty"`
+	// Totals is what the whole ledger (checkpoint and entries) says; nil
+	// for a scheduled SafeJob, whose ledger lists runs.
+	Totals *Totals `json:"totals,omitempty"`
+	// Entries are the listed entries, oldest first.
+	Entries []Entry `json:"entries"`
+}
+
+// Folded summarizes the checkpoint: entries up to Seq are folded into it.
+type Folded struct {
+	Seq int64 `json:"seq"`
+}
+
+// Totals are the ledger's counts.
+type Totals struct {
+	Succeeded        int    `json:"succeeded"`
+	Failed           int32  `json:"failed"`
+	Lost             int32  `json:"lost"`
+	Evicted          int32  `json:"evicted"`
+	Ignored          int32  `json:"ignored"`
+	CompletedIndexes string `json:"completedIndexes,omitempty"`
+	FailedIndexes    string `json:"failedIndexes,omitempty"`
+	// Attempts is the number of pods launched, folded ones included.
+	Attempts int32 `json:"attempts"`
+	// Open is the number of launches whose outcome is not recorded.
+	Open int `json:"open"`
+}
+
+// Entry is one listed ledger entry.
+type Entry struct {
+	Seq           int64      `json:"seq"`
+	Time          time.Time  `json:"time"`
+	Type          string     `json:"type"`
+	Index         int32      `json:"index"`
+	Attempt       int32      `json:"attempt"`
+	Pod           string     `json:"pod,omitempty"`
+	Run           string     `json:"run,omitempty"`
+	ScheduledTime *time.Time `json:"scheduledTime,omitempty"`
+	Reason        string     `json:"reason,omitempty"`
+}
+
+// Ledger builds the view of a SafeJob's ledger.
+func Ledger(sj *batchv1alpha1.SafeJob) (*LedgerView, error) {
+	l := &sj.Status.Ledger
+	v := &LedgerView{Namespace: sj.Namespace, Name: sj.Name, Seq: l.Seq, Entries: []Entry{}}
+	if l.Checkpoint != nil {
+		v.Folded = &Folded{Seq: l.Checkpoint.Seq}
+	}
+	for _, e := range l.Entries {
+		out := Entry{Seq: e.Seq, Time: e.Time.UTC(), Type: string(e.Type), Index: e.Index, Attempt: e.Attempt, Pod: e.Pod,
+			Run: e.Run, Reason: e.Reason}
+		if e.ScheduledTime != nil {
+			t := e.ScheduledTime.UTC()
+			out.ScheduledTime = &t
+		}
+		v.Entries = append(v.Entries, out)
+	}
+	if sj.Spec.Schedule != nil {
+		return v, nil
+	}
+	st, err := jobs.Replay(l)
+	if err != nil {
+		return nil, fmt.Errorf("the ledger of %s/%s does not read: %w", sj.Namespace, sj.Name, err)
+	}
+	t := &Totals{Succeeded: st.Succeeded.Len(), Failed: st.Failed, Lost: st.Lost, Evicted: st.Evicted, Ignored: st.Ignored,
+		Open: len(st.Open)}
+	if sj.Spec.CompletionMode == batchv1alpha1.IndexedCompletion {
+		t.CompletedIndexes = st.Succeeded.String()
+	}
+	if sj.Spec.BackoffLimitPerIndex != nil {
+		t.FailedIndexes = st.FailedIndexes.String()
+	}
+	for _, n := range st.Attempts {
+		t.Attempts += n
+	}
+	v.Totals = t
+	return v, nil
+}
+
+// PrintLedger writes the view as a summary and a table of the entries.
+func PrintLedger(w io.Writer, v *LedgerView) error {
+	fmt.Fprintf(w, "SafeJob %s/%s, ledger seq %d", v.Namespace, v.Name, v.Seq)
+	if v.Folded != nil {
+		fmt.Fprintf(w, ", entries up to seq %d folded into the checkpoint", v.Folded.Seq)
+	}
+	fmt.Fprintln(w)
+	if t := v.Totals; t != nil {
+		fmt.Fprintf(w, "Totals: %d succeeded, %d failed, %d lost, %d evicted, %d ignored; %d pods launched, %d open\n",
+			t.Succeeded, t.Failed, t.Lost, t.Evicted, t.Ignored, t.Attempts, t.Open)
+		if t.CompletedIndexes != "" {
+			fmt.Fprintf(w, "Completed indexes: %s\n", t.CompletedIndexes)
+		}
+		if t.FailedIndexes != "" {
+			fmt.Fprintf(w, "Failed indexes: %s\n", t.FailedIndexes)
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tTIME\tTYPE\tINDEX\tATTEMPT\tPOD/RUN\tREASON")
+	for _, e := range v.Entries {
+		who := e.Pod
+		if e.Run != "" {
+			who = e.Run
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\n", e.Seq, e.Time.Format(time.RFC3339), e.Type, e.Index, e.Attempt, who, e.Reason)
+	}
+	return tw.Flush()
+}

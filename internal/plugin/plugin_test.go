@@ -1,0 +1,136 @@
+package plugin
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+)
+
+var t0 = time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+
+func entry(seq int64, typ batchv1alpha1.EntryType, i, a int32, reason string, at time.Time) batchv1alpha1.LedgerEntry {
+	return batchv1alpha1.LedgerEntry{Seq: seq, Type: typ, Index: i, Attempt: a, Pod: "sj-" + string(rune('0'+i)) + "-" + string(rune('0'+a)),
+		Reason: reason, Time: metav1.NewTime(at)}
+}
+
+func failingSafeJob() *batchv1alpha1.SafeJob {
+	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "sj", Namespace: "ns"},
+		Spec: batchv1alpha1.SafeJobSpec{Completions: ptr.To[int32](2), Parallelism: ptr.To[int32](1)}}
+	sj.Status.Ledger = batchv1alpha1.Ledger{Seq: 4, Entries: []batchv1alpha1.LedgerEntry{
+		entry(1, batchv1alpha1.EntryLaunched, 0, 0, "", t0),
+		entry(2, batchv1alpha1.EntrySucceeded, 0, 0, "", t0.Add(time.Second)),
+		entry(3, batchv1alpha1.EntryLaunched, 1, 0, "", t0.Add(time.Second)),
+		entry(4, batchv1alpha1.EntryFailed, 1, 0, batchv1alpha1.FailReasonCounted, t0.Add(2*time.Second)),
+	}}
+	return sj
+}
+
+func TestLedger(t *testing.T) {
+	v, err := Ledger(failingSafeJob())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Totals == nil || v.Totals.Succeeded != 1 || v.Totals.Failed != 1 || v.Totals.Attempts != 2 || v.Totals.Open != 0 || len(v.Entries) != 4 {
+		t.Fatalf("view %+v", v)
+	}
+	var b bytes.Buffer
+	if err := PrintLedger(&b, v); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"ledger seq 4", "1 succeeded, 1 failed", "SEQ", "Failed", "Counted", "sj-1-0"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+func TestWhy(t *testing.T) {
+	sj := failingSafeJob()
+	if v := Why(sj, t0.Add(5*time.Second)); v.State != StateWaiting || v.Reasons[0].Kind != "Backoff" ||
+		!strings.Contains(v.Reasons[0].Message, "7s left") {
+		t.Errorf("within the backoff delay: %+v", v)
+	}
+	if v := Why(sj, t0.Add(time.Minute)); v.State != StateProgressing {
+		t.Errorf("after the backoff delay: %+v", v)
+	}
+	sj.Spec.Suspend = ptr.To(true)
+	sj.Status.Conditions = []metav1.Condition{{Type: batchv1alpha1.ConditionPodCreateFailure, Status: metav1.ConditionTrue,
+		Reason: "FailedCreate", Message: "pods is forbidden: exceeded quota"}}
+	v := Why(sj, t0.Add(time.Minute))
+	if v.State != StateWaiting || len(v.Reasons) != 2 || v.Reasons[0].Kind != "Suspended" || v.Reasons[1].Kind != "CreatesRefused" {
+		t.Errorf("suspended and refused: %+v", v)
+	}
+	sj.Status.Conditions = []metav1.Condition{{Type: batchv1alpha1.ConditionComplete, Status: metav1.ConditionTrue, Reason: "CompletionsReached"}}
+	if v := Why(sj, t0); v.State != StateFinished {
+		t.Errorf("complete: %+v", v)
+	}
+}
+
+func TestConvert(t *testing.T) {
+	in := `apiVersion: batch/v1
+kind: Job
+metadata:
+  name: pi
+  labels: {app: pi}
+spec:
+  completions: 3
+  parallelism: 2
+  completionMode: Indexed
+  backoffLimitPerIndex: 1
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: pi, image: perl}]
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata:
+  name: nightly
+spec:
+  schedule: "0 3 * * *"
+  timeZone: Europe/Berlin
+  concurrencyPolicy: Forbid
+  successfulJobsHistoryLimit: 2
+  jobTemplate:
+    metadata:
+      labels: {team: data}
+    spec:
+      template:
+        spec:
+          restartPolicy: OnFailure
+          containers: [{name: etl, image: etl}]
+`
+	out, err := Convert(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 2 {
+		t.Fatalf("%d SafeJobs", len(out))
+	}
+	if j := out[0]; j.Name != "pi" || *j.Spec.Completions != 3 || j.Spec.CompletionMode != batchv1alpha1.IndexedCompletion ||
+		*j.Spec.BackoffLimitPerIndex != 1 || j.Labels["app"] != "pi" || j.Kind != "SafeJob" {
+		t.Errorf("Job converted to %+v", j)
+	}
+	if c := out[1]; *c.Spec.Schedule != "0 3 * * *" || *c.Spec.TimeZone != "Europe/Berlin" || c.Spec.ConcurrencyPolicy != "Forbid" ||
+		*c.Spec.SuccessfulRunsHistoryLimit != 2 || c.Labels["team"] != "data" {
+		t.Errorf("CronJob converted to %+v", c)
+	}
+	for name, tc := range map[string]struct{ in, want string }{
+		"selector": {in: "apiVersion: batch/v1\nkind: Job\nmetadata: {name: x}\nspec:\n  manualSelector: true\n  selector: {matchLabels: {a: b}}\n  template: {spec: {containers: [{name: c, image: i}]}}\n",
+			want: "document 1: Job x: spec.selector: a SafeJob has no such field"},
+		"misspelt field": {in: "apiVersion: batch/v1\nkind: Job\nmetadata: {name: x}\nspec:\n  paralelism: 2\n",
+			want: `unknown field "paralelism"`},
+		"another kind": {in: "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n",
+			want: "apps/v1 Deployment is not a batch/v1 Job or CronJob"},
+	} {
+		if _, err := Convert(strings.NewReader(tc.in)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one saying %q", name, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,110 @@
+package plugin
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger/jobs"
+)
+
+// Verdict is the answer of `kubectl safejob why`; its fields are stable.
+type Verdict struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// State is Progressing, Finished or Waiting.
+	State string `json:"state"`
+	// Reasons say why, most important first.
+	Reasons []Reason `json:"reasons"`
+}
+
+// Reason is one cause.
+type Reason struct {
+	// Kind names the cause: Finished, LedgerInvalid, Suspended,
+	// WaitingForAdmission, CreatesRefused, Scheduling, Backoff, Deadline,
+	// Running, Starting.
+	Kind    string `json:"kind"`
+	Message string `json:"message"`
+}
+
+// The states of a Verdict.
+const (
+	StateProgressing = "Progressing"
+	StateFinished    = "Finished"
+	StateWaiting     = "Waiting"
+)
+
+// deadlineClose is how near activeDeadlineSeconds must be to be mentioned.
+const deadlineClose = time.Minute
+
+// Why tells whether a SafeJob progresses and why not, from its status, as
+// the controller decides it. The backoff delay is computed with batch/v1's
+// (10s doubling), the operator's default.
+func Why(sj *batchv1alpha1.SafeJob, now time.Time) *Verdict {
+	v := &Verdict{Namespace: sj.Namespace, Name: sj.Name, Reasons: []Reason{}}
+	add := func(kind, format string, args ...any) {
+		v.Reasons = append(v.Reasons, Reason{Kind: kind, Message: fmt.Sprintf(format, args...)})
+	}
+	conds := sj.Status.Conditions
+	for _, t := range []string{batchv1alpha1.ConditionComplete, batchv1alpha1.ConditionFailed} {
+		if c := meta.FindStatusCondition(conds, t); c != nil && c.Status == metav1.ConditionTrue {
+			v.State = StateFinished
+			add("Finished", "%s (%s): %s", c.Type, c.Reason, c.Message)
+			return v
+		}
+	}
+	v.State = StateWaiting
+	if c := meta.FindStatusCondition(conds, batchv1alpha1.ConditionLedgerValid); c != nil && c.Status == metav1.ConditionFalse {
+		add("LedgerInvalid", "%s", c.Message)
+	}
+	if ptr.Deref(sj.Spec.Suspend, false) {
+		add("Suspended", "spec.suspend is true: no pod runs until it is false")
+	}
+	if c := meta.FindStatusCondition(conds, batchv1alpha1.ConditionAdmitted); c != nil && c.Status == metav1.ConditionFalse {
+		add("WaitingForAdmission", "Kueue has not admitted its Workload (%s): %s", c.Reason, c.Message)
+	}
+	if c := meta.FindStatusCondition(conds, batchv1alpha1.ConditionPodCreateFailure); c != nil && c.Status == metav1.ConditionTrue {
+		add("CreatesRefused", "the API server refuses its pods: %s", c.Message)
+	}
+	if c := meta.FindStatusCondition(conds, batchv1alpha1.ConditionScheduling); c != nil && c.Status == metav1.ConditionFalse {
+		add("Scheduling", "no run starts (%s): %s", c.Reason, c.Message)
+	}
+	if sj.Spec.Schedule == nil {
+		if st, err := jobs.Replay(&sj.Status.Ledger); err == nil {
+			if left := st.BackoffLeft(jobs.DefaultBackoff, now); left > 0 && len(st.Open) == 0 {
+				add("Backoff", "waiting out the backoff delay after %d failures since the last success: %s left",
+					st.FailuresSinceSuccess, left.Round(time.Second))
+			}
+			if len(v.Reasons) == 0 {
+				v.State = StateProgressing
+				if sj.Status.Active > 0 {
+					add("Running", "%d pods running, %d launched and not ended", sj.Status.Active, len(st.Open))
+				} else {
+					add("Starting", "%d launches waiting for their pods", len(st.Open))
+				}
+			}
+		}
+	} else if len(v.Reasons) == 0 {
+		v.State = StateProgressing
+		add("Scheduling", "runs start on schedule %q", *sj.Spec.Schedule)
+	}
+	if ads := sj.Spec.ActiveDeadlineSeconds; ads != nil && sj.Status.StartTime != nil {
+		if left := sj.Status.StartTime.Add(time.Duration(*ads) * time.Second).Sub(now); left < deadlineClose {
+			add("Deadline", "activeDeadlineSeconds ends it in %s", max(left, 0).Round(time.Second))
+		}
+	}
+	return v
+}
+
+// PrintWhy writes the verdict, a line per reason.
+func PrintWhy(w io.Writer, v *Verdict) {
+	fmt.Fprintf(w, "SafeJob %s/%s: %s\n", v.Namespace, v.Name, v.State)
+	for _, r := range v.Reasons {
+		fmt.Fprintf(w, "  %s: %s\n", r.Kind, r.Message)
+	}
+}

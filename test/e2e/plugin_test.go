@@ -1,0 +1,147 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/plugin"
+	"github.com/safejob/safejob/test/cluster"
+)
+
+// kubectlPlugin runs the pinned kubectl with the plugin on PATH, as a user
+// who installed it would.
+type kubectlPlugin struct {
+	kubectl, path, kubeconfig string
+}
+
+func buildPlugin(t *testing.T, e *env) *kubectlPlugin {
+	t.Helper()
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-o", filepath.Join(dir, "kubectl-safejob"), "./cmd/kubectl-safejob")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the plugin: %v\n%s", err, out)
+	}
+	return &kubectlPlugin{kubectl: filepath.Join(e.c.BinDir, "kubectl"), path: dir + string(os.PathListSeparator) + os.Getenv("PATH"),
+		kubeconfig: e.c.Kubeconfig}
+}
+
+// run runs `kubectl args...` and returns its stdout, stderr and exit code.
+func (p *kubectlPlugin) run(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(p.kubectl, append([]string{"--kubeconfig=" + p.kubeconfig}, args...)...)
+	cmd.Env = append(os.Environ(), "PATH="+p.path)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		return out.String(), errOut.String(), exit.ExitCode()
+	case err != nil:
+		t.Fatalf("running kubectl %v: %v", args, err)
+	}
+	return out.String(), errOut.String(), 0
+}
+
+// TestKubectlPlugin runs `kubectl safejob` through the pinned kubectl
+// (plugin discovery on PATH) against the local cluster: the ledger of a
+// finished SafeJob as text and JSON, `why` of a finished and of a suspended
+// one with their exit codes, and `convert` of a Job and a CronJob whose
+// output the API server accepts.
+func TestKubectlPlugin(t *testing.T) {
+	e := newEnv(t, cluster.Options{})
+	e.startOperator()
+	ctx := context.Background()
+	p := buildPlugin(t, e)
+	done := plainSafeJob("done", 2, 2, "500ms")
+	waiting := plainSafeJob("waiting", 1, 1, "500ms")
+	waiting.Spec.Suspend = ptr.To(true)
+	for _, sj := range []*batchv1alpha1.SafeJob{done, waiting} {
+		if err := e.cl.Create(ctx, sj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, time.Minute, "done to complete", func() bool {
+		got := &batchv1alpha1.SafeJob{}
+		return e.cl.Get(ctx, client.ObjectKeyFromObject(done), got) == nil && complete(got)
+	})
+
+	out, errOut, code := p.run(t, "", "safejob", "ledger", "done", "-n", nsSafeJob, "-o", "json")
+	var v plugin.LedgerView
+	if code != 0 || json.Unmarshal([]byte(out), &v) != nil {
+		t.Fatalf("ledger -o json: exit %d, %s\n%s", code, errOut, out)
+	}
+	if v.Totals == nil || v.Totals.Succeeded != 2 || v.Totals.Attempts != 2 || len(v.Entries) != 4 || v.Entries[0].Pod == "" {
+		t.Errorf("ledger -o json: %+v", v)
+	}
+	out, _, code = p.run(t, "", "safejob", "ledger", "done", "--namespace", nsSafeJob)
+	if code != 0 || !strings.Contains(out, "2 succeeded") || !strings.Contains(out, "Launched") {
+		t.Errorf("ledger: exit %d\n%s", code, out)
+	}
+	t.Logf("kubectl safejob ledger done:\n%s", out)
+
+	if out, _, code = p.run(t, "", "safejob", "why", "done", "-n", nsSafeJob); code != 0 || !strings.Contains(out, "Finished") {
+		t.Errorf("why done: exit %d\n%s", code, out)
+	}
+	out, _, code = p.run(t, "", "safejob", "why", "waiting", "-n", nsSafeJob, "-o", "json")
+	var verdict plugin.Verdict
+	if code != 2 || json.Unmarshal([]byte(out), &verdict) != nil || verdict.State != plugin.StateWaiting ||
+		len(verdict.Reasons) == 0 || verdict.Reasons[0].Kind != "Suspended" {
+		t.Errorf("why waiting: exit %d (want 2)\n%s", code, out)
+	}
+	if _, errOut, code = p.run(t, "", "safejob", "ledger", "absent", "-n", nsSafeJob); code != 1 || !strings.Contains(errOut, "not found") {
+		t.Errorf("ledger of a missing SafeJob: exit %d, %s", code, errOut)
+	}
+
+	manifests := `apiVersion: batch/v1
+kind: Job
+metadata: {name: converted}
+spec:
+  completions: 3
+  parallelism: 3
+  completionMode: Indexed
+  backoffLimitPerIndex: 1
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: main, image: busybox}]
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata: {name: converted-nightly}
+spec:
+  schedule: "0 3 * * *"
+  concurrencyPolicy: Forbid
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: OnFailure
+          containers: [{name: main, image: busybox}]
+`
+	out, errOut, code = p.run(t, manifests, "safejob", "convert", "-f", "-")
+	if code != 0 || strings.Count(out, "kind: SafeJob") != 2 {
+		t.Fatalf("convert: exit %d, %s\n%s", code, errOut, out)
+	}
+	if created, errOut, code := p.run(t, out, "create", "--dry-run=server", "-n", nsSafeJob, "-f", "-"); code != 0 {
+		t.Errorf("the API server refuses the converted manifests: %s\n%s", errOut, created)
+	}
+	if _, errOut, code = p.run(t, "apiVersion: batch/v1\nkind: Job\nmetadata: {name: x}\nspec:\n  manualSelector: true\n  template: {spec: {containers: [{name: c, image: i}]}}\n",
+		"safejob", "convert", "-f", "-"); code != 1 || !strings.Contains(errOut, "spec.manualSelector") {
+		t.Errorf("convert of a Job with manualSelector: exit %d, %s", code, errOut)
+	}
+}
