@@ -41,7 +41,8 @@ func buildPlugin(t *testing.T, e *env) *kubectlPlugin {
 // run runs `kubectl args...` and returns its stdout, stderr and exit code.
 func (p *kubectlPlugin) run(t *testing.T, stdin string, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(p.kubectl, append([]string{"--kubeconfig=" + p.kubeconfig}, args...)...)
+	// kubectl takes no flag before a plugin's name: the kubeconfig goes last.
+	cmd := exec.Command(p.kubectl, append(args, "--kubeconfig="+p.kubeconfig)...)
 	cmd.Env = append(os.Environ(), "PATH="+p.path)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut bytes.Buffer
