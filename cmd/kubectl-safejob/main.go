@@ -29,6 +29,12 @@ const (
 	exitNotProgressing = 2
 )
 
+// The output formats -o takes.
+const (
+	outputJSON = "json"
+	outputYAML = "yaml"
+)
+
 // errNotProgressing ends `why` with exitNotProgressing after its output.
 var errNotProgressing = errors.New("not progressing")
 
@@ -68,7 +74,7 @@ func newRoot(streams genericiooptions.IOStreams) *cobra.Command {
 
 func (o *options) addOutput(cmd *cobra.Command) {
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "Output format: json or yaml (default: text)")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{outputJSON, outputYAML}, cobra.ShellCompDirectiveNoFileComp))
 }
 
 // get reads a SafeJob of the flags' namespace.
@@ -101,14 +107,14 @@ func (o *options) print(v any, text func(io.Writer) error) error {
 	switch o.output {
 	case "":
 		return text(o.streams.Out)
-	case "json":
+	case outputJSON:
 		enc := json.NewEncoder(o.streams.Out)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(v); err != nil {
 			return fmt.Errorf("writing JSON: %w", err)
 		}
 		return nil
-	case "yaml":
+	case outputYAML:
 		b, err := yaml.Marshal(v)
 		if err != nil {
 			return fmt.Errorf("writing YAML: %w", err)
@@ -152,7 +158,7 @@ func (o *options) whyCmd() *cobra.Command {
 				return err
 			}
 			v := plugin.Why(sj, time.Now())
-			if err := o.print(v, func(w io.Writer) error { plugin.PrintWhy(w, v); return nil }); err != nil {
+			if err := o.print(v, func(w io.Writer) error { return plugin.PrintWhy(w, v) }); err != nil {
 				return err
 			}
 			if v.State == plugin.StateWaiting {
@@ -185,7 +191,7 @@ func (o *options) convertCmd() *cobra.Command {
 			if err != nil {
 				return err //nolint:wrapcheck // it names the document and the field
 			}
-			if o.output == "json" {
+			if o.output == outputJSON {
 				var list []map[string]any
 				for _, sj := range out {
 					m, err := manifestMap(sj)
@@ -202,7 +208,7 @@ func (o *options) convertCmd() *cobra.Command {
 					return err
 				}
 				if k > 0 {
-					fmt.Fprintln(o.streams.Out, "---")
+					b = append([]byte("---\n"), b...)
 				}
 				if _, err := o.streams.Out.Write(b); err != nil {
 					return err //nolint:wrapcheck // a failed write to stdout says enough

@@ -68,7 +68,7 @@ func convertJob(raw []byte) (*batchv1alpha1.SafeJob, error) {
 	}
 	sj := newSafeJob(&job.ObjectMeta)
 	if err := strictSpec(job.Spec, &sj.Spec, "spec"); err != nil {
-		return nil, fmt.Errorf("Job %s: %w", job.Name, err)
+		return nil, fmt.Errorf("the Job %s: %w", job.Name, err)
 	}
 	return sj, nil
 }
@@ -80,7 +80,7 @@ func convertCronJob(raw []byte) (*batchv1alpha1.SafeJob, error) {
 	}
 	sj := newSafeJob(&cj.ObjectMeta)
 	if err := strictSpec(cj.Spec.JobTemplate.Spec, &sj.Spec, "spec.jobTemplate.spec"); err != nil {
-		return nil, fmt.Errorf("CronJob %s: %w", cj.Name, err)
+		return nil, fmt.Errorf("the CronJob %s: %w", cj.Name, err)
 	}
 	// A run carries its parent's labels: the job template's go there, and
 	// its annotations too.

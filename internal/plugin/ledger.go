@@ -4,6 +4,7 @@
 package plugin
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -102,29 +103,60 @@ func Ledger(sj *batchv1alpha1.SafeJob) (*LedgerView, error) {
 
 // PrintLedger writes the view as a summary and a table of the entries.
 func PrintLedger(w io.Writer, v *LedgerView) error {
-	fmt.Fprintf(w, "SafeJob %s/%s, ledger seq %d", v.Namespace, v.Name, v.Seq)
+	out := &errWriter{w: w}
+	out.printf("SafeJob %s/%s, ledger seq %d", v.Namespace, v.Name, v.Seq)
 	if v.Folded != nil {
-		fmt.Fprintf(w, ", entries up to seq %d folded into the checkpoint", v.Folded.Seq)
+		out.printf(", entries up to seq %d folded into the checkpoint", v.Folded.Seq)
 	}
-	fmt.Fprintln(w)
+	out.printf("\n")
 	if t := v.Totals; t != nil {
-		fmt.Fprintf(w, "Totals: %d succeeded, %d failed, %d lost, %d evicted, %d ignored; %d pods launched, %d open\n",
+		out.printf("Totals: %d succeeded, %d failed, %d lost, %d evicted, %d ignored; %d pods launched, %d open\n",
 			t.Succeeded, t.Failed, t.Lost, t.Evicted, t.Ignored, t.Attempts, t.Open)
 		if t.CompletedIndexes != "" {
-			fmt.Fprintf(w, "Completed indexes: %s\n", t.CompletedIndexes)
+			out.printf("Completed indexes: %s\n", t.CompletedIndexes)
 		}
 		if t.FailedIndexes != "" {
-			fmt.Fprintf(w, "Failed indexes: %s\n", t.FailedIndexes)
+			out.printf("Failed indexes: %s\n", t.FailedIndexes)
 		}
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tTIME\tTYPE\tINDEX\tATTEMPT\tPOD/RUN\tREASON")
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	table := &errWriter{w: tw}
+	table.printf("SEQ\tTIME\tTYPE\tINDEX\tATTEMPT\tPOD/RUN\tREASON\n")
 	for _, e := range v.Entries {
 		who := e.Pod
 		if e.Run != "" {
 			who = e.Run
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\n", e.Seq, e.Time.Format(time.RFC3339), e.Type, e.Index, e.Attempt, who, e.Reason)
+		table.printf("%d\t%s\t%s\t%d\t%d\t%s\t%s\n", e.Seq, e.Time.Format(time.RFC3339), e.Type, e.Index, e.Attempt, who, e.Reason)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil && table.err == nil {
+		table.err = fmt.Errorf("writing the table: %w", err)
+	}
+	return errors.Join(out.err, table.err)
+}
+
+// errWriter writes until the first error, and keeps it.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) printf(format string, args ...any) {
+	if e.err == nil {
+		if _, err := fmt.Fprintf(e.w, format, args...); err != nil {
+			e.err = fmt.Errorf("writing: %w", err)
+		}
+	}
+}
+
+// Write lets an errWriter sit under a tabwriter.
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	if err != nil {
+		e.err = fmt.Errorf("writing: %w", err)
+	}
+	return n, e.err
 }

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,19 +15,19 @@ import (
 
 var t0 = time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 
-func entry(seq int64, typ batchv1alpha1.EntryType, i, a int32, reason string, at time.Time) batchv1alpha1.LedgerEntry {
-	return batchv1alpha1.LedgerEntry{Seq: seq, Type: typ, Index: i, Attempt: a, Pod: "sj-" + string(rune('0'+i)) + "-" + string(rune('0'+a)),
-		Reason: reason, Time: metav1.NewTime(at)}
+// entry is an entry of the first attempt of index i.
+func entry(seq int64, typ batchv1alpha1.EntryType, i int32, reason string, at time.Time) batchv1alpha1.LedgerEntry {
+	return batchv1alpha1.LedgerEntry{Seq: seq, Type: typ, Index: i, Pod: fmt.Sprintf("sj-%d-0", i), Reason: reason, Time: metav1.NewTime(at)}
 }
 
 func failingSafeJob() *batchv1alpha1.SafeJob {
 	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "sj", Namespace: "ns"},
 		Spec: batchv1alpha1.SafeJobSpec{Completions: ptr.To[int32](2), Parallelism: ptr.To[int32](1)}}
 	sj.Status.Ledger = batchv1alpha1.Ledger{Seq: 4, Entries: []batchv1alpha1.LedgerEntry{
-		entry(1, batchv1alpha1.EntryLaunched, 0, 0, "", t0),
-		entry(2, batchv1alpha1.EntrySucceeded, 0, 0, "", t0.Add(time.Second)),
-		entry(3, batchv1alpha1.EntryLaunched, 1, 0, "", t0.Add(time.Second)),
-		entry(4, batchv1alpha1.EntryFailed, 1, 0, batchv1alpha1.FailReasonCounted, t0.Add(2*time.Second)),
+		entry(1, batchv1alpha1.EntryLaunched, 0, "", t0),
+		entry(2, batchv1alpha1.EntrySucceeded, 0, "", t0.Add(time.Second)),
+		entry(3, batchv1alpha1.EntryLaunched, 1, "", t0.Add(time.Second)),
+		entry(4, batchv1alpha1.EntryFailed, 1, batchv1alpha1.FailReasonCounted, t0.Add(2*time.Second)),
 	}}
 	return sj
 }
@@ -121,9 +122,13 @@ spec:
 		*c.Spec.SuccessfulRunsHistoryLimit != 2 || c.Labels["team"] != "data" {
 		t.Errorf("CronJob converted to %+v", c)
 	}
+}
+
+// TestConvertRefuses: a field a SafeJob lacks, a misspelt one, another kind.
+func TestConvertRefuses(t *testing.T) {
 	for name, tc := range map[string]struct{ in, want string }{
 		"selector": {in: "apiVersion: batch/v1\nkind: Job\nmetadata: {name: x}\nspec:\n  manualSelector: true\n  selector: {matchLabels: {a: b}}\n  template: {spec: {containers: [{name: c, image: i}]}}\n",
-			want: "document 1: Job x: spec.selector: a SafeJob has no such field"},
+			want: "document 1: the Job x: spec.selector: a SafeJob has no such field"},
 		"misspelt field": {in: "apiVersion: batch/v1\nkind: Job\nmetadata: {name: x}\nspec:\n  paralelism: 2\n",
 			want: `unknown field "paralelism"`},
 		"another kind": {in: "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n",

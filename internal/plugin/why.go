@@ -46,65 +46,82 @@ const deadlineClose = time.Minute
 // the controller decides it. The backoff delay is computed with batch/v1's
 // (10s doubling), the operator's default.
 func Why(sj *batchv1alpha1.SafeJob, now time.Time) *Verdict {
-	v := &Verdict{Namespace: sj.Namespace, Name: sj.Name, Reasons: []Reason{}}
-	add := func(kind, format string, args ...any) {
-		v.Reasons = append(v.Reasons, Reason{Kind: kind, Message: fmt.Sprintf(format, args...)})
-	}
-	conds := sj.Status.Conditions
+	v := &Verdict{Namespace: sj.Namespace, Name: sj.Name, State: StateWaiting, Reasons: []Reason{}}
 	for _, t := range []string{batchv1alpha1.ConditionComplete, batchv1alpha1.ConditionFailed} {
-		if c := meta.FindStatusCondition(conds, t); c != nil && c.Status == metav1.ConditionTrue {
+		if c := meta.FindStatusCondition(sj.Status.Conditions, t); c != nil && c.Status == metav1.ConditionTrue {
 			v.State = StateFinished
-			add("Finished", "%s (%s): %s", c.Type, c.Reason, c.Message)
+			v.add("Finished", "%s (%s): %s", c.Type, c.Reason, c.Message)
 			return v
 		}
 	}
-	v.State = StateWaiting
-	if c := meta.FindStatusCondition(conds, batchv1alpha1.ConditionLedgerValid); c != nil && c.Status == metav1.ConditionFalse {
-		add("LedgerInvalid", "%s", c.Message)
-	}
-	if ptr.Deref(sj.Spec.Suspend, false) {
-		add("Suspended", "spec.suspend is true: no pod runs until it is false")
-	}
-	if c := meta.FindStatusCondition(conds, batchv1alpha1.ConditionAdmitted); c != nil && c.Status == metav1.ConditionFalse {
-		add("WaitingForAdmission", "Kueue has not admitted its Workload (%s): %s", c.Reason, c.Message)
-	}
-	if c := meta.FindStatusCondition(conds, batchv1alpha1.ConditionPodCreateFailure); c != nil && c.Status == metav1.ConditionTrue {
-		add("CreatesRefused", "the API server refuses its pods: %s", c.Message)
-	}
-	if c := meta.FindStatusCondition(conds, batchv1alpha1.ConditionScheduling); c != nil && c.Status == metav1.ConditionFalse {
-		add("Scheduling", "no run starts (%s): %s", c.Reason, c.Message)
-	}
-	if sj.Spec.Schedule == nil {
-		if st, err := jobs.Replay(&sj.Status.Ledger); err == nil {
-			if left := st.BackoffLeft(jobs.DefaultBackoff, now); left > 0 && len(st.Open) == 0 {
-				add("Backoff", "waiting out the backoff delay after %d failures since the last success: %s left",
-					st.FailuresSinceSuccess, left.Round(time.Second))
-			}
-			if len(v.Reasons) == 0 {
-				v.State = StateProgressing
-				if sj.Status.Active > 0 {
-					add("Running", "%d pods running, %d launched and not ended", sj.Status.Active, len(st.Open))
-				} else {
-					add("Starting", "%d launches waiting for their pods", len(st.Open))
-				}
-			}
+	v.conditionReasons(sj)
+	if sj.Spec.Schedule != nil {
+		if len(v.Reasons) == 0 {
+			v.State = StateProgressing
+			v.add("Scheduling", "runs start on schedule %q", *sj.Spec.Schedule)
 		}
-	} else if len(v.Reasons) == 0 {
-		v.State = StateProgressing
-		add("Scheduling", "runs start on schedule %q", *sj.Spec.Schedule)
+	} else {
+		v.ledgerReasons(sj, now)
 	}
 	if ads := sj.Spec.ActiveDeadlineSeconds; ads != nil && sj.Status.StartTime != nil {
 		if left := sj.Status.StartTime.Add(time.Duration(*ads) * time.Second).Sub(now); left < deadlineClose {
-			add("Deadline", "activeDeadlineSeconds ends it in %s", max(left, 0).Round(time.Second))
+			v.add("Deadline", "activeDeadlineSeconds ends it in %s", max(left, 0).Round(time.Second))
 		}
 	}
 	return v
 }
 
-// PrintWhy writes the verdict, a line per reason.
-func PrintWhy(w io.Writer, v *Verdict) {
-	fmt.Fprintf(w, "SafeJob %s/%s: %s\n", v.Namespace, v.Name, v.State)
-	for _, r := range v.Reasons {
-		fmt.Fprintf(w, "  %s: %s\n", r.Kind, r.Message)
+func (v *Verdict) add(kind, format string, args ...any) {
+	v.Reasons = append(v.Reasons, Reason{Kind: kind, Message: fmt.Sprintf(format, args...)})
+}
+
+// conditionReasons adds what the SafeJob's spec and conditions hold it by.
+func (v *Verdict) conditionReasons(sj *batchv1alpha1.SafeJob) {
+	conds := sj.Status.Conditions
+	if c := meta.FindStatusCondition(conds, batchv1alpha1.ConditionLedgerValid); c != nil && c.Status == metav1.ConditionFalse {
+		v.add("LedgerInvalid", "%s", c.Message)
 	}
+	if ptr.Deref(sj.Spec.Suspend, false) {
+		v.add("Suspended", "spec.suspend is true: no pod runs until it is false")
+	}
+	if c := meta.FindStatusCondition(conds, batchv1alpha1.ConditionAdmitted); c != nil && c.Status == metav1.ConditionFalse {
+		v.add("WaitingForAdmission", "Kueue has not admitted its Workload (%s): %s", c.Reason, c.Message)
+	}
+	if c := meta.FindStatusCondition(conds, batchv1alpha1.ConditionPodCreateFailure); c != nil && c.Status == metav1.ConditionTrue {
+		v.add("CreatesRefused", "the API server refuses its pods: %s", c.Message)
+	}
+	if c := meta.FindStatusCondition(conds, batchv1alpha1.ConditionScheduling); c != nil && c.Status == metav1.ConditionFalse {
+		v.add("Scheduling", "no run starts (%s): %s", c.Reason, c.Message)
+	}
+}
+
+// ledgerReasons adds the backoff delay, or says it progresses.
+func (v *Verdict) ledgerReasons(sj *batchv1alpha1.SafeJob, now time.Time) {
+	st, err := jobs.Replay(&sj.Status.Ledger)
+	if err != nil {
+		return
+	}
+	if left := st.BackoffLeft(jobs.DefaultBackoff, now); left > 0 && len(st.Open) == 0 {
+		v.add("Backoff", "waiting out the backoff delay after %d failures since the last success: %s left",
+			st.FailuresSinceSuccess, left.Round(time.Second))
+	}
+	if len(v.Reasons) > 0 {
+		return
+	}
+	v.State = StateProgressing
+	if sj.Status.Active > 0 {
+		v.add("Running", "%d pods running, %d launched and not ended", sj.Status.Active, len(st.Open))
+	} else {
+		v.add("Starting", "%d launches waiting for their pods", len(st.Open))
+	}
+}
+
+// PrintWhy writes the verdict, a line per reason.
+func PrintWhy(w io.Writer, v *Verdict) error {
+	out := &errWriter{w: w}
+	out.printf("SafeJob %s/%s: %s\n", v.Namespace, v.Name, v.State)
+	for _, r := range v.Reasons {
+		out.printf("  %s: %s\n", r.Kind, r.Message)
+	}
+	return out.err
 }

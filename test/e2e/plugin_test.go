@@ -81,6 +81,13 @@ func TestKubectlPlugin(t *testing.T) {
 		return e.cl.Get(ctx, client.ObjectKeyFromObject(done), got) == nil && complete(got)
 	})
 
+	t.Run("ledger", func(t *testing.T) { checkLedgerCommand(t, p) })
+	t.Run("why", func(t *testing.T) { checkWhyCommand(t, p) })
+	t.Run("convert", func(t *testing.T) { checkConvertCommand(t, p) })
+}
+
+// checkLedgerCommand reads the ledger of the finished SafeJob "done".
+func checkLedgerCommand(t *testing.T, p *kubectlPlugin) {
 	out, errOut, code := p.run(t, "", "safejob", "ledger", "done", "-n", nsSafeJob, "-o", "json")
 	var v plugin.LedgerView
 	if code != 0 || json.Unmarshal([]byte(out), &v) != nil {
@@ -94,8 +101,12 @@ func TestKubectlPlugin(t *testing.T) {
 		t.Errorf("ledger: exit %d\n%s", code, out)
 	}
 	t.Logf("kubectl safejob ledger done:\n%s", out)
+}
 
-	if out, _, code = p.run(t, "", "safejob", "why", "done", "-n", nsSafeJob); code != 0 || !strings.Contains(out, "Finished") {
+// checkWhyCommand asks why of the finished "done" and the suspended "waiting".
+func checkWhyCommand(t *testing.T, p *kubectlPlugin) {
+	out, _, code := p.run(t, "", "safejob", "why", "done", "-n", nsSafeJob)
+	if code != 0 || !strings.Contains(out, "Finished") {
 		t.Errorf("why done: exit %d\n%s", code, out)
 	}
 	out, _, code = p.run(t, "", "safejob", "why", "waiting", "-n", nsSafeJob, "-o", "json")
@@ -104,10 +115,14 @@ func TestKubectlPlugin(t *testing.T) {
 		len(verdict.Reasons) == 0 || verdict.Reasons[0].Kind != "Suspended" {
 		t.Errorf("why waiting: exit %d (want 2)\n%s", code, out)
 	}
-	if _, errOut, code = p.run(t, "", "safejob", "ledger", "absent", "-n", nsSafeJob); code != 1 || !strings.Contains(errOut, "not found") {
+	if _, errOut, code := p.run(t, "", "safejob", "ledger", "absent", "-n", nsSafeJob); code != 1 || !strings.Contains(errOut, "not found") {
 		t.Errorf("ledger of a missing SafeJob: exit %d, %s", code, errOut)
 	}
+}
 
+// checkConvertCommand converts a Job and a CronJob, which the API server
+// then accepts, and refuses a Job with manualSelector.
+func checkConvertCommand(t *testing.T, p *kubectlPlugin) {
 	manifests := `apiVersion: batch/v1
 kind: Job
 metadata: {name: converted}
@@ -134,7 +149,7 @@ spec:
           restartPolicy: OnFailure
           containers: [{name: main, image: busybox}]
 `
-	out, errOut, code = p.run(t, manifests, "safejob", "convert", "-f", "-")
+	out, errOut, code := p.run(t, manifests, "safejob", "convert", "-f", "-")
 	if code != 0 || strings.Count(out, "kind: SafeJob") != 2 {
 		t.Fatalf("convert: exit %d, %s\n%s", code, errOut, out)
 	}
