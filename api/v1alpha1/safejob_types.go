@@ -596,6 +596,7 @@ type ObservedSchedule struct {
 // +kubebuilder:resource:shortName=sj
 // +kubebuilder:printcolumn:name="Completions",type=string,JSONPath=`.status.completions`
 // +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.active`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.ready`
 // +kubebuilder:printcolumn:name="Ledger",type=integer,JSONPath=`.status.ledger.seq`
 // +kubebuilder:printcolumn:name="Complete",type=string,JSONPath=`.status.conditions[?(@.type=="Complete")].status`
 // +kubebuilder:printcolumn:name="Failed",type=string,JSONPath=`.status.conditions[?(@.type=="Failed")].status`

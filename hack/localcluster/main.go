@@ -47,7 +47,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, flag.Arg(0), *nodes, *manager, *exitWhenDone); err != nil && !errors.Is(err, context.Canceled) {
+	err := run(ctx, flag.Arg(0), *nodes, *manager, *exitWhenDone)
+	switch {
+	case ctx.Err() != nil:
+		// Stopped on request (Ctrl-C): whatever the teardown met on its way
+		// is no failure, and `make run` ends without an error.
+		fmt.Println("==> Stopped")
+	case err != nil && !errors.Is(err, context.Canceled):
 		fmt.Fprintf(os.Stderr, "localcluster: %v\n", err)
 		os.Exit(1)
 	}
