@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
 	"github.com/safejob/safejob/internal/plugin"
 )
 
@@ -68,7 +69,7 @@ func newRoot(streams genericiooptions.IOStreams) *cobra.Command {
 	o.flags.AddFlags(root.PersistentFlags())
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
-	root.AddCommand(o.ledgerCmd(), o.whyCmd(), o.convertCmd())
+	root.AddCommand(o.ledgerCmd(), o.whyCmd(), o.runsCmd(), o.convertCmd())
 	return root
 }
 
@@ -77,23 +78,32 @@ func (o *options) addOutput(cmd *cobra.Command) {
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{outputJSON, outputYAML}, cobra.ShellCompDirectiveNoFileComp))
 }
 
-// get reads a SafeJob of the flags' namespace.
-func (o *options) get(ctx context.Context, name string) (*batchv1alpha1.SafeJob, error) {
+// client returns a client and the namespace the flags name.
+func (o *options) client() (client.Client, string, error) {
 	cfg, err := o.flags.ToRESTConfig()
 	if err != nil {
-		return nil, fmt.Errorf("reading the kubeconfig: %w", err)
+		return nil, "", fmt.Errorf("reading the kubeconfig: %w", err)
 	}
 	ns, _, err := o.flags.ToRawKubeConfigLoader().Namespace()
 	if err != nil {
-		return nil, fmt.Errorf("reading the namespace: %w", err)
+		return nil, "", fmt.Errorf("reading the namespace: %w", err)
 	}
 	scheme := runtime.NewScheme()
 	if err := batchv1alpha1.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("adding the SafeJob types: %w", err)
+		return nil, "", fmt.Errorf("adding the SafeJob types: %w", err)
 	}
 	cl, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
-		return nil, fmt.Errorf("creating a client: %w", err)
+		return nil, "", fmt.Errorf("creating a client: %w", err)
+	}
+	return cl, ns, nil
+}
+
+// get reads a SafeJob of the flags' namespace.
+func (o *options) get(ctx context.Context, name string) (*batchv1alpha1.SafeJob, error) {
+	cl, ns, err := o.client()
+	if err != nil {
+		return nil, err
 	}
 	sj := &batchv1alpha1.SafeJob{}
 	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, sj); err != nil {
@@ -165,6 +175,36 @@ func (o *options) whyCmd() *cobra.Command {
 				return errNotProgressing
 			}
 			return nil
+		},
+	}
+	o.addOutput(cmd)
+	return cmd
+}
+
+func (o *options) runsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "runs PARENT",
+		Short: "List the runs of a scheduled SafeJob: scheduled time, result, duration and the times missed before each",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			parent, err := o.get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			cl, ns, err := o.client()
+			if err != nil {
+				return err
+			}
+			var children batchv1alpha1.SafeJobList
+			if err := cl.List(cmd.Context(), &children, client.InNamespace(ns),
+				client.MatchingLabels{batchv1alpha1.ParentLabel: ledger.ShortName(parent.Name, 63)}); err != nil {
+				return fmt.Errorf("listing the runs of %s: %w", parent.Name, err)
+			}
+			v, err := plugin.Runs(parent, children.Items)
+			if err != nil {
+				return err //nolint:wrapcheck // it names the SafeJob
+			}
+			return o.print(v, func(w io.Writer) error { return plugin.PrintRuns(w, v) })
 		},
 	}
 	o.addOutput(cmd)

@@ -139,3 +139,33 @@ func TestConvertRefuses(t *testing.T) {
 		}
 	}
 }
+
+func TestRuns(t *testing.T) {
+	parent := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "p-uid"},
+		Spec: batchv1alpha1.SafeJobSpec{Schedule: ptr.To("@hourly")}}
+	at := func(h int) *metav1.Time { return ptr.To(metav1.NewTime(t0.Add(time.Duration(h) * time.Hour))) }
+	parent.Status.Ledger = batchv1alpha1.Ledger{Seq: 3, Checkpoint: &batchv1alpha1.LedgerCheckpoint{Seq: 0, Runs: 5},
+		Entries: []batchv1alpha1.LedgerEntry{
+			{Seq: 1, Type: batchv1alpha1.EntryScheduled, Run: "p-1", ScheduledTime: at(1), Missed: 2},
+			{Seq: 2, Type: batchv1alpha1.EntrySucceeded, Run: "p-1", Reason: "CompletionsReached"},
+			{Seq: 3, Type: batchv1alpha1.EntryScheduled, Run: "p-2", ScheduledTime: at(2)},
+		}}
+	child := batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "p-1", Namespace: "ns",
+		OwnerReferences: []metav1.OwnerReference{{UID: "p-uid", Controller: ptr.To(true), Name: "p"}}}}
+	child.Status.StartTime, child.Status.CompletionTime = at(1), ptr.To(metav1.NewTime(at(1).Add(90*time.Second)))
+	v, err := Runs(parent, []batchv1alpha1.SafeJob{child})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.FoldedRuns != 5 || len(v.Runs) != 2 || v.Runs[0].Result != "Succeeded" || v.Runs[0].Duration != "1m30s" ||
+		v.Runs[0].MissedBefore != 2 || v.Runs[1].Result != "Running" {
+		t.Errorf("runs %+v", v)
+	}
+	var b bytes.Buffer
+	if err := PrintRuns(&b, v); err != nil || !strings.Contains(b.String(), "p-1") || !strings.Contains(b.String(), "Running") {
+		t.Errorf("output %v:\n%s", err, b.String())
+	}
+	if _, err := Runs(&batchv1alpha1.SafeJob{}, nil); err == nil {
+		t.Error("runs of a SafeJob without schedule")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -83,7 +84,37 @@ func TestKubectlPlugin(t *testing.T) {
 
 	t.Run("ledger", func(t *testing.T) { checkLedgerCommand(t, p) })
 	t.Run("why", func(t *testing.T) { checkWhyCommand(t, p) })
+	t.Run("runs", func(t *testing.T) { checkRunsCommand(t, e, p) })
 	t.Run("convert", func(t *testing.T) { checkConvertCommand(t, p) })
+}
+
+// checkRunsCommand lists the runs of a schedule once one has succeeded, then
+// tears the schedule down.
+func checkRunsCommand(t *testing.T, e *env, p *kubectlPlugin) {
+	parent := plainSafeJob("every", 1, 1, "500ms")
+	parent.Spec.Schedule = ptr.To("@every 3s")
+	if err := e.cl.Create(context.Background(), parent); err != nil {
+		t.Fatal(err)
+	}
+	defer tearDownParent(t, e, parent)
+	var v plugin.RunsView
+	waitUntil(t, time.Minute, "kubectl safejob runs to show a succeeded run", func() bool {
+		out, _, code := p.run(t, "", "safejob", "runs", "every", "-n", nsSafeJob, "-o", "json")
+		v = plugin.RunsView{}
+		return code == 0 && json.Unmarshal([]byte(out), &v) == nil &&
+			slices.ContainsFunc(v.Runs, func(r plugin.RunView) bool { return r.Result == "Succeeded" && r.Duration != "" })
+	})
+	if v.Schedule != "@every 3s" || v.Runs[0].Name == "" || v.Runs[0].ScheduledTime.IsZero() {
+		t.Errorf("runs -o json: %+v", v)
+	}
+	out, _, code := p.run(t, "", "safejob", "runs", "every", "-n", nsSafeJob)
+	if code != 0 || !strings.Contains(out, "Succeeded") {
+		t.Errorf("runs: exit %d\n%s", code, out)
+	}
+	t.Logf("kubectl safejob runs every:\n%s", out)
+	if _, errOut, code := p.run(t, "", "safejob", "runs", "done", "-n", nsSafeJob); code != 1 || !strings.Contains(errOut, "has no schedule") {
+		t.Errorf("runs of an unscheduled SafeJob: exit %d, %s", code, errOut)
+	}
 }
 
 // checkLedgerCommand reads the ledger of the finished SafeJob "done".
