@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -42,7 +43,10 @@ var errNotProgressing = errors.New("not progressing")
 func main() {
 	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
 	cmd := newRoot(streams)
-	if err := cmd.Execute(); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := cmd.ExecuteContext(ctx)
+	stop()
+	if err != nil {
 		if errors.Is(err, errNotProgressing) {
 			os.Exit(exitNotProgressing)
 		}
@@ -69,7 +73,7 @@ func newRoot(streams genericiooptions.IOStreams) *cobra.Command {
 	o.flags.AddFlags(root.PersistentFlags())
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
-	root.AddCommand(o.ledgerCmd(), o.whyCmd(), o.runsCmd(), o.convertCmd())
+	root.AddCommand(o.ledgerCmd(), o.whyCmd(), o.runsCmd(), o.topCmd(), o.convertCmd())
 	return root
 }
 
@@ -209,6 +213,63 @@ func (o *options) runsCmd() *cobra.Command {
 	}
 	o.addOutput(cmd)
 	return cmd
+}
+
+func (o *options) topCmd() *cobra.Command {
+	var interval time.Duration
+	var once bool
+	cmd := &cobra.Command{
+		Use:   "top",
+		Short: "Live counts of the namespace's SafeJobs (completions per second, active, ready, failed), refreshed in place",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, ns, err := o.client()
+			if err != nil {
+				return err
+			}
+			terminal := isTerminal(o.streams.Out)
+			var prev map[string]int32
+			last := time.Time{}
+			for {
+				var list batchv1alpha1.SafeJobList
+				if err := cl.List(cmd.Context(), &list, client.InNamespace(ns)); err != nil {
+					return fmt.Errorf("listing SafeJobs: %w", err)
+				}
+				now := time.Now()
+				var rows []plugin.TopRow
+				rows, prev = plugin.Top(list.Items, prev, now.Sub(last))
+				last = now
+				if terminal && !once {
+					_, _ = io.WriteString(o.streams.Out, "\x1b[H\x1b[2J") // clear the screen, cursor home
+				}
+				if err := o.print(rows, func(w io.Writer) error { return plugin.PrintTop(w, rows) }); err != nil {
+					return err
+				}
+				if once {
+					return nil
+				}
+				select {
+				case <-cmd.Context().Done():
+					return nil
+				case <-time.After(interval):
+				}
+			}
+		},
+	}
+	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "How often to refresh")
+	cmd.Flags().BoolVar(&once, "once", false, "Print one sample and exit")
+	o.addOutput(cmd)
+	return cmd
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 func (o *options) convertCmd() *cobra.Command {

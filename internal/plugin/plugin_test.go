@@ -169,3 +169,23 @@ func TestRuns(t *testing.T) {
 		t.Error("runs of a SafeJob without schedule")
 	}
 }
+
+func TestTop(t *testing.T) {
+	sj := func(name string, succeeded int32) batchv1alpha1.SafeJob {
+		s := batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		s.Status.Succeeded = succeeded
+		return s
+	}
+	rows, prev := Top([]batchv1alpha1.SafeJob{sj("b", 1), sj("a", 4)}, nil, 0)
+	if len(rows) != 2 || rows[0].Name != "a" || rows[0].PerSecond != 0 {
+		t.Fatalf("first sample %+v", rows)
+	}
+	rows, _ = Top([]batchv1alpha1.SafeJob{sj("a", 10), sj("b", 1)}, prev, 2*time.Second)
+	if rows[0].PerSecond != 3 || rows[1].PerSecond != 0 || rows[0].State != "Running" {
+		t.Errorf("second sample %+v", rows)
+	}
+	var b bytes.Buffer
+	if err := PrintTop(&b, rows); err != nil || !strings.Contains(b.String(), "PER SECOND") {
+		t.Errorf("output %v:\n%s", err, b.String())
+	}
+}

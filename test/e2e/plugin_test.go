@@ -85,6 +85,16 @@ func TestKubectlPlugin(t *testing.T) {
 	t.Run("ledger", func(t *testing.T) { checkLedgerCommand(t, p) })
 	t.Run("why", func(t *testing.T) { checkWhyCommand(t, p) })
 	t.Run("runs", func(t *testing.T) { checkRunsCommand(t, e, p) })
+	t.Run("top", func(t *testing.T) {
+		out, errOut, code := p.run(t, "", "safejob", "top", "--once", "-n", nsSafeJob, "-o", "json")
+		var rows []plugin.TopRow
+		if code != 0 || json.Unmarshal([]byte(out), &rows) != nil {
+			t.Fatalf("top: exit %d, %s\n%s", code, errOut, out)
+		}
+		if !slices.ContainsFunc(rows, func(r plugin.TopRow) bool { return r.Name == "done" && r.Succeeded == 2 && r.State == "Complete" }) {
+			t.Errorf("top: %+v", rows)
+		}
+	})
 	t.Run("convert", func(t *testing.T) { checkConvertCommand(t, p) })
 }
 
