@@ -114,12 +114,14 @@ run: build ## Run SafeJob: against $$KUBECONFIG (or ~/.kube/config) if there is 
 		echo "Running the operator against $${KUBECONFIG:-$$HOME/.kube/config}"; \
 		exec bin/manager --health-probe-bind-address=127.0.0.1:8081; \
 	else \
-		exec go run ./hack/localcluster run; \
+		go build -o bin/localcluster ./hack/localcluster && exec bin/localcluster run; \
 	fi
+# (Built, then run: `go run` exits 1 when Ctrl-C interrupts it, whatever its
+# program does, and make would report an error.)
 
 .PHONY: cluster
 cluster: ## Start the local cluster only (Ctrl-C stops it).
-	go run ./hack/localcluster up
+	@go build -o bin/localcluster ./hack/localcluster && exec bin/localcluster up
 
 ##@ Deployment
 
