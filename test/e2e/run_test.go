@@ -1,29 +1,61 @@
 package e2e
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
 
 // TestRunCommand runs what the README's first command runs on a machine
 // with no kubeconfig: the local cluster, the operator and the samples, which
-// must all reach Complete (the scheduled one: one successful run).
+// must all reach Complete (the scheduled one: one successful run); then
+// Ctrl-C (SIGINT) stops everything, and the command exits 0, as `make run`
+// needs to end without an error.
 func TestRunCommand(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "run", "./hack/localcluster", "-manager", managerBin, "-exit-when-complete", "run")
+	bin := filepath.Join(t.TempDir(), "localcluster")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./hack/localcluster")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building localcluster: %v\n%s", err, out)
+	}
+	cmd := exec.CommandContext(ctx, bin, "-manager", managerBin, "run")
 	cmd.Dir = root
 	cmd.Env = append(cmd.Environ(), "KUBECONFIG=")
-	out, err := cmd.CombinedOutput()
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		t.Fatalf("localcluster run: %v\n%s", err, out)
+		t.Fatal(err)
 	}
-	for _, want := range []string{`safejob-sample\s+5/5 .*Complete`, `safejob-indexed\s+8/8 .*Complete`, `safejob-scheduled .*last run OK`, "Every sample finished", "kubectl get sj"} {
-		if !regexp.MustCompile(want).Match(out) {
-			t.Errorf("output lacks %q:\n%s", want, out)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), "Ctrl-C stops everything.") {
+			if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("localcluster run, stopped with Ctrl-C: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{`safejob-sample\s+5/5 .*Complete`, `safejob-indexed\s+8/8 .*Complete`, `safejob-scheduled .*last run OK`,
+		"Every sample finished", "kubectl get sj", "==> Stopped"} {
+		if !regexp.MustCompile(want).Match(out.Bytes()) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
 }
