@@ -387,6 +387,18 @@ func (d *decision) stopReason() string {
 // parallelism.
 func (d *decision) pickVictims() map[string]bool {
 	open := slices.DeleteFunc(sortedOpen(d.st), func(ref PodRef) bool { return d.st.Stopping[ref.Name] != "" })
+	victims := map[string]bool{}
+	// Pods of indexes at or above completions are stopped first, whatever
+	// parallelism says (an elastic Indexed SafeJob scaled down); the rest
+	// count against parallelism.
+	if d.in.Spec.CompletionMode == batchv1alpha1.IndexedCompletion {
+		limit := indexLimit(d.in.Spec)
+		open = slices.DeleteFunc(open, func(ref PodRef) bool {
+			victims[ref.Name] = ref.Index >= limit
+			return victims[ref.Name]
+		})
+		maps.DeleteFunc(victims, func(_ string, v bool) bool { return !v })
+	}
 	n := len(open)
 	switch {
 	case d.stopping:
@@ -395,18 +407,8 @@ func (d *decision) pickVictims() map[string]bool {
 	default:
 		n -= int(d.parallelism())
 	}
-	victims := map[string]bool{}
-	for k := len(open) - 1; k >= 0 && len(victims) < n; k-- {
+	for k := len(open) - 1; k >= 0 && k >= len(open)-n; k-- {
 		victims[open[k].Name] = true
-	}
-	// Pods of indexes at or above completions are stopped, whatever
-	// parallelism says (an elastic Indexed SafeJob scaled down).
-	if d.in.Spec.CompletionMode == batchv1alpha1.IndexedCompletion {
-		for _, ref := range open {
-			if ref.Index >= indexLimit(d.in.Spec) {
-				victims[ref.Name] = true
-			}
-		}
 	}
 	return victims
 }

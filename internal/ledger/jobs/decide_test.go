@@ -107,6 +107,20 @@ func TestDecide(t *testing.T) {
 			wantRelease: []string{"sj-3-0"},
 			wantActive:  3,
 		},
+		"elastic Indexed scaled down: only indexes out of range stop, even when one in range was launched last": {
+			spec: func() batchv1alpha1.SafeJobSpec {
+				s := spec(2, 2)
+				s.CompletionMode = batchv1alpha1.IndexedCompletion
+				return s
+			}(),
+			// Index 0 was launched again last: it is the newest, yet in range.
+			ledger: ledgerOf(launched(1, 0, 0), outcome(2, batchv1alpha1.EntryLost, 0, 0, ""), launched(3, 1, 0), launched(4, 2, 0),
+				launched(5, 3, 0), launched(6, 0, 1)),
+			pods: []*corev1.Pod{pod(1, 0), pod(2, 0), pod(3, 0), pod(0, 1)},
+			wantAppend: []batchv1alpha1.LedgerEntry{outcome(7, batchv1alpha1.EntryStopping, 2, 0, EvictReasonScaledDown),
+				outcome(8, batchv1alpha1.EntryStopping, 3, 0, EvictReasonScaledDown)},
+			wantActive: 4,
+		},
 		"elastic Indexed scaled down: completes on the indexes in range": {
 			spec: func() batchv1alpha1.SafeJobSpec {
 				s := spec(1, 1)
