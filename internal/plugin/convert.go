@@ -67,7 +67,7 @@ func convertJob(raw []byte) (*batchv1alpha1.SafeJob, error) {
 		return nil, fmt.Errorf("reading the Job: %w", err)
 	}
 	sj := newSafeJob(&job.ObjectMeta)
-	if err := strictSpec(job.Spec, &sj.Spec, "spec"); err != nil {
+	if err := ConvertJobSpec(job.Spec, &sj.Spec, "spec"); err != nil {
 		return nil, fmt.Errorf("the Job %s: %w", job.Name, err)
 	}
 	return sj, nil
@@ -79,7 +79,7 @@ func convertCronJob(raw []byte) (*batchv1alpha1.SafeJob, error) {
 		return nil, fmt.Errorf("reading the CronJob: %w", err)
 	}
 	sj := newSafeJob(&cj.ObjectMeta)
-	if err := strictSpec(cj.Spec.JobTemplate.Spec, &sj.Spec, "spec.jobTemplate.spec"); err != nil {
+	if err := ConvertJobSpec(cj.Spec.JobTemplate.Spec, &sj.Spec, "spec.jobTemplate.spec"); err != nil {
 		return nil, fmt.Errorf("the CronJob %s: %w", cj.Name, err)
 	}
 	// A run carries its parent's labels: the job template's go there, and
@@ -105,9 +105,9 @@ func convertCronJob(raw []byte) (*batchv1alpha1.SafeJob, error) {
 	return sj, nil
 }
 
-// strictSpec copies a Job spec into a SafeJob spec through JSON; a field the
-// SafeJob has not is an error naming it under path.
-func strictSpec(in batchv1.JobSpec, out *batchv1alpha1.SafeJobSpec, path string) error {
+// ConvertJobSpec copies a Job spec into a SafeJob spec through JSON; a field
+// the SafeJob has not is an error naming it under path, never dropped.
+func ConvertJobSpec(in batchv1.JobSpec, out *batchv1alpha1.SafeJobSpec, path string) error {
 	raw, err := json.Marshal(in)
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", path, err)

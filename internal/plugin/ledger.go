@@ -4,7 +4,6 @@
 package plugin
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -119,20 +118,31 @@ func PrintLedger(w io.Writer, v *LedgerView) error {
 			out.printf("Failed indexes: %s\n", t.FailedIndexes)
 		}
 	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	table := &errWriter{w: tw}
-	table.printf("SEQ\tTIME\tTYPE\tINDEX\tATTEMPT\tPOD/RUN\tREASON\n")
-	for _, e := range v.Entries {
-		who := e.Pod
-		if e.Run != "" {
-			who = e.Run
-		}
-		table.printf("%d\t%s\t%s\t%d\t%d\t%s\t%s\n", e.Seq, e.Time.Format(time.RFC3339), e.Type, e.Index, e.Attempt, who, e.Reason)
+	if out.err != nil {
+		return out.err
 	}
+	return writeTable(w, "SEQ\tTIME\tTYPE\tINDEX\tATTEMPT\tPOD/RUN\tREASON", func(row func(string, ...any)) {
+		for _, e := range v.Entries {
+			who := e.Pod
+			if e.Run != "" {
+				who = e.Run
+			}
+			row("%d\t%s\t%s\t%d\t%d\t%s\t%s", e.Seq, e.Time.Format(time.RFC3339), e.Type, e.Index, e.Attempt, who, e.Reason)
+		}
+	})
+}
+
+// writeTable writes a tab-separated header and the rows rows writes, in
+// aligned columns.
+func writeTable(w io.Writer, header string, rows func(row func(format string, args ...any))) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	table := &errWriter{w: tw}
+	table.printf("%s\n", header)
+	rows(func(format string, args ...any) { table.printf(format+"\n", args...) })
 	if err := tw.Flush(); err != nil && table.err == nil {
 		table.err = fmt.Errorf("writing the table: %w", err)
 	}
-	return errors.Join(out.err, table.err)
+	return table.err
 }
 
 // errWriter writes until the first error, and keeps it.

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"text/tabwriter"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -81,17 +80,12 @@ func Runs(parent *batchv1alpha1.SafeJob, children []batchv1alpha1.SafeJob) (*Run
 func PrintRuns(w io.Writer, v *RunsView) error {
 	out := &errWriter{w: w}
 	out.printf("SafeJob %s/%s, schedule %q; %d earlier runs folded into the checkpoint\n", v.Namespace, v.Name, v.Schedule, v.FoldedRuns)
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	table := &errWriter{w: tw}
-	table.printf("RUN\tSCHEDULED\tRESULT\tREASON\tDURATION\tMISSED BEFORE\n")
-	for _, r := range v.Runs {
-		table.printf("%s\t%s\t%s\t%s\t%s\t%d\n", r.Name, r.ScheduledTime.Format(time.RFC3339), r.Result, r.Reason, r.Duration, r.MissedBefore)
-	}
-	if err := tw.Flush(); err != nil && table.err == nil {
-		table.err = fmt.Errorf("writing the table: %w", err)
-	}
 	if out.err != nil {
 		return out.err
 	}
-	return table.err
+	return writeTable(w, "RUN\tSCHEDULED\tRESULT\tREASON\tDURATION\tMISSED BEFORE", func(row func(string, ...any)) {
+		for _, r := range v.Runs {
+			row("%s\t%s\t%s\t%s\t%s\t%d", r.Name, r.ScheduledTime.Format(time.RFC3339), r.Result, r.Reason, r.Duration, r.MissedBefore)
+		}
+	})
 }

@@ -1,10 +1,8 @@
 package plugin
 
 import (
-	"fmt"
 	"io"
 	"slices"
-	"text/tabwriter"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -68,14 +66,9 @@ func state(sj *batchv1alpha1.SafeJob) string {
 
 // PrintTop writes the rows as a table.
 func PrintTop(w io.Writer, rows []TopRow) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	table := &errWriter{w: tw}
-	table.printf("NAME\tCOMPLETIONS\tACTIVE\tREADY\tSUCCEEDED\tFAILED\tPER SECOND\tSTATE\n")
-	for _, r := range rows {
-		table.printf("%s\t%s\t%d\t%d\t%d\t%d\t%.1f\t%s\n", r.Name, r.Completion, r.Active, r.Ready, r.Succeeded, r.Failed, r.PerSecond, r.State)
-	}
-	if err := tw.Flush(); err != nil && table.err == nil {
-		table.err = fmt.Errorf("writing the table: %w", err)
-	}
-	return table.err
+	return writeTable(w, "NAME\tCOMPLETIONS\tACTIVE\tREADY\tSUCCEEDED\tFAILED\tPER SECOND\tSTATE", func(row func(string, ...any)) {
+		for _, r := range rows {
+			row("%s\t%s\t%d\t%d\t%d\t%d\t%.1f\t%s", r.Name, r.Completion, r.Active, r.Ready, r.Succeeded, r.Failed, r.PerSecond, r.State)
+		}
+	})
 }

@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -25,7 +23,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -139,15 +136,12 @@ func (e *env) installOperatorObjects(t *testing.T) {
 	if err != nil {
 		t.Fatalf("rendering config/default: %v", err)
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	objs, err := testutil.DecodeManifests(out)
+	if err != nil {
+		t.Fatal(err)
+	}
 	applied := map[string]bool{}
-	for {
-		obj := &unstructured.Unstructured{}
-		if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
+	for _, obj := range objs {
 		switch obj.GetKind() {
 		case "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
 			if obj.GetNamespace() != "" {

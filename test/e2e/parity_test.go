@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/plugin"
 	"github.com/safejob/safejob/test/cluster"
 )
 
@@ -234,7 +233,7 @@ func TestParity(t *testing.T) {
 			d.setScript(ns, tc.script)
 			job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: ns}, Spec: tc.spec}
 			sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "safejob", Namespace: ns}}
-			if err := convertSpec(&tc.spec, &sj.Spec); err != nil {
+			if err := plugin.ConvertJobSpec(tc.spec, &sj.Spec, "spec"); err != nil {
 				t.Fatal(err)
 			}
 			for _, obj := range []client.Object{job, sj} {
@@ -266,21 +265,6 @@ func TestParity(t *testing.T) {
 			}
 		})
 	}
-}
-
-// convertSpec copies a Job spec into a SafeJob spec through JSON; a field
-// the SafeJob does not have is an error, never dropped.
-func convertSpec(in *batchv1.JobSpec, out *batchv1alpha1.SafeJobSpec) error {
-	raw, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(out); err != nil {
-		return fmt.Errorf("the SafeJob lacks a field of the Job spec: %w", err)
-	}
-	return nil
 }
 
 // waitParity waits until both have finished and returns their outcomes.
@@ -512,7 +496,7 @@ func TestParityTTL(t *testing.T) {
 	spec := jobSpec(ptr.To[int32](2), 2, func(s *batchv1.JobSpec) { s.TTLSecondsAfterFinished = ptr.To[int32](ttl) })
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: ns}, Spec: spec}
 	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "safejob", Namespace: ns}}
-	if err := convertSpec(&spec, &sj.Spec); err != nil {
+	if err := plugin.ConvertJobSpec(spec, &sj.Spec, "spec"); err != nil {
 		t.Fatal(err)
 	}
 	for _, obj := range []client.Object{job, sj} {

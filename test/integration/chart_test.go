@@ -1,11 +1,8 @@
 package integration
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -15,8 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/safejob/safejob/test/testutil"
 )
 
 // TestHelmChart renders dist/chart with the pinned helm (hack/helm.sh),
@@ -38,7 +36,10 @@ func TestHelmChart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, rendered)
 	}
-	objs := decodeAll(t, rendered)
+	objs, err := testutil.DecodeManifests(rendered)
+	if err != nil {
+		t.Fatal(err)
+	}
 	checkRendered(t, objs, ns)
 	ctx := context.Background()
 	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -74,23 +75,6 @@ func checkDeployment(t *testing.T, obj *unstructured.Unstructured) {
 	sc, _, _ := unstructured.NestedBool(c, "securityContext", "readOnlyRootFilesystem")
 	if !sc {
 		t.Error("the manager's root filesystem is not read-only")
-	}
-}
-
-func decodeAll(t *testing.T, raw []byte) []*unstructured.Unstructured {
-	t.Helper()
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
-	var out []*unstructured.Unstructured
-	for {
-		obj := &unstructured.Unstructured{}
-		if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
-			return out
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if obj.GetKind() != "" {
-			out = append(out, obj)
-		}
 	}
 }
 

@@ -1,9 +1,7 @@
 package integration
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -14,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/plugin"
 )
 
 // TestJobSpecValidationAsBatchV1 sends each Job spec, as a batch/v1 Job and
@@ -130,14 +129,8 @@ func TestJobSpecValidationAsBatchV1(t *testing.T) {
 			}
 			job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "spec", Namespace: ns}, Spec: spec}
 			sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "spec", Namespace: ns}}
-			raw, err := json.Marshal(spec)
-			if err != nil {
+			if err := plugin.ConvertJobSpec(spec, &sj.Spec, "spec"); err != nil {
 				t.Fatal(err)
-			}
-			dec := json.NewDecoder(bytes.NewReader(raw))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&sj.Spec); err != nil {
-				t.Fatalf("the SafeJob lacks a field of the Job spec: %v", err)
 			}
 			jobErr := k8s.Create(context.Background(), job, client.DryRunAll)
 			sjErr := k8s.Create(context.Background(), sj, client.DryRunAll)
@@ -156,17 +149,7 @@ func TestJobSpecValidationAsBatchV1(t *testing.T) {
 				}
 				return
 			}
-			if (jobErr == nil) != tc.wantAccepted {
-				t.Fatalf("the batch/v1 Job: %v; the case expects accepted=%v", jobErr, tc.wantAccepted)
-			}
-			if (sjErr == nil) != (jobErr == nil) {
-				t.Fatalf("batch/v1 Job: %v\nSafeJob: %v", jobErr, sjErr)
-			}
-			for _, field := range causeFields(jobErr) {
-				if !namesField(sjErr, field, tc.atList) {
-					t.Errorf("the Job's refusal names %s, the SafeJob's does not:\nJob: %v\nSafeJob: %v", field, jobErr, sjErr)
-				}
-			}
+			checkSameRefusal(t, jobErr, sjErr, tc.wantAccepted, tc.atList)
 		})
 	}
 }

@@ -123,18 +123,27 @@ func TestPodFailurePolicyValidationAsBatchV1(t *testing.T) {
 			}
 			jobErr := k8s.Create(context.Background(), job, client.DryRunAll)
 			sjErr := k8s.Create(context.Background(), sj, client.DryRunAll)
-			if (jobErr == nil) != tc.wantAccepted {
-				t.Fatalf("the batch/v1 Job: %v; the case expects accepted=%v", jobErr, tc.wantAccepted)
-			}
-			if (sjErr == nil) != (jobErr == nil) {
-				t.Fatalf("batch/v1 Job: %v\nSafeJob: %v", jobErr, sjErr)
-			}
-			for _, field := range causeFields(jobErr) {
-				if !namesField(sjErr, field, tc.atList) {
-					t.Errorf("the Job's refusal names %s, the SafeJob's does not:\nJob: %v\nSafeJob: %v", field, jobErr, sjErr)
-				}
-			}
+			checkSameRefusal(t, jobErr, sjErr, tc.wantAccepted, tc.atList)
 		})
+	}
+}
+
+// checkSameRefusal checks a batch/v1 Job's and a SafeJob's answers to the
+// same spec: the Job accepted as the case expects, the SafeJob accepted
+// exactly when the Job is, and its refusal naming every field the Job's
+// names (with atList, the list holding an element will do).
+func checkSameRefusal(t *testing.T, jobErr, sjErr error, wantAccepted, atList bool) {
+	t.Helper()
+	if (jobErr == nil) != wantAccepted {
+		t.Fatalf("the batch/v1 Job: %v; the case expects accepted=%v", jobErr, wantAccepted)
+	}
+	if (sjErr == nil) != (jobErr == nil) {
+		t.Fatalf("batch/v1 Job: %v\nSafeJob: %v", jobErr, sjErr)
+	}
+	for _, field := range causeFields(jobErr) {
+		if !namesField(sjErr, field, atList) {
+			t.Errorf("the Job's refusal names %s, the SafeJob's does not:\nJob: %v\nSafeJob: %v", field, jobErr, sjErr)
+		}
 	}
 }
 

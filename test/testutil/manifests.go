@@ -20,20 +20,32 @@ func CreateManifests(ctx context.Context, c client.Client, path string) error {
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", path, err)
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
-	for {
-		obj := &unstructured.Unstructured{}
-		if err := dec.Decode(&obj.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return fmt.Errorf("decoding %s: %w", path, err)
-		}
-		if len(obj.Object) == 0 {
-			continue
-		}
+	objs, err := DecodeManifests(raw)
+	if err != nil {
+		return fmt.Errorf("decoding %s: %w", path, err)
+	}
+	for _, obj := range objs {
 		if err := c.Create(ctx, obj); err != nil {
 			return fmt.Errorf("creating %s %s from %s: %w", obj.GetKind(), obj.GetName(), path, err)
+		}
+	}
+	return nil
+}
+
+// DecodeManifests reads the objects of a YAML or JSON stream of one or
+// many documents; empty documents are skipped.
+func DecodeManifests(raw []byte) ([]*unstructured.Unstructured, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
+			return out, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("decoding manifests: %w", err)
+		}
+		if len(obj.Object) != 0 {
+			out = append(out, obj)
 		}
 	}
 }

@@ -394,10 +394,12 @@ func (d *decision) pickVictims() map[string]bool {
 	if d.in.Spec.CompletionMode == batchv1alpha1.IndexedCompletion {
 		limit := indexLimit(d.in.Spec)
 		open = slices.DeleteFunc(open, func(ref PodRef) bool {
-			victims[ref.Name] = ref.Index >= limit
-			return victims[ref.Name]
+			if ref.Index < limit {
+				return false
+			}
+			victims[ref.Name] = true
+			return true
 		})
-		maps.DeleteFunc(victims, func(_ string, v bool) bool { return !v })
 	}
 	n := len(open)
 	switch {

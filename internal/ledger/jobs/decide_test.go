@@ -34,6 +34,13 @@ func queueSpec(par int32) batchv1alpha1.SafeJobSpec {
 	return s
 }
 
+// indexedSpec is spec(par, completions) in completion mode Indexed.
+func indexedSpec(par, completions int32) batchv1alpha1.SafeJobSpec {
+	s := spec(par, completions)
+	s.CompletionMode = batchv1alpha1.IndexedCompletion
+	return s
+}
+
 func launched(seq int64, i, a int32) batchv1alpha1.LedgerEntry {
 	return batchv1alpha1.LedgerEntry{Seq: seq, Type: batchv1alpha1.EntryLaunched, Pod: PodName("sj", i, a), Index: i, Attempt: a,
 		Time: metav1.NewTime(t0)}
@@ -95,11 +102,7 @@ func TestDecide(t *testing.T) {
 		wantActive  int32
 	}{
 		"elastic Indexed scaled down: indexes above completions stop and no longer count": {
-			spec: func() batchv1alpha1.SafeJobSpec {
-				s := spec(2, 2)
-				s.CompletionMode = batchv1alpha1.IndexedCompletion
-				return s
-			}(),
+			spec: indexedSpec(2, 2),
 			ledger: ledgerOf(launched(1, 0, 0), launched(2, 1, 0), launched(3, 2, 0), launched(4, 3, 0),
 				outcome(5, batchv1alpha1.EntrySucceeded, 3, 0, "")),
 			pods:        []*corev1.Pod{pod(0, 0), pod(1, 0), pod(2, 0), withPhase(pod(3, 0), corev1.PodSucceeded, 0)},
@@ -108,11 +111,7 @@ func TestDecide(t *testing.T) {
 			wantActive:  3,
 		},
 		"elastic Indexed scaled down: only indexes out of range stop, even when one in range was launched last": {
-			spec: func() batchv1alpha1.SafeJobSpec {
-				s := spec(2, 2)
-				s.CompletionMode = batchv1alpha1.IndexedCompletion
-				return s
-			}(),
+			spec: indexedSpec(2, 2),
 			// Index 0 was launched again last: it is the newest, yet in range.
 			ledger: ledgerOf(launched(1, 0, 0), outcome(2, batchv1alpha1.EntryLost, 0, 0, ""), launched(3, 1, 0), launched(4, 2, 0),
 				launched(5, 3, 0), launched(6, 0, 1)),
@@ -122,11 +121,7 @@ func TestDecide(t *testing.T) {
 			wantActive: 4,
 		},
 		"elastic Indexed scaled down: completes on the indexes in range": {
-			spec: func() batchv1alpha1.SafeJobSpec {
-				s := spec(1, 1)
-				s.CompletionMode = batchv1alpha1.IndexedCompletion
-				return s
-			}(),
+			spec:        indexedSpec(1, 1),
 			ledger:      ledgerOf(launched(1, 0, 0), launched(2, 3, 0), outcome(3, batchv1alpha1.EntrySucceeded, 3, 0, "")),
 			pods:        []*corev1.Pod{withPhase(pod(0, 0), corev1.PodSucceeded, 0), withPhase(pod(3, 0), corev1.PodSucceeded, 0)},
 			wantAppend:  []batchv1alpha1.LedgerEntry{outcome(4, batchv1alpha1.EntrySucceeded, 0, 0, "")},
@@ -910,8 +905,7 @@ func TestElasticIndexedCounts(t *testing.T) {
 		wantSucceeded int32
 		wantIndexes   string
 	}{{completions: 2, wantSucceeded: 1, wantIndexes: "0"}, {completions: 5, wantSucceeded: 2, wantIndexes: "0,3"}} {
-		sp := spec(tc.completions, tc.completions)
-		sp.CompletionMode = batchv1alpha1.IndexedCompletion
+		sp := indexedSpec(tc.completions, tc.completions)
 		plan, err := Decide(&Input{Name: "sj", Spec: &sp, Now: t0, Backoff: noBackoff, Status: &batchv1alpha1.SafeJobStatus{Ledger: l}})
 		if err != nil {
 			t.Fatal(err)
