@@ -153,12 +153,16 @@ func TestRuns(t *testing.T) {
 	child := batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "p-1", Namespace: "ns",
 		OwnerReferences: []metav1.OwnerReference{{UID: "p-uid", Controller: ptr.To(true), Name: "p"}}}}
 	child.Status.StartTime, child.Status.CompletionTime = at(1), ptr.To(metav1.NewTime(at(1).Add(90*time.Second)))
-	v, err := Runs(parent, []batchv1alpha1.SafeJob{child})
+	// A SafeJob of a run's name that the parent does not control (a
+	// stranger's) tells nothing about the run.
+	stranger := batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "p-2", Namespace: "ns"}}
+	stranger.Status.StartTime, stranger.Status.CompletionTime = at(2), at(3)
+	v, err := Runs(parent, []batchv1alpha1.SafeJob{child, stranger})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if v.FoldedRuns != 5 || len(v.Runs) != 2 || v.Runs[0].Result != "Succeeded" || v.Runs[0].Duration != "1m30s" ||
-		v.Runs[0].MissedBefore != 2 || v.Runs[1].Result != "Running" {
+		v.Runs[0].MissedBefore != 2 || v.Runs[1].Result != "Running" || v.Runs[1].Duration != "" {
 		t.Errorf("runs %+v", v)
 	}
 	var b bytes.Buffer
