@@ -42,6 +42,17 @@ const (
 	ScheduledTimeLabel = "batch.safejob.dev/scheduled-time"
 	// ScheduledTimeAnnotation carries a run's scheduled time in RFC 3339.
 	ScheduledTimeAnnotation = "batch.safejob.dev/scheduled-time"
+	// RunNowAnnotation, set on a scheduled SafeJob, asks for one run now,
+	// outside the schedule (kubectl safejob run): its value is the run's
+	// name. Each new value starts one run, recorded in the ledger before it
+	// is created; a value already recorded starts nothing.
+	RunNowAnnotation = "batch.safejob.dev/run-now"
+	// InstantiateAnnotation is "manual" on a run started through
+	// RunNowAnnotation, as cronjob.kubernetes.io/instantiate on a Job made
+	// from a CronJob by hand.
+	InstantiateAnnotation = "batch.safejob.dev/instantiate"
+	// InstantiateManual is InstantiateAnnotation's value on a manual run.
+	InstantiateManual = "manual"
 )
 
 // ConcurrencyPolicy says what a scheduled SafeJob does when a run is due
@@ -328,8 +339,14 @@ const (
 	// EntryScheduled records a run of a scheduled SafeJob: it authorises the
 	// creation of exactly one child SafeJob. A parent's ledger holds only
 	// Scheduled entries and the outcomes (Succeeded, Failed, Lost) of its runs.
+	// With reason Manual it records a run asked for by hand
+	// (RunNowAnnotation); its scheduledTime is when the request was
+	// committed, outside the schedule's order.
 	EntryScheduled EntryType = "Scheduled"
 )
+
+// ReasonManual is the reason of the Scheduled entry of a run started by hand.
+const ReasonManual = "Manual"
 
 // Reasons carried by Failed entries: the podFailurePolicy action applied.
 const (
@@ -475,6 +492,15 @@ type LedgerCheckpoint struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	Missed int64 `json:"missed,omitempty"`
+	// lastManualRun is the name of the latest run started by hand that was
+	// folded: a request of that name (RunNowAnnotation) was carried out.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	LastManualRun string `json:"lastManualRun,omitempty"`
+	// lastManualTime is the latest scheduledTime (request time) of a run
+	// started by hand that was folded.
+	// +optional
+	LastManualTime *metav1.Time `json:"lastManualTime,omitempty"`
 }
 
 // Ledger is the append-only record of what the SafeJob launched and how each

@@ -58,6 +58,10 @@ func (r *SafeJobReconciler) reconcileParent(ctx context.Context, sj *batchv1alph
 	if err := r.writeParentStatus(ctx, sj, plan); err != nil {
 		return reconcile.Result{}, err
 	}
+	if plan.RequestWaits != "" {
+		log.FromContext(ctx).Info("Run asked for by hand not started", "reason", plan.RequestWaits)
+		r.Recorder.Eventf(sj, nil, corev1.EventTypeWarning, "RunRequestWaits", "RunNow", "%s", plan.RequestWaits)
+	}
 	return reconcile.Result{RequeueAfter: plan.RequeueAfter}, nil
 }
 
@@ -73,19 +77,20 @@ func (r *SafeJobReconciler) gatherRuns(ctx context.Context, sj *batchv1alpha1.Sa
 	}
 	key := client.ObjectKeyFromObject(sj)
 	in := &runs.Input{
-		Name:      sj.Name,
-		Namespace: sj.Namespace,
-		Created:   sj.CreationTimestamp.Time,
-		Spec:      &sj.Spec,
-		Status:    &sj.Status,
-		Runs:      map[string]*batchv1alpha1.SafeJob{},
-		Busy:      map[string]int{},
-		Seen:      r.tracker.seenRuns(key, sj.UID),
-		Issued:    r.tracker.issuedRuns(key, sj.UID),
-		Gone:      map[string]bool{},
-		Taken:     map[string]bool{},
-		Fence:     r.fence(),
-		Now:       r.Clock.Now(),
+		Name:       sj.Name,
+		Namespace:  sj.Namespace,
+		Created:    sj.CreationTimestamp.Time,
+		Spec:       &sj.Spec,
+		Status:     &sj.Status,
+		Runs:       map[string]*batchv1alpha1.SafeJob{},
+		Busy:       map[string]int{},
+		Seen:       r.tracker.seenRuns(key, sj.UID),
+		Issued:     r.tracker.issuedRuns(key, sj.UID),
+		Gone:       map[string]bool{},
+		Taken:      map[string]bool{},
+		RunRequest: sj.Annotations[batchv1alpha1.RunNowAnnotation],
+		Fence:      r.fence(),
+		Now:        r.Clock.Now(),
 	}
 	for i := range children.Items {
 		in.Runs[children.Items[i].Name] = &children.Items[i]
@@ -241,6 +246,9 @@ func newRun(parent *batchv1alpha1.SafeJob, ref runs.Ref) *batchv1alpha1.SafeJob 
 		batchv1alpha1.ScheduledTimeAnnotation: at.Format(time.RFC3339),
 		batchv1alpha1.ParentLabel:             parent.Name,
 	}
+	if ref.Manual {
+		annotations[batchv1alpha1.InstantiateAnnotation] = batchv1alpha1.InstantiateManual
+	}
 	// The pods carry the parent too, so that the parent sees pods of runs
 	// that are gone (Forbid and Replace wait for them).
 	if spec.Template.Labels == nil {
@@ -282,8 +290,11 @@ func (r *SafeJobReconciler) writeParentStatus(ctx context.Context, sj *batchv1al
 	}
 	for _, e := range plan.Append {
 		at := e.ScheduledTime.UTC().Format(time.RFC3339)
-		switch e.Type {
-		case batchv1alpha1.EntryScheduled:
+		switch {
+		case e.Type == batchv1alpha1.EntryScheduled && e.Reason == batchv1alpha1.ReasonManual:
+			r.Recorder.Eventf(updated, nil, corev1.EventTypeNormal, batchv1alpha1.ReasonManual, "RunNow",
+				"Run %s started by hand at %s", e.Run, at)
+		case e.Type == batchv1alpha1.EntryScheduled:
 			r.Recorder.Eventf(updated, nil, corev1.EventTypeNormal, batchv1alpha1.ReasonScheduled, "Schedule",
 				"Run %s scheduled for %s", e.Run, at)
 			if e.Missed > 0 {
@@ -294,7 +305,7 @@ func (r *SafeJobReconciler) writeParentStatus(ctx context.Context, sj *batchv1al
 				r.Recorder.Eventf(updated, nil, corev1.EventTypeWarning, reason, "Schedule",
 					"%d scheduled time(s) before %s were not run", e.Missed, at)
 			}
-		case batchv1alpha1.EntrySucceeded:
+		case e.Type == batchv1alpha1.EntrySucceeded:
 			r.Recorder.Eventf(updated, nil, corev1.EventTypeNormal, "SawCompletedRun", "RecordOutcome",
 				"Run %s (scheduled for %s) completed", e.Run, at)
 		default:

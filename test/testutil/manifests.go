@@ -55,6 +55,7 @@ func DecodeManifests(raw []byte) ([]*unstructured.Unstructured, error) {
 var PolicyFiles = []string{
 	filepath.Join("config", "policy", "immutable-spec.yaml"),
 	filepath.Join("config", "policy", "queue-name.yaml"),
+	filepath.Join("config", "policy", "run-now.yaml"),
 }
 
 // InstallPolicies creates the admission policies of the repository at root.

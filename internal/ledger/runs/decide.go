@@ -3,12 +3,14 @@ package runs
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
@@ -69,6 +71,9 @@ type Input struct {
 	// by an earlier parent of the same name): it is never adopted, counted,
 	// deleted or released, and the run is recorded Lost (NameTaken).
 	Taken map[string]bool
+	// RunRequest is the parent's RunNowAnnotation: the name of a run asked
+	// for by hand ("" when none).
+	RunRequest string
 	// Fence bounds when a run may be created and when its absence is
 	// trusted, as for pods; the zero Fence is ledger.DefaultFence.
 	Fence ledger.Fence
@@ -93,6 +98,9 @@ type Plan struct {
 	// RequeueAfter is when the plan changes with time alone: the next
 	// scheduled time, or an open run due for a live read (0: never).
 	RequeueAfter time.Duration
+	// RequestWaits says why the run asked for by hand is not started now
+	// ("" when there is none, or it starts).
+	RequestWaits string
 }
 
 // Unobserved lists the open runs that the cache does not show and that
@@ -128,6 +136,7 @@ func Decide(in *Input) (*Plan, error) {
 	d.recordOutcomes()
 	d.cleanUp()
 	d.schedule()
+	d.runNow()
 	d.create()
 	if err := d.writeStatus(); err != nil {
 		return nil, err
@@ -168,13 +177,14 @@ func (d *decision) recordOutcomes() {
 	// deleted to make way for it.
 	_, replacing := d.dueNow()
 	for k, r := range d.open {
-		later := k < len(d.open)-1
+		// A manual run is never superseded: the policy does not apply to it.
+		later := !r.Manual && slices.ContainsFunc(d.open[k+1:], func(o Ref) bool { return !o.Manual })
 		var typ batchv1alpha1.EntryType
 		var reason string
 		if run := d.in.Runs[r.Name]; run == nil {
 			typ, reason = d.absentOutcome(r.Name, later)
 		} else {
-			typ, reason = d.presentOutcome(run, later || replacing)
+			typ, reason = d.presentOutcome(run, later || (replacing && !r.Manual))
 		}
 		if typ == "" {
 			continue
@@ -298,7 +308,27 @@ func (d *decision) isClosed(run *batchv1alpha1.SafeJob) bool {
 		return false
 	}
 	t, ok := ScheduledTime(run)
+	if IsManual(run) {
+		return ok && !t.After(d.st.FoldedManual)
+	}
 	return ok && !t.After(d.st.Folded)
+}
+
+// IsManual reports whether a run was started by hand (RunNowAnnotation).
+func IsManual(run *batchv1alpha1.SafeJob) bool {
+	return run.Annotations[batchv1alpha1.InstantiateAnnotation] == batchv1alpha1.InstantiateManual
+}
+
+// isManual reports whether the named run of the parent was started by hand.
+func (d *decision) isManual(name string) bool {
+	if r, ok := d.st.Open[name]; ok {
+		return r.Manual
+	}
+	if r, ok := d.st.Closed[name]; ok {
+		return r.Manual
+	}
+	run := d.in.Runs[name]
+	return run != nil && IsManual(run)
 }
 
 // ScheduledTime reads a run's scheduled time from its annotation.
@@ -375,15 +405,17 @@ func (d *decision) cleanUp() {
 }
 
 // busy names an earlier run that keeps a new one from starting under Forbid
-// or Replace: one still open, or one with a pod still running or terminating.
+// or Replace: one still open, or one with a pod still running or
+// terminating. Runs started by hand do not count, as Jobs made from a
+// CronJob by hand do not.
 func (d *decision) busy(except string) string {
 	for _, r := range d.open {
-		if r.Name != except && !d.closing[r.Name] {
+		if r.Name != except && !d.closing[r.Name] && !r.Manual {
 			return r.Name
 		}
 	}
 	for _, name := range ledger.SortedKeys(d.in.Busy) {
-		if name != except && d.in.Busy[name] > 0 {
+		if name != except && d.in.Busy[name] > 0 && !d.isManual(name) {
 			return name
 		}
 	}
@@ -528,7 +560,7 @@ func (d *decision) waitForEarlier(recent time.Time) bool {
 		other, recent.UTC().Format(time.RFC3339))
 	if policy == batchv1alpha1.ReplaceConcurrent {
 		for _, r := range d.open {
-			if run := d.in.Runs[r.Name]; run != nil && run.DeletionTimestamp == nil && !d.closing[r.Name] {
+			if run := d.in.Runs[r.Name]; run != nil && run.DeletionTimestamp == nil && !d.closing[r.Name] && !r.Manual {
 				d.deleteRun(r.Name)
 			}
 		}
@@ -537,6 +569,63 @@ func (d *decision) waitForEarlier(recent time.Time) bool {
 	}
 	d.setCond(batchv1alpha1.ConditionScheduling, metav1.ConditionFalse, batchv1alpha1.ReasonWaitingForRun, msg)
 	return true
+}
+
+// runNow commits the run asked for by hand (Input.RunRequest) unless the
+// ledger records it already, whether the parent is suspended or not and
+// whatever its concurrency policy, as kubectl create job --from=cronjob/...
+// does. The run is created once the commit is observed, as any run. Its
+// time is the request's commit, never before an earlier manual run's, so
+// that the latest manual run is also the last recorded (State.LastManual).
+func (d *decision) runNow() {
+	name := d.in.RunRequest
+	if name == "" || d.st.HasRun(name) {
+		return
+	}
+	if err := ValidateManualName(name); err != nil {
+		d.plan.RequestWaits = fmt.Sprintf("run %s asked for by hand is not started: %v", name, err)
+		return
+	}
+	if run := d.in.Runs[name]; run != nil {
+		d.plan.RequestWaits = fmt.Sprintf("run %s asked for by hand is not started: an earlier run of the parent has that name", name)
+		return
+	}
+	open := 0
+	for _, r := range d.open {
+		if !d.closing[r.Name] {
+			open++
+		}
+	}
+	for _, e := range d.plan.Append {
+		if e.Type == batchv1alpha1.EntryScheduled {
+			open++
+		}
+	}
+	if open >= MaxOpen {
+		d.plan.RequestWaits = fmt.Sprintf("run %s asked for by hand waits: %d runs are active, the most a schedule keeps at once",
+			name, open)
+		return
+	}
+	at := d.in.Now.Truncate(time.Second)
+	if at.Before(d.st.LastManualTime) {
+		at = d.st.LastManualTime
+	}
+	d.add(batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryScheduled, Reason: batchv1alpha1.ReasonManual, Run: name,
+		ScheduledTime: ptr.To(metav1.NewTime(at))})
+}
+
+// ValidateManualName checks the name of a run asked for by hand: a DNS
+// label (its pods carry it in labels) that does not end in -<digits>, the
+// form of the names of scheduled runs, so that it never takes the name of
+// a scheduled time.
+func ValidateManualName(name string) error {
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		return fmt.Errorf("%q is not a valid run name: %s", name, strings.Join(errs, "; "))
+	}
+	if k := strings.LastIndexByte(name, '-'); k >= 0 && strings.Trim(name[k+1:], "0123456789") == "" {
+		return fmt.Errorf("%q ends in -<digits>, the form of scheduled runs' names", name)
+	}
+	return nil
 }
 
 // deleteRun adds a run to the plan's deletes once.
@@ -574,10 +663,10 @@ func (d *decision) create() {
 		if d.in.Seen[r.Name] != "" || d.in.Issued[r.Name] || !d.fence.MayCreate(r.Time, d.in.Now) {
 			continue // it existed: removed by someone, or the cache lags
 		}
-		if d.policy() != batchv1alpha1.AllowConcurrent {
+		if d.policy() != batchv1alpha1.AllowConcurrent && !r.Manual {
 			if d.policy() == batchv1alpha1.ReplaceConcurrent {
 				for _, old := range open[:k] {
-					if run := d.in.Runs[old.Name]; run != nil && run.DeletionTimestamp == nil && !d.closing[old.Name] {
+					if run := d.in.Runs[old.Name]; run != nil && run.DeletionTimestamp == nil && !d.closing[old.Name] && !old.Manual {
 						d.deleteRun(old.Name)
 					}
 				}

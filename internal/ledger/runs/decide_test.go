@@ -28,6 +28,20 @@ func scheduled(seq int64, run string, at time.Time, missed int64) batchv1alpha1.
 		ScheduledTime: ptr.To(metav1.NewTime(at)), Missed: missed, Time: metav1.NewTime(at)}
 }
 
+// byHand is the Scheduled entry of a run asked for by hand at time at.
+func byHand(seq int64, run string, at time.Time) batchv1alpha1.LedgerEntry {
+	e := scheduled(seq, run, at, 0)
+	e.Reason = batchv1alpha1.ReasonManual
+	return e
+}
+
+// manualChild is a run started by hand.
+func manualChild(name string, at time.Time, cond string) *batchv1alpha1.SafeJob {
+	run := child(name, at, cond)
+	run.Annotations[batchv1alpha1.InstantiateAnnotation] = batchv1alpha1.InstantiateManual
+	return run
+}
+
 func runOutcome(seq int64, typ batchv1alpha1.EntryType, run string, at time.Time) batchv1alpha1.LedgerEntry {
 	return batchv1alpha1.LedgerEntry{Seq: seq, Type: typ, Run: run, ScheduledTime: ptr.To(metav1.NewTime(at))}
 }
@@ -46,6 +60,26 @@ func TestReplayRejects(t *testing.T) {
 			Entries: []batchv1alpha1.LedgerEntry{scheduled(2, "x-a", a, 0)}},
 		"seq below entries": {Seq: 0, Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-a", a, 0)}},
 		"negative missed":   {Seq: 1, Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-a", a, -1)}},
+		"manual run twice": {Seq: 2, Entries: []batchv1alpha1.LedgerEntry{byHand(1, "x-h", a), byHand(2, "x-h", b)}},
+		"manual run under a scheduled run's name": {Seq: 2,
+			Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-a", a, 0), byHand(2, "x-a", b)}},
+		"manual run with missed times": {Seq: 1, Entries: []batchv1alpha1.LedgerEntry{func() batchv1alpha1.LedgerEntry {
+			e := byHand(1, "x-h", a)
+			e.Missed = 1
+			return e
+		}()}},
+	}
+	// A run asked for by hand stands outside the schedule's order: before
+	// or between scheduled times, and before the checkpoint's.
+	ok := batchv1alpha1.Ledger{Seq: 3, Checkpoint: &batchv1alpha1.LedgerCheckpoint{Seq: 0, LastScheduleTime: ptr.To(metav1.NewTime(b))},
+		Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-c", b.Add(time.Minute), 0), byHand(2, "x-h", a), byHand(3, "x-i", a)}}
+	st, err := Replay(&ok)
+	if err != nil {
+		t.Fatalf("Replay refused manual runs outside the schedule's order: %v", err)
+	}
+	if st.LastManual != "x-i" || !st.LastScheduled.Equal(b.Add(time.Minute)) {
+		t.Errorf("last manual %q, last scheduled %s; want x-i (the later of two in one second), %s", st.LastManual,
+			st.LastScheduled, b.Add(time.Minute))
 	}
 	for name, l := range cases {
 		if _, err := Replay(&l); err == nil {
@@ -163,6 +197,8 @@ type decideCase struct {
 	wantReason  string            // of the last appended entry
 	wantUID     string            // of the last appended entry
 	wantCond    map[string]string // type -> reason
+	request     string            // RunNowAnnotation
+	wantWaits   bool              // the request is not started, and the plan says why
 }
 
 func TestDecideRuns(t *testing.T) {
@@ -382,6 +418,68 @@ func TestDecideRuns(t *testing.T) {
 			now:      tick(5),
 			wantCond: map[string]string{batchv1alpha1.ConditionScheduling: batchv1alpha1.ReasonScheduleSuspended},
 		},
+		"asked by hand: committed while suspended and while a run is active under Forbid": {
+			spec: func() *batchv1alpha1.SafeJobSpec {
+				s := parentSpec("* * * * *", batchv1alpha1.ForbidConcurrent)
+				s.Suspend = ptr.To(true)
+				return s
+			}(),
+			now:     tick(1).Add(20 * time.Second),
+			status:  ledgerOf(scheduled(0, name(1), tick(1), 0)),
+			runs:    []*batchv1alpha1.SafeJob{child(name(1), tick(1), "")},
+			request: "p-by-hand", wantAppend: []string{"Scheduled:p-by-hand"}, wantReason: batchv1alpha1.ReasonManual,
+		},
+		"asked by hand: created once observed, whatever runs under Forbid": {
+			spec: parentSpec("* * * * *", batchv1alpha1.ForbidConcurrent), now: tick(1).Add(21 * time.Second),
+			status:     ledgerOf(scheduled(0, name(1), tick(1), 0), byHand(0, "p-by-hand", tick(1).Add(20*time.Second))),
+			runs:       []*batchv1alpha1.SafeJob{child(name(1), tick(1), "")},
+			busy:       map[string]int{name(1): 1},
+			request:    "p-by-hand",
+			wantCreate: []string{"p-by-hand"},
+		},
+		"a run started by hand does not hold back a scheduled time under Forbid": {
+			spec: parentSpec("* * * * *", batchv1alpha1.ForbidConcurrent), now: tick(1).Add(time.Second),
+			status:     ledgerOf(byHand(0, "p-by-hand", tick(0).Add(20*time.Second))),
+			runs:       []*batchv1alpha1.SafeJob{manualChild("p-by-hand", tick(0).Add(20*time.Second), "")},
+			busy:       map[string]int{"p-by-hand": 1},
+			request:    "p-by-hand",
+			wantAppend: []string{"Scheduled:" + name(1)},
+		},
+		"Replace never replaces a run started by hand": {
+			spec: parentSpec("* * * * *", batchv1alpha1.ReplaceConcurrent), now: tick(2).Add(time.Second),
+			status: ledgerOf(scheduled(0, name(1), tick(1), 0), byHand(0, "p-by-hand", tick(1).Add(20*time.Second))),
+			runs: []*batchv1alpha1.SafeJob{child(name(1), tick(1), ""),
+				manualChild("p-by-hand", tick(1).Add(20*time.Second), "")},
+			busy:       map[string]int{name(1): 1, "p-by-hand": 1},
+			request:    "p-by-hand",
+			wantDelete: []string{name(1)},
+			wantCond:   map[string]string{batchv1alpha1.ConditionScheduling: batchv1alpha1.ReasonWaitingForRun},
+		},
+		"asked by hand and recorded: nothing more": {
+			spec: parentSpec("* * * * *", ""), now: tick(0).Add(50 * time.Second),
+			status: ledgerOf(byHand(0, "p-by-hand", tick(0).Add(20*time.Second)),
+				runOutcome(0, batchv1alpha1.EntrySucceeded, "p-by-hand", tick(0).Add(20*time.Second))),
+			request: "p-by-hand",
+		},
+		"asked by hand and folded into the checkpoint: nothing more": {
+			spec: parentSpec("* * * * *", ""), now: tick(0).Add(50 * time.Second),
+			status: batchv1alpha1.SafeJobStatus{Ledger: batchv1alpha1.Ledger{Seq: 2, Checkpoint: &batchv1alpha1.LedgerCheckpoint{
+				Seq: 2, Runs: 1, LastManualRun: "p-by-hand", LastManualTime: ptr.To(metav1.NewTime(tick(0).Add(20 * time.Second)))}}},
+			request: "p-by-hand",
+		},
+		"asked by hand under the name of an earlier run: not started": {
+			spec: parentSpec("* * * * *", ""), now: tick(0).Add(50 * time.Second),
+			runs:    []*batchv1alpha1.SafeJob{manualChild("p-by-hand", tick(0).Add(-time.Hour), batchv1alpha1.ConditionComplete)},
+			request: "p-by-hand", wantWaits: true,
+		},
+		"asked by hand under a scheduled run's form of name: not started": {
+			spec: parentSpec("* * * * *", ""), now: tick(0).Add(50 * time.Second),
+			request: name(1), wantWaits: true,
+		},
+		"asked by hand under a name that is not a DNS label: not started": {
+			spec: parentSpec("* * * * *", ""), now: tick(0).Add(50 * time.Second),
+			request: "By.Hand", wantWaits: true,
+		},
 		"invalid schedule: said in a condition": {
 			spec: parentSpec("61 * * * *", ""), now: tick(5),
 			wantCond: map[string]string{batchv1alpha1.ConditionScheduling: batchv1alpha1.ReasonInvalidSchedule},
@@ -403,6 +501,7 @@ func (tc *decideCase) input() *Input {
 		in.Seen[s] = k8stypes.UID("uid-" + s)
 	}
 	in.Issued, in.Gone, in.Taken = set(tc.issued), set(tc.gone), set(tc.taken)
+	in.RunRequest = tc.request
 	return in
 }
 
@@ -440,6 +539,9 @@ func (tc *decideCase) run(t *testing.T) {
 	}
 	if n := len(plan.Append); tc.wantUID != "" && (n == 0 || plan.Append[n-1].UID != tc.wantUID) {
 		t.Errorf("appended %+v, want the last with uid %s", plan.Append, tc.wantUID)
+	}
+	if (plan.RequestWaits != "") != tc.wantWaits {
+		t.Errorf("request waits %q, want waiting %v", plan.RequestWaits, tc.wantWaits)
 	}
 	if got := plan.Status.MissedRuns; got != tc.wantMissed {
 		t.Errorf("missedRuns = %d, want %d", got, tc.wantMissed)
@@ -660,13 +762,19 @@ type runsWorld struct {
 	maxOpen int
 	// outcomes counts the committed outcomes by type/reason.
 	outcomes map[string]int
+	// request is the parent's RunNowAnnotation; requested counts how many
+	// times each name was asked for, recorded how many times each manual
+	// run was committed.
+	request             string
+	requested, recorded map[string]int
 }
 
 func runWorld(t *testing.T, rng *rand.Rand, policy batchv1alpha1.ConcurrencyPolicy, stuck bool) *runsWorld {
 	w := &runsWorld{t: t, rng: rng, spec: parentSpec("@every 5s", policy), runs: map[string]*worldRun{},
 		created: map[string]int{}, deleted: map[string]bool{}, byHand: map[string]bool{}, seen: map[string]k8stypes.UID{},
 		issued: map[string]bool{}, outcomes: map[string]int{}, strangers: map[string]bool{},
-		pods: map[k8stypes.UID]time.Time{"stranger": r0.Add(100 * time.Hour)}, stuck: stuck, now: r0}
+		pods: map[k8stypes.UID]time.Time{"stranger": r0.Add(100 * time.Hour)}, stuck: stuck, now: r0,
+		requested: map[string]int{}, recorded: map[string]int{}}
 	w.spec.SuccessfulRunsHistoryLimit, w.spec.FailedRunsHistoryLimit = ptr.To[int32](int32(rng.IntN(2))), ptr.To[int32](0)
 	for step := range 500 {
 		w.calm = step >= 400 // no faults: every open run must settle
@@ -687,6 +795,7 @@ func (w *runsWorld) step(step int) {
 	}
 	if !w.calm {
 		w.strike()
+		w.askByHand(step)
 	}
 	plan := w.decide(step)
 	if !w.calm && w.rng.IntN(8) == 0 {
@@ -709,6 +818,20 @@ func (w *runsWorld) strike() {
 	}
 }
 
+// askByHand asks for a run by hand now and then, as kubectl safejob run
+// does: a new name once the API server's ledger records the previous one.
+func (w *runsWorld) askByHand(step int) {
+	st, err := Replay(&w.status.Ledger)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if w.rng.IntN(12) > 0 || (w.request != "" && !st.HasRun(w.request)) {
+		return
+	}
+	w.request = fmt.Sprintf("p-by-hand-%c%c", 'a'+rune(step/26%26), 'a'+rune(step%26))
+	w.requested[w.request]++
+}
+
 // checkEnd checks the world after the calm phase.
 func (w *runsWorld) checkEnd() {
 	t := w.t
@@ -724,11 +847,20 @@ func (w *runsWorld) checkEnd() {
 	if final.Runs+int64(len(final.Open)) == 0 {
 		t.Error("no run was ever scheduled")
 	}
+	// Every run asked for by hand was committed exactly once; the last
+	// may wait while the schedule has the most runs open it keeps.
+	if plan, err := Decide(w.gather(-1)); err == nil && plan.RequestWaits != "" && w.recorded[w.request] == 0 {
+		delete(w.requested, w.request)
+	}
+	if !maps.Equal(w.requested, w.recorded) {
+		t.Errorf("runs asked for by hand %v, committed %v", w.requested, w.recorded)
+	}
 	// No time is dropped silently: every time up to the last one scheduled
 	// is a run or counted missed.
-	if times := int64(final.LastScheduled.Sub(r0) / (5 * time.Second)); final.Runs+int64(len(final.Open))+final.Missed != times {
-		t.Errorf("%d scheduled times up to %s, but %d runs, %d open and %d missed", times, final.LastScheduled,
-			final.Runs, len(final.Open), final.Missed)
+	manual := int64(len(w.recorded))
+	if times := int64(final.LastScheduled.Sub(r0) / (5 * time.Second)); final.Runs+int64(len(final.Open))+final.Missed-manual != times {
+		t.Errorf("%d scheduled times up to %s, but %d runs, %d open, %d missed and %d by hand", times, final.LastScheduled,
+			final.Runs, len(final.Open), final.Missed, manual)
 	}
 	settle := ledger.DefaultFence.LostGrace() + 10*time.Second
 	for name, r := range final.Open {
@@ -761,6 +893,9 @@ func (w *runsWorld) create(step int, ref Ref, at time.Time) {
 	w.checkCreate(step, ref, at)
 	w.created[ref.Name]++
 	obj := child(ref.Name, ref.ScheduledTime, "")
+	if ref.Manual {
+		obj.Annotations[batchv1alpha1.InstantiateAnnotation] = batchv1alpha1.InstantiateManual
+	}
 	obj.UID = k8stypes.UID(fmt.Sprintf("uid-%s-%d", obj.Name, w.created[ref.Name]))
 	d := time.Duration(1+w.rng.IntN(15)) * time.Second
 	if w.stuck {
@@ -873,7 +1008,7 @@ func (w *runsWorld) gather(step int) *Input {
 		w.seen[name] = r.obj.UID
 	}
 	in := &Input{Name: "p", Created: r0, Spec: w.spec, Status: &w.cached, Runs: obsRuns, Busy: map[string]int{},
-		Seen: maps.Clone(w.seen), Issued: maps.Clone(w.issued), Gone: map[string]bool{}, Now: w.now}
+		Seen: maps.Clone(w.seen), Issued: maps.Clone(w.issued), Gone: map[string]bool{}, RunRequest: w.request, Now: w.now}
 	unobserved, _, err := Unobserved(in)
 	if err != nil {
 		w.t.Fatalf("step %d: %v", step, err)
@@ -997,6 +1132,8 @@ func (w *runsWorld) commit(step int, plan *Plan) {
 	for _, e := range plan.Append {
 		if e.Type != batchv1alpha1.EntryScheduled {
 			w.outcomes[string(e.Type)+"/"+e.Reason]++
+		} else if e.Reason == batchv1alpha1.ReasonManual {
+			w.recorded[e.Run]++
 		}
 		if w.strangers[e.Run] && e.Type != batchv1alpha1.EntryScheduled && e.Reason != ledger.ReasonNameTaken && e.Reason != ReasonReplaced {
 			w.t.Fatalf("step %d: run %s, whose name a stranger holds, recorded %s (%s)", step, e.Run, e.Type, e.Reason)

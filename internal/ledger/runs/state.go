@@ -33,6 +33,10 @@ type Ref struct {
 	// was committed, from which its create window runs (ledger.Fence).
 	Seq  int64
 	Time time.Time
+	// Manual marks a run started by hand (RunNowAnnotation): its
+	// ScheduledTime is when it was requested, and the concurrency policy
+	// neither holds it back nor replaces it.
+	Manual bool
 }
 
 // State is what a scheduled SafeJob's ledger means.
@@ -50,6 +54,14 @@ type State struct {
 	Folded time.Time
 	// Runs counts the recorded outcomes; Missed the scheduled times not run.
 	Runs, Missed int64
+	// LastManual is the name of the latest run started by hand, listed or
+	// folded: a request of that name was carried out. LastManualTime is its
+	// request time; FoldedManual is the latest request time of a manual run
+	// folded into the checkpoint. Request times never go back (Decide), and
+	// of two in the same second the later entry is the latest.
+	LastManual     string
+	LastManualTime time.Time
+	FoldedManual   time.Time
 }
 
 // Replay reads the ledger of a scheduled SafeJob: Scheduled entries,
@@ -68,6 +80,9 @@ func Replay(l *batchv1alpha1.Ledger) (*State, error) {
 	err := ledger.Walk(l, func(e *batchv1alpha1.LedgerEntry) error {
 		if e.Type != batchv1alpha1.EntryScheduled {
 			return st.applyOutcome(e)
+		}
+		if e.Reason == batchv1alpha1.ReasonManual {
+			return st.applyManual(e)
 		}
 		defer func() { prevTime = e.ScheduledTime.Time }()
 		return st.applyScheduled(e, prevTime, e.Seq > cpSeq)
@@ -88,6 +103,10 @@ func (st *State) loadCheckpoint(cp *batchv1alpha1.LedgerCheckpoint) error {
 	st.Runs, st.Missed = cp.Runs, cp.Missed
 	if cp.LastScheduleTime != nil {
 		st.LastScheduled, st.Folded = cp.LastScheduleTime.Time, cp.LastScheduleTime.Time
+	}
+	st.LastManual = cp.LastManualRun
+	if cp.LastManualTime != nil {
+		st.LastManualTime, st.FoldedManual = cp.LastManualTime.Time, cp.LastManualTime.Time
 	}
 	return nil
 }
@@ -120,6 +139,33 @@ func (st *State) applyScheduled(e *batchv1alpha1.LedgerEntry, prevTime time.Time
 	st.Missed += e.Missed
 	st.Open[e.Run] = Ref{Name: e.Run, ScheduledTime: at, Seq: e.Seq, Time: e.Time.Time}
 	return nil
+}
+
+// applyManual opens a run started by hand. It stands outside the
+// schedule's order: its time is when it was requested.
+func (st *State) applyManual(e *batchv1alpha1.LedgerEntry) error {
+	if err := checkEntry(e); err != nil {
+		return err
+	}
+	_, open := st.Open[e.Run]
+	_, closed := st.Closed[e.Run]
+	if open || closed || e.Missed != 0 {
+		return fmt.Errorf("manual run %s recorded twice or with a missed count", e.Run)
+	}
+	at := e.ScheduledTime.Time
+	st.Open[e.Run] = Ref{Name: e.Run, ScheduledTime: at, Seq: e.Seq, Time: e.Time.Time, Manual: true}
+	if !at.Before(st.LastManualTime) {
+		st.LastManual, st.LastManualTime = e.Run, at
+	}
+	return nil
+}
+
+// HasRun reports whether the ledger lists a run of this name, open or
+// closed, or names it as the latest manual run folded.
+func (st *State) HasRun(name string) bool {
+	_, open := st.Open[name]
+	_, closed := st.Closed[name]
+	return open || closed || name == st.LastManual
 }
 
 // applyOutcome closes an open run.
@@ -184,12 +230,19 @@ func fold(l *batchv1alpha1.Ledger, keep int, hold func(Ref) bool) (batchv1alpha1
 			continue
 		}
 		cp.Seq = max(cp.Seq, e.Seq)
-		if e.Type == batchv1alpha1.EntryScheduled {
+		switch {
+		case e.Type == batchv1alpha1.EntryScheduled && e.Reason == batchv1alpha1.ReasonManual:
+			// Entries are in seq order: of two in the same second the
+			// later is the latest, as Replay reads them.
+			if cp.LastManualTime == nil || !e.ScheduledTime.Before(cp.LastManualTime) {
+				cp.LastManualRun, cp.LastManualTime = e.Run, e.ScheduledTime.DeepCopy()
+			}
+		case e.Type == batchv1alpha1.EntryScheduled:
 			cp.Missed += e.Missed
 			if cp.LastScheduleTime == nil || e.ScheduledTime.After(cp.LastScheduleTime.Time) {
 				cp.LastScheduleTime = e.ScheduledTime.DeepCopy()
 			}
-		} else {
+		default:
 			cp.Runs++
 		}
 	}
@@ -217,7 +270,11 @@ func (st *State) Covers(prev *State) error {
 	for name, r := range prev.Open {
 		_, open := st.Open[name]
 		_, closed := st.Closed[name]
-		if !open && !closed && r.ScheduledTime.After(st.Folded) {
+		folded := st.Folded
+		if r.Manual {
+			folded = st.FoldedManual
+		}
+		if !open && !closed && r.ScheduledTime.After(folded) {
 			return fmt.Errorf("run %s forgotten", name)
 		}
 	}
