@@ -60,7 +60,7 @@ func TestReplayRejects(t *testing.T) {
 			Entries: []batchv1alpha1.LedgerEntry{scheduled(2, "x-a", a, 0)}},
 		"seq below entries": {Seq: 0, Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-a", a, 0)}},
 		"negative missed":   {Seq: 1, Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-a", a, -1)}},
-		"manual run twice": {Seq: 2, Entries: []batchv1alpha1.LedgerEntry{byHand(1, "x-h", a), byHand(2, "x-h", b)}},
+		"manual run twice":  {Seq: 2, Entries: []batchv1alpha1.LedgerEntry{byHand(1, "x-h", a), byHand(2, "x-h", b)}},
 		"manual run under a scheduled run's name": {Seq: 2,
 			Entries: []batchv1alpha1.LedgerEntry{scheduled(1, "x-a", a, 0), byHand(2, "x-a", b)}},
 		"manual run with missed times": {Seq: 1, Entries: []batchv1alpha1.LedgerEntry{func() batchv1alpha1.LedgerEntry {
