@@ -1,5 +1,5 @@
 // Command kubectl-safejob is the kubectl plugin of SafeJob: `kubectl
-// safejob ledger|why|convert`. Install it on PATH (`go install
+// safejob ledger|why|runs|run|top|convert`. Install it on PATH (`go install
 // ./cmd/kubectl-safejob` or `make plugin`) and kubectl finds it.
 package main
 
@@ -9,12 +9,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -73,7 +77,7 @@ func newRoot(streams genericiooptions.IOStreams) *cobra.Command {
 	o.flags.AddFlags(root.PersistentFlags())
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
-	root.AddCommand(o.ledgerCmd(), o.whyCmd(), o.runsCmd(), o.topCmd(), o.convertCmd())
+	root.AddCommand(o.ledgerCmd(), o.whyCmd(), o.runsCmd(), o.runCmd(), o.topCmd(), o.convertCmd())
 	return root
 }
 
@@ -211,6 +215,71 @@ func (o *options) runsCmd() *cobra.Command {
 			return o.print(v, func(w io.Writer) error { return plugin.PrintRuns(w, v) })
 		},
 	}
+	o.addOutput(cmd)
+	return cmd
+}
+
+func (o *options) runCmd() *cobra.Command {
+	var name string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use: "run PARENT",
+		Short: "Start a run of a scheduled SafeJob now, as kubectl create job --from=cronjob/PARENT: " +
+			"the parent records it in its ledger, then creates it, once",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			cl, ns, err := o.client()
+			if err != nil {
+				return err
+			}
+			parent, err := o.get(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if name == "" {
+				name = plugin.ManualRunName(parent.Name, rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))) //nolint:gosec // a name, not a secret
+			}
+			var children batchv1alpha1.SafeJobList
+			if err := cl.List(ctx, &children, client.InNamespace(ns),
+				client.MatchingLabels{batchv1alpha1.ParentLabel: ledger.ShortName(parent.Name, 63)}); err != nil {
+				return fmt.Errorf("listing the runs of %s: %w", parent.Name, err)
+			}
+			if err := plugin.CheckRunRequest(parent, children.Items, name); err != nil {
+				return err //nolint:wrapcheck // it names the SafeJob
+			}
+			// The request holds the version it was checked on: a request or
+			// run that lands meanwhile makes it fail rather than replace it.
+			patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+				"resourceVersion": parent.ResourceVersion,
+				"annotations":     map[string]string{batchv1alpha1.RunNowAnnotation: name},
+			}})
+			if err != nil {
+				return fmt.Errorf("encoding the request: %w", err)
+			}
+			if err := cl.Patch(ctx, parent, client.RawPatch(types.MergePatchType, patch)); err != nil {
+				if apierrors.IsConflict(err) {
+					return fmt.Errorf("SafeJob %s/%s changed while the run was asked for; try again", ns, parent.Name)
+				}
+				return fmt.Errorf("asking SafeJob %s/%s for run %s: %w", ns, parent.Name, name, err)
+			}
+			var started *plugin.Started
+			err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+				if err := cl.Get(ctx, client.ObjectKeyFromObject(parent), parent); err != nil {
+					return false, fmt.Errorf("reading SafeJob %s/%s: %w", ns, parent.Name, err)
+				}
+				started = plugin.RunRecorded(parent, name)
+				return started != nil, nil
+			})
+			if err != nil {
+				return fmt.Errorf("run %s of SafeJob %s/%s was asked for but not recorded within %s (is the operator running? "+
+					"see kubectl describe safejob %s): %w", name, ns, parent.Name, timeout, parent.Name, err)
+			}
+			return o.print(started, func(w io.Writer) error { return plugin.PrintStarted(w, started) })
+		},
+	}
+	cmd.Flags().StringVar(&name, "name", "", "The run's name (default: PARENT-manual-<five random letters>)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "How long to wait for the parent to record the run")
 	o.addOutput(cmd)
 	return cmd
 }

@@ -3,6 +3,7 @@ package plugin
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger/runs"
 )
 
 var t0 = time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
@@ -149,6 +151,7 @@ func TestRuns(t *testing.T) {
 			{Seq: 1, Type: batchv1alpha1.EntryScheduled, Run: "p-1", ScheduledTime: at(1), Missed: 2},
 			{Seq: 2, Type: batchv1alpha1.EntrySucceeded, Run: "p-1", Reason: "CompletionsReached"},
 			{Seq: 3, Type: batchv1alpha1.EntryScheduled, Run: "p-2", ScheduledTime: at(2)},
+			{Seq: 4, Type: batchv1alpha1.EntryScheduled, Run: "p-manual-x", ScheduledTime: at(1), Reason: batchv1alpha1.ReasonManual},
 		}}
 	child := batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "p-1", Namespace: "ns",
 		OwnerReferences: []metav1.OwnerReference{{UID: "p-uid", Controller: ptr.To(true), Name: "p"}}}}
@@ -161,8 +164,9 @@ func TestRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.FoldedRuns != 5 || len(v.Runs) != 2 || v.Runs[0].Result != "Succeeded" || v.Runs[0].Duration != "1m30s" ||
-		v.Runs[0].MissedBefore != 2 || v.Runs[1].Result != "Running" || v.Runs[1].Duration != "" {
+	if v.FoldedRuns != 5 || len(v.Runs) != 3 || v.Runs[0].Result != "Succeeded" || v.Runs[0].Duration != "1m30s" ||
+		v.Runs[0].MissedBefore != 2 || v.Runs[0].Trigger != "Schedule" || v.Runs[1].Trigger != "Manual" ||
+		v.Runs[2].Result != "Running" || v.Runs[2].Duration != "" {
 		t.Errorf("runs %+v", v)
 	}
 	var b bytes.Buffer
@@ -191,5 +195,45 @@ func TestTop(t *testing.T) {
 	var b bytes.Buffer
 	if err := PrintTop(&b, rows); err != nil || !strings.Contains(b.String(), "PER SECOND") {
 		t.Errorf("output %v:\n%s", err, b.String())
+	}
+}
+
+func TestRunRequest(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, parent := range []string{"p", strings.Repeat("long-name", 7)} {
+		name := ManualRunName(parent, rng)
+		if err := runs.ValidateManualName(name); err != nil {
+			t.Errorf("ManualRunName(%q) = %q: %v", parent, name, err)
+		}
+	}
+	parent := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "p-uid"},
+		Spec: batchv1alpha1.SafeJobSpec{Schedule: ptr.To("@hourly")}}
+	parent.Status.Ledger = batchv1alpha1.Ledger{Seq: 1, Entries: []batchv1alpha1.LedgerEntry{{Seq: 1,
+		Type: batchv1alpha1.EntryScheduled, Run: "p-manual-a", ScheduledTime: ptr.To(metav1.NewTime(t0)), Reason: batchv1alpha1.ReasonManual}}}
+	run := batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "p-manual-b", Namespace: "ns",
+		OwnerReferences: []metav1.OwnerReference{{UID: "p-uid", Controller: ptr.To(true), Name: "p"}}}}
+	stranger := batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "p-manual-c", Namespace: "ns"}}
+	children := []batchv1alpha1.SafeJob{run, stranger}
+	if err := CheckRunRequest(parent, children, "p-manual-c"); err != nil {
+		t.Errorf("a stranger's SafeJob of the name refused the request: %v", err)
+	}
+	for name, want := range map[string]string{"p-manual-a": "recorded a run", "p-manual-b": "has a run", "p-7": "-<digits>",
+		"P": "not a valid run name"} {
+		if err := CheckRunRequest(parent, children, name); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("request %s: %v, want an error saying %q", name, err, want)
+		}
+	}
+	parent.Annotations = map[string]string{batchv1alpha1.RunNowAnnotation: "p-manual-z"}
+	if err := CheckRunRequest(parent, children, "p-manual-c"); err == nil || !strings.Contains(err.Error(), "not started yet") {
+		t.Errorf("a request while an earlier one is not recorded: %v", err)
+	}
+	if s := RunRecorded(parent, "p-manual-a"); s == nil || s.Seq != 1 || !s.RequestedAt.Equal(t0) {
+		t.Errorf("recorded run: %+v", s)
+	}
+	if s := RunRecorded(parent, "p-manual-z"); s != nil {
+		t.Errorf("a run not recorded: %+v", s)
+	}
+	if err := CheckRunRequest(&batchv1alpha1.SafeJob{}, nil, "x"); err == nil || !strings.Contains(err.Error(), "no schedule") {
+		t.Errorf("a SafeJob without schedule: %v", err)
 	}
 }

@@ -25,7 +25,10 @@ type RunsView struct {
 
 // RunView is one run.
 type RunView struct {
-	Name          string    `json:"name"`
+	Name string `json:"name"`
+	// Trigger is Schedule, or Manual for a run asked for by hand
+	// (kubectl safejob run), whose scheduledTime is when it was asked for.
+	Trigger       string    `json:"trigger"`
 	ScheduledTime time.Time `json:"scheduledTime"`
 	// MissedBefore counts the scheduled times not run just before this one.
 	MissedBefore int64 `json:"missedBefore,omitempty"`
@@ -63,7 +66,10 @@ func Runs(parent *batchv1alpha1.SafeJob, children []batchv1alpha1.SafeJob) (*Run
 		if e.Type != batchv1alpha1.EntryScheduled || e.ScheduledTime == nil {
 			continue
 		}
-		r := RunView{Name: e.Run, ScheduledTime: e.ScheduledTime.UTC(), MissedBefore: e.Missed, Result: "Running"}
+		r := RunView{Name: e.Run, Trigger: "Schedule", ScheduledTime: e.ScheduledTime.UTC(), MissedBefore: e.Missed, Result: "Running"}
+		if e.Reason == batchv1alpha1.ReasonManual {
+			r.Trigger = batchv1alpha1.ReasonManual
+		}
 		if o, ok := outcomes[e.Run]; ok {
 			r.Result, r.Reason = string(o.Type), o.Reason
 		}
@@ -83,9 +89,10 @@ func PrintRuns(w io.Writer, v *RunsView) error {
 	if out.err != nil {
 		return out.err
 	}
-	return writeTable(w, "RUN\tSCHEDULED\tRESULT\tREASON\tDURATION\tMISSED BEFORE", func(row func(string, ...any)) {
+	return writeTable(w, "RUN\tTRIGGER\tSCHEDULED\tRESULT\tREASON\tDURATION\tMISSED BEFORE", func(row func(string, ...any)) {
 		for _, r := range v.Runs {
-			row("%s\t%s\t%s\t%s\t%s\t%d", r.Name, r.ScheduledTime.Format(time.RFC3339), r.Result, r.Reason, r.Duration, r.MissedBefore)
+			row("%s\t%s\t%s\t%s\t%s\t%s\t%d", r.Name, r.Trigger, r.ScheduledTime.Format(time.RFC3339), r.Result, r.Reason,
+				r.Duration, r.MissedBefore)
 		}
 	})
 }

@@ -85,6 +85,7 @@ func TestKubectlPlugin(t *testing.T) {
 	t.Run("ledger", func(t *testing.T) { checkLedgerCommand(t, p) })
 	t.Run("why", func(t *testing.T) { checkWhyCommand(t, p) })
 	t.Run("runs", func(t *testing.T) { checkRunsCommand(t, e, p) })
+	t.Run("run", func(t *testing.T) { checkRunCommand(t, e, p) })
 	t.Run("top", func(t *testing.T) {
 		out, errOut, code := p.run(t, "", "safejob", "top", "--once", "-n", nsSafeJob, "-o", "json")
 		var rows []plugin.TopRow
@@ -125,6 +126,88 @@ func checkRunsCommand(t *testing.T, e *env, p *kubectlPlugin) {
 	if _, errOut, code := p.run(t, "", "safejob", "runs", "done", "-n", nsSafeJob); code != 1 || !strings.Contains(errOut, "has no schedule") {
 		t.Errorf("runs of an unscheduled SafeJob: exit %d, %s", code, errOut)
 	}
+}
+
+// checkRunCommand starts two runs by hand of a suspended schedule under
+// Forbid (as kubectl create job --from=cronjob/... does, whatever the
+// policy), checks that each is recorded and made once (asking again for
+// the same name is refused), and that the API server refuses a malformed
+// request, or one on a SafeJob without schedule, naming the annotation.
+func checkRunCommand(t *testing.T, e *env, p *kubectlPlugin) {
+	ctx := context.Background()
+	parent := plainSafeJob("yearly", 1, 1, "500ms")
+	parent.Spec.Schedule = ptr.To("0 0 1 1 *")
+	parent.Spec.Suspend = ptr.To(true)
+	parent.Spec.ConcurrencyPolicy = batchv1alpha1.ForbidConcurrent
+	if err := e.cl.Create(ctx, parent); err != nil {
+		t.Fatal(err)
+	}
+	defer tearDownParent(t, e, parent)
+	askForRuns(t, p)
+	checkManualRuns(t, e, p)
+
+	// The API server refuses a malformed request, and one on a SafeJob
+	// without schedule (the policy is loaded asynchronously).
+	for name, want := range map[string]string{"yearly": "does not end in -<digits>", "done": "only a SafeJob with spec.schedule"} {
+		waitUntil(t, 30*time.Second, "the API server to refuse a run request on "+name, func() bool {
+			_, errOut, code := p.run(t, "", "annotate", "safejob", name, batchv1alpha1.RunNowAnnotation+"=yearly-7", "--overwrite",
+				"--dry-run=server", "-n", nsSafeJob)
+			return code == 1 && strings.Contains(errOut, "metadata.annotations[batch.safejob.dev/run-now]") &&
+				strings.Contains(errOut, want)
+		})
+	}
+}
+
+// askForRuns asks the parent "yearly" for two runs by hand, one under a
+// generated name, one named, then for the named one again.
+func askForRuns(t *testing.T, p *kubectlPlugin) {
+	out, errOut, code := p.run(t, "", "safejob", "run", "yearly", "-n", nsSafeJob, "-o", "json")
+	var first plugin.Started
+	if code != 0 || json.Unmarshal([]byte(out), &first) != nil || !strings.HasPrefix(first.Name, "yearly-manual-") || first.Seq == 0 {
+		t.Fatalf("run -o json: exit %d, %s\n%s", code, errOut, out)
+	}
+	out, errOut, code = p.run(t, "", "safejob", "run", "yearly", "--name", "yearly-by-hand", "-n", nsSafeJob)
+	if code != 0 || !strings.Contains(out, "safejob.batch.safejob.dev/yearly-by-hand created") {
+		t.Fatalf("run --name: exit %d, %s\n%s", code, errOut, out)
+	}
+	t.Logf("kubectl safejob run yearly --name yearly-by-hand:\n%s", out)
+	if _, errOut, code := p.run(t, "", "safejob", "run", "yearly", "--name", "yearly-by-hand", "-n", nsSafeJob); code != 1 ||
+		!strings.Contains(errOut, "recorded a run named yearly-by-hand") {
+		t.Errorf("the same run asked for twice: exit %d, %s", code, errOut)
+	}
+}
+
+// checkManualRuns waits for the two runs of "yearly" to succeed and checks
+// each was made once, ran one pod and is marked manual.
+func checkManualRuns(t *testing.T, e *env, p *kubectlPlugin) {
+	ctx := context.Background()
+	var v plugin.RunsView
+	waitUntil(t, time.Minute, "both runs to succeed", func() bool {
+		out, _, code := p.run(t, "", "safejob", "runs", "yearly", "-n", nsSafeJob, "-o", "json")
+		v = plugin.RunsView{}
+		return code == 0 && json.Unmarshal([]byte(out), &v) == nil && len(v.Runs) == 2 &&
+			v.Runs[0].Result == "Succeeded" && v.Runs[1].Result == "Succeeded"
+	})
+	for _, r := range v.Runs {
+		if r.Trigger != batchv1alpha1.ReasonManual {
+			t.Errorf("run %+v: want trigger Manual", r)
+		}
+	}
+	var children batchv1alpha1.SafeJobList
+	if err := e.cl.List(ctx, &children, client.InNamespace(nsSafeJob), client.MatchingLabels{batchv1alpha1.ParentLabel: "yearly"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(children.Items) != 2 {
+		t.Errorf("%d runs exist, want the 2 asked for", len(children.Items))
+	}
+	for _, run := range children.Items {
+		if run.Annotations[batchv1alpha1.InstantiateAnnotation] != batchv1alpha1.InstantiateManual || run.Status.Succeeded != 1 ||
+			run.Status.Failed != 0 {
+			t.Errorf("run %s: annotations %v, succeeded %d, failed %d", run.Name, run.Annotations, run.Status.Succeeded, run.Status.Failed)
+		}
+	}
+	out, _, _ := p.run(t, "", "safejob", "runs", "yearly", "-n", nsSafeJob)
+	t.Logf("kubectl safejob runs yearly:\n%s", out)
 }
 
 // checkLedgerCommand reads the ledger of the finished SafeJob "done".

@@ -559,11 +559,7 @@ func (d *decision) waitForEarlier(recent time.Time) bool {
 	msg := fmt.Sprintf("concurrencyPolicy Forbid: run %s is still active; the run due at %s waits for it",
 		other, recent.UTC().Format(time.RFC3339))
 	if policy == batchv1alpha1.ReplaceConcurrent {
-		for _, r := range d.open {
-			if run := d.in.Runs[r.Name]; run != nil && run.DeletionTimestamp == nil && !d.closing[r.Name] && !r.Manual {
-				d.deleteRun(r.Name)
-			}
-		}
+		d.replace(d.open)
 		msg = fmt.Sprintf("concurrencyPolicy Replace: run %s is being replaced; the run due at %s starts once it and its pods are gone",
 			other, recent.UTC().Format(time.RFC3339))
 	}
@@ -663,21 +659,38 @@ func (d *decision) create() {
 		if d.in.Seen[r.Name] != "" || d.in.Issued[r.Name] || !d.fence.MayCreate(r.Time, d.in.Now) {
 			continue // it existed: removed by someone, or the cache lags
 		}
-		if d.policy() != batchv1alpha1.AllowConcurrent && !r.Manual {
-			if d.policy() == batchv1alpha1.ReplaceConcurrent {
-				for _, old := range open[:k] {
-					if run := d.in.Runs[old.Name]; run != nil && run.DeletionTimestamp == nil && !d.closing[old.Name] && !old.Manual {
-						d.deleteRun(old.Name)
-					}
-				}
-			}
-			if other := d.busy(r.Name); other != "" {
-				d.setCond(batchv1alpha1.ConditionScheduling, metav1.ConditionFalse, batchv1alpha1.ReasonWaitingForRun,
-					fmt.Sprintf("concurrencyPolicy %s: run %s waits until run %s and its pods are gone", d.policy(), r.Name, other))
-				continue
-			}
+		if !d.heldBack(r, open[:k]) {
+			d.plan.Create = append(d.plan.Create, r)
 		}
-		d.plan.Create = append(d.plan.Create, r)
+	}
+}
+
+// heldBack reports, under Forbid and Replace, that an earlier run or a pod of
+// one keeps the scheduled run r from being created, and says so; under
+// Replace it deletes the runs before it. A run asked for by hand is never
+// held back.
+func (d *decision) heldBack(r Ref, before []Ref) bool {
+	if d.policy() == batchv1alpha1.AllowConcurrent || r.Manual {
+		return false
+	}
+	if d.policy() == batchv1alpha1.ReplaceConcurrent {
+		d.replace(before)
+	}
+	other := d.busy(r.Name)
+	if other != "" {
+		d.setCond(batchv1alpha1.ConditionScheduling, metav1.ConditionFalse, batchv1alpha1.ReasonWaitingForRun,
+			fmt.Sprintf("concurrencyPolicy %s: run %s waits until run %s and its pods are gone", d.policy(), r.Name, other))
+	}
+	return other != ""
+}
+
+// replace deletes the scheduled runs among these that exist and are not
+// being deleted or closed: Replace never deletes a run asked for by hand.
+func (d *decision) replace(runs []Ref) {
+	for _, r := range runs {
+		if run := d.in.Runs[r.Name]; run != nil && run.DeletionTimestamp == nil && !d.closing[r.Name] && !r.Manual {
+			d.deleteRun(r.Name)
+		}
 	}
 }
 

@@ -534,12 +534,7 @@ func (tc *decideCase) run(t *testing.T) {
 	check("created", creates, tc.wantCreate)
 	check("deleted", plan.Delete, tc.wantDelete)
 	check("released", plan.Release, tc.wantRelease)
-	if n := len(plan.Append); tc.wantReason != "" && (n == 0 || plan.Append[n-1].Reason != tc.wantReason) {
-		t.Errorf("appended %+v, want the last with reason %s", plan.Append, tc.wantReason)
-	}
-	if n := len(plan.Append); tc.wantUID != "" && (n == 0 || plan.Append[n-1].UID != tc.wantUID) {
-		t.Errorf("appended %+v, want the last with uid %s", plan.Append, tc.wantUID)
-	}
+	tc.checkLast(t, plan)
 	if (plan.RequestWaits != "") != tc.wantWaits {
 		t.Errorf("request waits %q, want waiting %v", plan.RequestWaits, tc.wantWaits)
 	}
@@ -554,6 +549,17 @@ func (tc *decideCase) run(t *testing.T) {
 	}
 	if _, err := Replay(&plan.Status.Ledger); err != nil {
 		t.Errorf("planned ledger does not replay: %v", err)
+	}
+}
+
+// checkLast checks the reason and UID of the last appended entry.
+func (tc *decideCase) checkLast(t *testing.T, plan *Plan) {
+	t.Helper()
+	if n := len(plan.Append); tc.wantReason != "" && (n == 0 || plan.Append[n-1].Reason != tc.wantReason) {
+		t.Errorf("appended %+v, want the last with reason %s", plan.Append, tc.wantReason)
+	}
+	if n := len(plan.Append); tc.wantUID != "" && (n == 0 || plan.Append[n-1].UID != tc.wantUID) {
+		t.Errorf("appended %+v, want the last with uid %s", plan.Append, tc.wantUID)
 	}
 }
 
