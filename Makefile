@@ -14,7 +14,7 @@ CONTROLLER_GEN ?= $(TOOLS)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 GOLANGCI_LINT ?= $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 KUBECTL ?= $(CACHE)/k8s-$(K8S_VERSION)/kubectl
 # The admission policies that ship with the CRD (config/policy, without its kustomization).
-POLICIES = config/policy/immutable-spec.yaml config/policy/queue-name.yaml
+POLICIES = $(wildcard config/policy/*-*.yaml)
 
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
@@ -63,11 +63,12 @@ envtest-assets: ## Build etcd and kube-apiserver (pinned, cached) for the integr
 	@hack/k8s-binaries.sh etcd kube-apiserver >/dev/null
 
 .PHONY: cluster-assets
-cluster-assets: envtest-assets ## Build the rest of the local cluster and tools (pinned, cached): scheduler, controller-manager, kubectl, KWOK, Kueue, helm.
+cluster-assets: envtest-assets ## Build the rest of the local cluster and tools (pinned, cached): scheduler, controller-manager, kubectl, KWOK, Kueue, helm, krew.
 	@hack/k8s-binaries.sh kube-scheduler kube-controller-manager kubectl >/dev/null
 	@hack/kwok.sh >/dev/null
 	@hack/kueue.sh >/dev/null
 	@hack/helm.sh >/dev/null
+	@hack/krew.sh >/dev/null
 
 .PHONY: test
 test: manifests generate fmt vet cluster-assets ## Run unit, integration (real API server) and end-to-end (local cluster) tests.
@@ -140,6 +141,11 @@ uninstall: manifests kubectl ## Uninstall the CRD and its admission policies.
 .PHONY: plugin
 plugin: ## Build the kubectl plugin into bin/kubectl-safejob; put bin/ on PATH and run `kubectl safejob`.
 	go build -o bin/kubectl-safejob ./cmd/kubectl-safejob
+
+VERSION ?= v0.0.0-dev
+.PHONY: krew
+krew: ## Build the plugin's release archives and krew manifest into dist/krew (VERSION=v0.1.0).
+	go run ./hack/release -version $(VERSION) -out dist/krew
 
 .PHONY: image
 image: ## Build the operator image $(IMG) as an OCI image layout tarball, dist/safejob-image.tar, with Go alone (no container engine).

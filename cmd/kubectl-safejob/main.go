@@ -41,6 +41,10 @@ const (
 	outputYAML = "yaml"
 )
 
+// version is the plugin's release version, set at build time
+// (-ldflags "-X main.version=v0.1.0"; hack/release does).
+var version = "dev"
+
 // errNotProgressing ends `why` with exitNotProgressing after its output.
 var errNotProgressing = errors.New("not progressing")
 
@@ -70,7 +74,8 @@ func newRoot(streams genericiooptions.IOStreams) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "kubectl-safejob",
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl safejob"},
-		Short:         "Read SafeJobs' ledgers, see why one waits, convert batch/v1 Jobs",
+		Short:         "Read SafeJobs' ledgers, see why one waits, run schedules, convert batch/v1 Jobs",
+		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
