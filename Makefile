@@ -141,6 +141,7 @@ uninstall: manifests kubectl ## Uninstall the CRD and its admission policies.
 .PHONY: plugin
 plugin: ## Build the kubectl plugin into bin/kubectl-safejob; put bin/ on PATH and run `kubectl safejob`.
 	go build -o bin/kubectl-safejob ./cmd/kubectl-safejob
+	install -m 0755 cmd/kubectl-safejob/kubectl_complete-safejob bin/
 
 VERSION ?= v0.0.0-dev
 .PHONY: krew

@@ -102,6 +102,22 @@ func Ledger(sj *batchv1alpha1.SafeJob) (*LedgerView, error) {
 
 // PrintLedger writes the view as a summary and a table of the entries.
 func PrintLedger(w io.Writer, v *LedgerView) error {
+	if err := PrintLedgerSummary(w, v); err != nil {
+		return err
+	}
+	return writeTable(w, "SEQ\tTIME\tTYPE\tINDEX\tATTEMPT\tPOD/RUN\tREASON", func(row func(string, ...any)) {
+		for _, e := range v.Entries {
+			who := e.Pod
+			if e.Run != "" {
+				who = e.Run
+			}
+			row("%d\t%s\t%s\t%d\t%d\t%s\t%s", e.Seq, e.Time.Format(time.RFC3339), e.Type, e.Index, e.Attempt, who, e.Reason)
+		}
+	})
+}
+
+// PrintLedgerSummary writes the view's seq, checkpoint and totals.
+func PrintLedgerSummary(w io.Writer, v *LedgerView) error {
 	out := &errWriter{w: w}
 	out.printf("SafeJob %s/%s, ledger seq %d", v.Namespace, v.Name, v.Seq)
 	if v.Folded != nil {
@@ -118,18 +134,7 @@ func PrintLedger(w io.Writer, v *LedgerView) error {
 			out.printf("Failed indexes: %s\n", t.FailedIndexes)
 		}
 	}
-	if out.err != nil {
-		return out.err
-	}
-	return writeTable(w, "SEQ\tTIME\tTYPE\tINDEX\tATTEMPT\tPOD/RUN\tREASON", func(row func(string, ...any)) {
-		for _, e := range v.Entries {
-			who := e.Pod
-			if e.Run != "" {
-				who = e.Run
-			}
-			row("%d\t%s\t%s\t%d\t%d\t%s\t%s", e.Seq, e.Time.Format(time.RFC3339), e.Type, e.Index, e.Attempt, who, e.Reason)
-		}
-	})
+	return out.err
 }
 
 // writeTable writes a tab-separated header and the rows rows writes, in
@@ -169,4 +174,43 @@ func (e *errWriter) Write(p []byte) (int, error) {
 		e.err = fmt.Errorf("writing: %w", err)
 	}
 	return n, e.err
+}
+
+// NewEntries returns the entries of v after seq after, and whether entries
+// after it were folded into the checkpoint before they could be shown.
+func NewEntries(v *LedgerView, after int64) ([]Entry, bool) {
+	var out []Entry
+	for _, e := range v.Entries {
+		if e.Seq > after {
+			out = append(out, e)
+		}
+	}
+	return out, v.Folded != nil && v.Folded.Seq > after
+}
+
+// watchRow is the fixed-width row of `ledger --watch`: rows printed at
+// different times line up with the header.
+const watchRow = "%-6v %-20v %-10v %-5v %-7v %-40v %v\n"
+
+// PrintWatchHeader writes the header of `ledger --watch`.
+func PrintWatchHeader(w io.Writer) error {
+	_, err := fmt.Fprintf(w, watchRow, "SEQ", "TIME", "TYPE", "INDEX", "ATTEMPT", "POD/RUN", "REASON")
+	return err //nolint:wrapcheck // a failed write to stdout says enough
+}
+
+// PrintWatchRows writes entries as `ledger --watch` rows; folded says
+// entries were folded into the checkpoint before they were shown.
+func PrintWatchRows(w io.Writer, entries []Entry, folded bool, foldedSeq int64) error {
+	out := &errWriter{w: w}
+	if folded {
+		out.printf("(entries up to seq %d were folded into the checkpoint before they were shown)\n", foldedSeq)
+	}
+	for _, e := range entries {
+		who := e.Pod
+		if e.Run != "" {
+			who = e.Run
+		}
+		out.printf(watchRow, e.Seq, e.Time.Format(time.RFC3339), e.Type, e.Index, e.Attempt, who, e.Reason)
+	}
+	return out.err
 }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -34,6 +36,14 @@ func buildPlugin(t *testing.T, e *env) *kubectlPlugin {
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the plugin: %v\n%s", err, out)
+	}
+	// kubectl completes a plugin's arguments through kubectl_complete-<name>.
+	script, err := os.ReadFile(filepath.Join(root, "cmd", "kubectl-safejob", "kubectl_complete-safejob"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kubectl_complete-safejob"), script, 0o755); err != nil { //nolint:gosec // an executable
+		t.Fatal(err)
 	}
 	return &kubectlPlugin{kubectl: filepath.Join(e.c.BinDir, "kubectl"), path: dir + string(os.PathListSeparator) + os.Getenv("PATH"),
 		kubeconfig: e.c.Kubeconfig}
@@ -83,6 +93,17 @@ func TestKubectlPlugin(t *testing.T) {
 	})
 
 	t.Run("ledger", func(t *testing.T) { checkLedgerCommand(t, p) })
+	t.Run("ledger --watch", func(t *testing.T) { checkLedgerWatch(t, e, p) })
+	t.Run("completion", func(t *testing.T) {
+		// As a shell asks kubectl; the kubeconfig comes from the environment,
+		// a flag after the word completed would be completed instead.
+		cmd := exec.Command(p.kubectl, "__complete", "safejob", "ledger", "-n", nsSafeJob, "")
+		cmd.Env = append(os.Environ(), "PATH="+p.path, "KUBECONFIG="+p.kubeconfig)
+		out, err := cmd.Output()
+		if err != nil || !slices.Contains(strings.Split(string(out), "\n"), "done") {
+			t.Errorf("kubectl __complete safejob ledger: %v\n%s", err, out)
+		}
+	})
 	t.Run("why", func(t *testing.T) { checkWhyCommand(t, p) })
 	t.Run("runs", func(t *testing.T) { checkRunsCommand(t, e, p) })
 	t.Run("run", func(t *testing.T) { checkRunCommand(t, e, p) })
@@ -97,6 +118,97 @@ func TestKubectlPlugin(t *testing.T) {
 		}
 	})
 	t.Run("convert", func(t *testing.T) { checkConvertCommand(t, p) })
+}
+
+// checkLedgerWatch follows the ledger of a SafeJob of three completions one
+// at a time with ledger --watch from before its first launch, until every
+// outcome is shown, then interrupts it as a user would (exit 0).
+func checkLedgerWatch(t *testing.T, e *env, p *kubectlPlugin) {
+	ctx := context.Background()
+	sj := plainSafeJob("watched", 3, 1, "500ms")
+	sj.Spec.Suspend = ptr.To(true)
+	if err := e.cl.Create(ctx, sj); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(p.kubectl, "safejob", "ledger", "watched", "--watch", "-n", nsSafeJob, "--kubeconfig="+p.kubeconfig)
+	cmd.Env = append(os.Environ(), "PATH="+p.path)
+	out := startLines(t, cmd)
+	for !strings.HasPrefix(out.next(), "SEQ") {
+	}
+	if err := e.cl.Patch(ctx, sj, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"suspend":false}}`))); err != nil {
+		t.Fatal(err)
+	}
+	for succeeded := 0; succeeded < 3; {
+		if strings.Contains(out.next(), "Succeeded") {
+			succeeded++
+		}
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	for range out.lines {
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("ledger --watch interrupted: %v, %s", err, out.errOut.String())
+	}
+	t.Logf("kubectl safejob ledger watched --watch:\n%s", strings.Join(out.shown, "\n"))
+	// Each of the six entries (three launches, three outcomes) once, in order.
+	var seqs []string
+	for _, l := range out.shown {
+		if f := strings.Fields(l); len(f) > 2 && (f[2] == "Launched" || f[2] == "Succeeded") {
+			seqs = append(seqs, f[0])
+		}
+	}
+	if !slices.Equal(seqs, []string{"1", "2", "3", "4", "5", "6"}) {
+		t.Errorf("entries shown by seq %v, want 1 to 6 once each", seqs)
+	}
+}
+
+// lineReader reads a running command's output line by line.
+type lineReader struct {
+	t      *testing.T
+	lines  chan string
+	shown  []string
+	errOut *bytes.Buffer
+}
+
+// startLines starts cmd and reads its stdout by lines.
+func startLines(t *testing.T, cmd *exec.Cmd) *lineReader {
+	t.Helper()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &lineReader{t: t, lines: make(chan string), errOut: &bytes.Buffer{}}
+	cmd.Stderr = r.errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(r.lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			r.lines <- sc.Text()
+		}
+	}()
+	return r
+}
+
+// next returns the next line, failing when the output ends or is silent for
+// a minute.
+func (r *lineReader) next() string {
+	r.t.Helper()
+	select {
+	case l, ok := <-r.lines:
+		if !ok {
+			r.t.Fatalf("the output ended: %s\n%s", r.errOut.String(), strings.Join(r.shown, "\n"))
+		}
+		r.shown = append(r.shown, l)
+		return l
+	case <-time.After(time.Minute):
+		r.t.Fatalf("nothing new for a minute:\n%s", strings.Join(r.shown, "\n"))
+	}
+	return ""
 }
 
 // checkRunsCommand lists the runs of a schedule once one has succeeded, then
