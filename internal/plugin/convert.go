@@ -12,6 +12,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/utils/ptr"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 )
@@ -106,8 +107,15 @@ func convertCronJob(raw []byte) (*batchv1alpha1.SafeJob, error) {
 }
 
 // ConvertJobSpec copies a Job spec into a SafeJob spec through JSON; a field
-// the SafeJob has not is an error naming it under path, never dropped.
+// the SafeJob has not is an error naming it under path, never dropped. A
+// Job managed by the built-in controller (managedBy
+// kubernetes.io/job-controller) becomes a SafeJob managed by SafeJob
+// (managedBy unset): copied as it is, the name would hand the SafeJob to a
+// controller that never runs SafeJobs.
 func ConvertJobSpec(in batchv1.JobSpec, out *batchv1alpha1.SafeJobSpec, path string) error {
+	if ptr.Deref(in.ManagedBy, "") == batchv1.JobControllerName {
+		in.ManagedBy = nil
+	}
 	raw, err := json.Marshal(in)
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", path, err)

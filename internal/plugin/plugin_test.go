@@ -2,14 +2,20 @@ package plugin
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger/runs"
@@ -68,6 +74,13 @@ func TestWhy(t *testing.T) {
 	v := Why(sj, t0.Add(time.Minute))
 	if v.State != StateWaiting || len(v.Reasons) != 2 || v.Reasons[0].Kind != "Suspended" || v.Reasons[1].Kind != "CreatesRefused" {
 		t.Errorf("suspended and refused: %+v", v)
+	}
+	sj.Spec.Suspend = nil
+	sj.Status.Conditions = []metav1.Condition{{Type: batchv1alpha1.ConditionAdmitted, Status: metav1.ConditionFalse,
+		Reason: "DeactivatedDueToAdmissionCheck", Message: "The workload is deactivated due to Admission check(s): mk, were rejected"}}
+	if v := Why(sj, t0.Add(time.Minute)); v.State != StateWaiting || len(v.Reasons) != 1 || v.Reasons[0].Kind != "Deactivated" ||
+		!strings.Contains(v.Reasons[0].Message, "mk, were rejected") {
+		t.Errorf("deactivated by Kueue: %+v", v)
 	}
 	sj.Status.Conditions = []metav1.Condition{{Type: batchv1alpha1.ConditionComplete, Status: metav1.ConditionTrue, Reason: "CompletionsReached"}}
 	if v := Why(sj, t0); v.State != StateFinished {
@@ -236,4 +249,69 @@ func TestRunRequest(t *testing.T) {
 	if err := CheckRunRequest(&batchv1alpha1.SafeJob{}, nil, "x"); err == nil || !strings.Contains(err.Error(), "no schedule") {
 		t.Errorf("a SafeJob without schedule: %v", err)
 	}
+}
+
+// TestConvertRoundTrip converts Jobs that set every field of the README's
+// field table and requires each field of each Job spec to come back
+// unchanged from the SafeJob's spec, but one: the built-in controller's
+// managedBy becomes SafeJob's own (unset).
+func TestConvertRoundTrip(t *testing.T) {
+	raw, err := os.ReadFile("testdata/jobs.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Convert(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := strings.Split(string(raw), "\n---\n")
+	if len(out) != len(docs) {
+		t.Fatalf("%d SafeJobs from %d Jobs", len(out), len(docs))
+	}
+	table := []string{"parallelism", "completions", "completionMode", "backoffLimit", "backoffLimitPerIndex", "maxFailedIndexes",
+		"podFailurePolicy", "successPolicy", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "managedBy", "podReplacementPolicy",
+		"suspend", "template"}
+	seen := map[string]bool{}
+	for i, doc := range docs {
+		var job batchv1.Job
+		if err := yaml.UnmarshalStrict([]byte(doc), &job); err != nil {
+			t.Fatal(err)
+		}
+		want, got := jsonFields(t, job.Spec), jsonFields(t, out[i].Spec)
+		if ptr.Deref(job.Spec.ManagedBy, "") == batchv1.JobControllerName {
+			seen["managedBy"] = true
+			if _, ok := got["managedBy"]; ok {
+				t.Errorf("%s: managedBy %s, want unset", job.Name, got["managedBy"])
+			}
+			delete(want, "managedBy")
+		}
+		for field, v := range want {
+			seen[field] = true
+			if diff := cmp.Diff(string(v), string(got[field])); diff != "" {
+				t.Errorf("%s: spec.%s (-job,+safejob):\n%s", job.Name, field, diff)
+			}
+		}
+		if out[i].Name != job.Name || !maps.Equal(out[i].Labels, job.Labels) {
+			t.Errorf("%s: converted as %s with labels %v", job.Name, out[i].Name, out[i].Labels)
+		}
+	}
+	for _, f := range table {
+		if !seen[f] {
+			t.Errorf("testdata/jobs.yaml sets no %s: the table's fields are not all covered", f)
+		}
+	}
+}
+
+// jsonFields is an object's JSON, field by field.
+func jsonFields(t *testing.T, v any) map[string]json.RawMessage {
+	t.Helper()
+	raw, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

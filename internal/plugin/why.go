@@ -3,11 +3,13 @@ package plugin
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger/jobs"
@@ -84,7 +86,11 @@ func (v *Verdict) conditionReasons(sj *batchv1alpha1.SafeJob) {
 	if ptr.Deref(sj.Spec.Suspend, false) {
 		v.add("Suspended", "spec.suspend is true: no pod runs until it is false")
 	}
-	if c := meta.FindStatusCondition(conds, batchv1alpha1.ConditionAdmitted); c != nil && c.Status == metav1.ConditionFalse {
+	switch c := meta.FindStatusCondition(conds, batchv1alpha1.ConditionAdmitted); {
+	case c == nil || c.Status != metav1.ConditionFalse:
+	case strings.HasPrefix(c.Reason, kueue.WorkloadDeactivated) && !ptr.Deref(sj.Spec.Suspend, false):
+		v.add("Deactivated", "Kueue deactivated its Workload (%s): %s", c.Reason, c.Message)
+	default:
 		v.add("WaitingForAdmission", "Kueue has not admitted its Workload (%s): %s", c.Reason, c.Message)
 	}
 	if c := meta.FindStatusCondition(conds, batchv1alpha1.ConditionPodCreateFailure); c != nil && c.Status == metav1.ConditionTrue {

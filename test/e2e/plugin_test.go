@@ -392,6 +392,23 @@ spec:
 	if created, errOut, code := p.run(t, out, "create", "--dry-run=server", "-n", nsSafeJob, "-f", "-"); code != 0 {
 		t.Errorf("the API server refuses the converted manifests: %s\n%s", errOut, created)
 	}
+	// The Jobs of the README's field table, every field set: converted, each
+	// is accepted by the API server as a Job and as a SafeJob.
+	table, err := os.ReadFile("../../internal/plugin/testdata/jobs.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created, errOut, code := p.run(t, string(table), "create", "--dry-run=server", "-n", nsSafeJob, "-f", "-"); code != 0 {
+		t.Errorf("the API server refuses the field table's Jobs: %s\n%s", errOut, created)
+	}
+	out, errOut, code = p.run(t, string(table), "safejob", "convert", "-f", "-")
+	if code != 0 {
+		t.Fatalf("convert of the field table's Jobs: exit %d, %s", code, errOut)
+	}
+	if created, errOut, code := p.run(t, out, "create", "--dry-run=server", "-n", nsSafeJob, "-f", "-"); code != 0 ||
+		strings.Count(created, "created (server dry run)") != 3 {
+		t.Errorf("the API server refuses the field table's SafeJobs: %s\n%s", errOut, created)
+	}
 	if _, errOut, code = p.run(t, "apiVersion: batch/v1\nkind: Job\nmetadata: {name: x}\nspec:\n  manualSelector: true\n  template: {spec: {containers: [{name: c, image: i}]}}\n",
 		"safejob", "convert", "-f", "-"); code != 1 || !strings.Contains(errOut, "spec.manualSelector") {
 		t.Errorf("convert of a Job with manualSelector: exit %d, %s", code, errOut)
