@@ -91,7 +91,7 @@ func (r *SafeJobReconciler) syncWorkload(ctx context.Context, sj *batchv1alpha1.
 		r.event(sj, q.wl, wp.Event)
 	}
 	if wp.Spec != nil {
-		if err := r.updateWorkloadSpec(ctx, q.wl, wp.Spec); err != nil {
+		if err := r.updateWorkloadSpec(ctx, q.wl, wp.Spec, wp.MarkSuspended); err != nil {
 			return nil, err
 		}
 	}
@@ -181,6 +181,7 @@ func (r *SafeJobReconciler) createWorkload(ctx context.Context, sj *batchv1alpha
 			Active:    ptr.To(!ptr.Deref(sj.Spec.Suspend, false)),
 		},
 	}
+	setSuspendMark(wl, ptr.Deref(sj.Spec.Suspend, false))
 	if v, err := strconv.ParseInt(sj.Labels[MaxExecTimeLabel], 10, 32); err == nil && v > 0 {
 		wl.Spec.MaximumExecutionTimeSeconds = ptr.To(int32(v))
 	}
@@ -246,16 +247,29 @@ func (r *SafeJobReconciler) setPriority(ctx context.Context, sj *batchv1alpha1.S
 	return nil
 }
 
-// updateWorkloadSpec writes the Workload's new spec under the
-// resourceVersion it was read at.
-func (r *SafeJobReconciler) updateWorkloadSpec(ctx context.Context, wl *kueue.Workload, spec *kueue.WorkloadSpec) error {
+// updateWorkloadSpec writes the Workload's new spec, with or without the
+// mark that SafeJob deactivated it for suspend, under the resourceVersion
+// it was read at: a deactivation by Kueue that lands first makes it fail
+// rather than be overwritten.
+func (r *SafeJobReconciler) updateWorkloadSpec(ctx context.Context, wl *kueue.Workload, spec *kueue.WorkloadSpec, markSuspended bool) error {
 	updated := wl.DeepCopy()
 	updated.Spec = *spec
+	setSuspendMark(updated, markSuspended)
 	if err := r.Client.Update(ctx, updated); err != nil {
 		return fmt.Errorf("updating Workload %s: %w", wl.Name, err)
 	}
 	*wl = *updated
 	return nil
+}
+
+// setSuspendMark sets or removes jobs.SuspendedAnnotation.
+func setSuspendMark(wl *kueue.Workload, marked bool) {
+	switch {
+	case marked:
+		metav1.SetMetaDataAnnotation(&wl.ObjectMeta, jobs.SuspendedAnnotation, "true")
+	case wl.Annotations != nil:
+		delete(wl.Annotations, jobs.SuspendedAnnotation)
+	}
 }
 
 // afterDecide updates the Workload from what this reconcile decided and

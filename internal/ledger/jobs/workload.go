@@ -55,6 +55,14 @@ const (
 
 const queueNameLabel = "kueue.x-k8s.io/queue-name"
 
+// SuspendedAnnotation marks a Workload SafeJob deactivated because its
+// SafeJob was suspended. It is written in the same update that sets
+// spec.active to false, so SafeJob re-activates only a Workload it
+// deactivated itself: a deactivation by Kueue (a rejected admission check,
+// the requeuing limit, the maximum execution time) or by an admin (kubectl
+// kueue stop workload) carries no mark and is Kueue's decision to undo.
+const SuspendedAnnotation = "batch.safejob.dev/deactivated-for-suspend"
+
 // WorkloadInput is what the controller gathered of a queued SafeJob's
 // Workload. The same input decides twice in a reconcile: before the pods
 // are decided (Decided nil) and after (Decided set).
@@ -91,6 +99,9 @@ type WorkloadPlan struct {
 	Count  int32
 	// Spec is the Workload's new spec, nil when it is unchanged.
 	Spec *kueue.WorkloadSpec
+	// MarkSuspended, with Spec, is whether the updated Workload carries
+	// SuspendedAnnotation.
+	MarkSuspended bool
 	// Status is the Workload's new status, nil when it is unchanged.
 	Status *kueue.WorkloadStatus
 	// GaveBack is true when Status gives the reservation back.
@@ -209,7 +220,7 @@ func DecideWorkload(in *WorkloadInput) *WorkloadPlan {
 	case wl.DeletionTimestamp != nil:
 		p.Gate = &QueueGate{Reason: ReasonWorkloadDeleted, Message: "the Workload is being deleted"}
 	default:
-		p.Spec, p.Event = specUpdate(in)
+		p.Spec, p.MarkSuspended, p.Event = specUpdate(in)
 		p.Gate = gate(in)
 	}
 	return p
@@ -218,6 +229,15 @@ func DecideWorkload(in *WorkloadInput) *WorkloadPlan {
 // gate reads the admission of an existing Workload.
 func gate(in *WorkloadInput) *QueueGate {
 	wl := in.Workload
+	if Deactivated(wl) {
+		reason, msg := kueue.WorkloadDeactivated, "The workload is deactivated"
+		if c := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadEvicted); c != nil && c.Status == metav1.ConditionTrue &&
+			strings.HasPrefix(c.Reason, kueue.WorkloadDeactivated) {
+			reason, msg = c.Reason, c.Message
+		}
+		return &QueueGate{Reason: reason, Message: fmt.Sprintf(
+			"%s; the SafeJob stays stopped until Workload %s is activated again (spec.active: true)", msg, wl.Name)}
+	}
 	if c := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadEvicted); c != nil && c.Status == metav1.ConditionTrue {
 		return &QueueGate{Reason: c.Reason, Message: c.Message}
 	}
@@ -280,24 +300,25 @@ func admittedCount(wl *kueue.Workload) int32 {
 	return podSetCount(wl)
 }
 
-// specUpdate carries user suspend (spec.active) to the Workload and, while
+// specUpdate carries a change of user suspend to the Workload and, while
 // it holds no quota, a changed queue label and a larger pod set (Kueue's
 // integrations update a queued Workload to match its job, keeping its place
 // in the queue). With the reservation held the queue stays, and an event
-// says so.
-func specUpdate(in *WorkloadInput) (*kueue.WorkloadSpec, *WorkloadEvent) {
+// says so. It returns the new spec (nil when unchanged) and whether the
+// Workload is then marked deactivated for suspend.
+func specUpdate(in *WorkloadInput) (*kueue.WorkloadSpec, bool, *WorkloadEvent) {
 	wl := in.Workload
-	active := !ptr.Deref(in.Spec.Suspend, false)
+	active, marked := activation(in)
 	reserved := meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved)
 	pending := !reserved && wl.Status.Admission == nil
 	queue := kueue.LocalQueueName(in.Queue)
 	grow := pending && WorkloadCount(in.Spec, in.Status) > podSetCount(wl) && podSetCount(wl) > 0
-	if ptr.Deref(wl.Spec.Active, true) == active && (wl.Spec.QueueName == queue || reserved) && !grow {
+	if ptr.Deref(wl.Spec.Active, true) == active && suspendMarked(wl) == marked && (wl.Spec.QueueName == queue || reserved) && !grow {
 		if wl.Spec.QueueName != queue {
-			return nil, &WorkloadEvent{Warning: true, Reason: EventQueueChangeIgnored, Message: fmt.Sprintf(
+			return nil, marked, &WorkloadEvent{Warning: true, Reason: EventQueueChangeIgnored, Message: fmt.Sprintf(
 				"The Workload holds quota in LocalQueue %s; the new queue %s applies only if it is evicted", wl.Spec.QueueName, queue)}
 		}
-		return nil, nil
+		return nil, marked, nil
 	}
 	spec := wl.Spec.DeepCopy()
 	spec.Active = ptr.To(active)
@@ -311,7 +332,34 @@ func specUpdate(in *WorkloadInput) (*kueue.WorkloadSpec, *WorkloadEvent) {
 			}
 		}
 	}
-	return spec, nil
+	return spec, marked, nil
+}
+
+// activation decides the Workload's spec.active and its suspend mark. A
+// suspended SafeJob deactivates an active Workload and marks it; a resumed
+// one re-activates only a Workload it marked. A Workload deactivated by
+// anyone else stays inactive whatever the SafeJob's suspend: as Kueue's own
+// job integrations do, SafeJob stops and says why, and never overrides
+// Kueue's decision.
+func activation(in *WorkloadInput) (active, marked bool) {
+	wl := in.Workload
+	active, marked = ptr.Deref(wl.Spec.Active, true), suspendMarked(wl)
+	switch suspend := ptr.Deref(in.Spec.Suspend, false); {
+	case suspend && active:
+		return false, true
+	case !suspend && marked:
+		return true, false
+	}
+	return active, marked
+}
+
+// suspendMarked reports whether SafeJob deactivated the Workload for suspend.
+func suspendMarked(wl *kueue.Workload) bool { return wl.Annotations[SuspendedAnnotation] == "true" }
+
+// Deactivated reports whether someone other than SafeJob deactivated the
+// Workload: it stays stopped until the Workload is activated again.
+func Deactivated(wl *kueue.Workload) bool {
+	return wl != nil && !ptr.Deref(wl.Spec.Active, true) && !suspendMarked(wl)
 }
 
 // settle decides the Workload after the pods: a finished or deleted one

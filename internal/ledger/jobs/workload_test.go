@@ -83,6 +83,15 @@ func evicted(reason string) func(*kueue.Workload) {
 
 func deleting(w *kueue.Workload) { w.DeletionTimestamp = &metav1.Time{Time: wlNow} }
 
+// inactive sets spec.active false, as Kueue or an admin deactivates a Workload.
+func inactive(w *kueue.Workload) { w.Spec.Active = ptr.To(false) }
+
+// markedSuspended is a Workload SafeJob deactivated for its suspend.
+func markedSuspended(w *kueue.Workload) {
+	inactive(w)
+	metav1.SetMetaDataAnnotation(&w.ObjectMeta, SuspendedAnnotation, "true")
+}
+
 func input(j wlJob, w *kueue.Workload) *WorkloadInput {
 	return &WorkloadInput{Served: true, Queue: "team-a", Spec: &j.spec, Status: &j.status, Workload: w, Now: wlNow}
 }
@@ -140,6 +149,13 @@ func TestDecideWorkloadGate(t *testing.T) {
 			admitted: true, maxActive: 2},
 		{name: "evicted: Kueue's reason, even when raised", in: input(job(5, 6), wl(2, admitted(ptr.To[int32](2)), evicted(kueue.WorkloadEvictedByPreemption))),
 			reason: kueue.WorkloadEvictedByPreemption},
+		{name: "deactivated by Kueue: its reason and how to resume", in: input(job(2, 3), wl(2, inactive,
+			cond(kueue.WorkloadEvicted, metav1.ConditionTrue, "DeactivatedDueToAdmissionCheck", "The workload is deactivated due to check ac rejected"))),
+			reason: "DeactivatedDueToAdmissionCheck", msg: "check ac rejected; the SafeJob stays stopped until Workload wl is activated again"},
+		{name: "deactivated by an admin, admitted still: stopped before Kueue evicts", in: input(job(2, 3), wl(2, admitted(ptr.To[int32](2)), inactive)),
+			reason: kueue.WorkloadDeactivated, msg: "activated again"},
+		{name: "deactivated for suspend: Kueue's eviction", in: input(job(2, 3).suspended(), wl(2, markedSuspended, evicted(kueue.WorkloadDeactivated))),
+			reason: kueue.WorkloadDeactivated, msg: "evicted: Deactivated"},
 		{name: "finished early", in: input(job(2, 3), wl(2, admitted(ptr.To[int32](2)), cond(kueue.WorkloadFinished, metav1.ConditionTrue,
 			"OwnerNotFound", "owner gone"))), reason: "OwnerNotFound", msg: "the Workload is finished: owner gone"},
 	}
@@ -175,16 +191,32 @@ func TestDecideWorkloadSpec(t *testing.T) {
 		name   string
 		in     *WorkloadInput
 		active bool
+		marked bool // the updated Workload is marked deactivated for suspend
 		queue  string
 		count  int32 // 0: no spec update
 		event  string
 	}{
 		{name: "in sync", in: input(job(2, 3), wl(2))},
-		{name: "suspended", in: input(job(2, 3).suspended(), wl(2)), active: false, queue: "team-a", count: 2},
+		{name: "suspended", in: input(job(2, 3).suspended(), wl(2)), active: false, marked: true, queue: "team-a", count: 2},
+		{name: "suspended, deactivated for it already", in: input(job(2, 3).suspended(), wl(2, markedSuspended))},
+		{name: "resumed: the Workload it deactivated is activated", in: input(job(2, 3), wl(2, markedSuspended)),
+			active: true, queue: "team-a", count: 2},
+		{name: "deactivated by Kueue: never activated by SafeJob", in: input(job(2, 3), wl(2, inactive))},
+		{name: "deactivated by Kueue while admitted: never activated by SafeJob", in: input(job(2, 3), wl(2, admitted(ptr.To[int32](2)), inactive,
+			cond(kueue.WorkloadEvicted, metav1.ConditionTrue, "DeactivatedDueToRequeuingLimitExceeded", "requeued too often")))},
+		{name: "suspended after Kueue deactivated it: not marked, stays Kueue's", in: input(job(2, 3).suspended(), wl(2, inactive))},
+		{name: "activated by an admin while suspended: deactivated again", in: input(job(2, 3).suspended(), wl(2, func(w *kueue.Workload) {
+			markedSuspended(w)
+			w.Spec.Active = ptr.To(true)
+		})), active: false, marked: true, queue: "team-a", count: 2},
+		{name: "activated by an admin, then resumed: the stale mark goes", in: input(job(2, 3), wl(2, func(w *kueue.Workload) {
+			markedSuspended(w)
+			w.Spec.Active = ptr.To(true)
+		})), active: true, queue: "team-a", count: 2},
 		{name: "queue changed while waiting", in: otherQueue(input(job(2, 3), wl(2))), active: true, queue: "team-b", count: 2},
 		{name: "queue changed while admitted: kept", in: otherQueue(input(job(2, 3), wl(2, reserved))), event: EventQueueChangeIgnored},
 		{name: "suspended while admitted: queue kept", in: otherQueue(input(job(2, 3).suspended(), wl(2, reserved))),
-			active: false, queue: "team-a", count: 2},
+			active: false, marked: true, queue: "team-a", count: 2},
 		{name: "parallelism raised while waiting: the pod set grows", in: input(job(5, 6), wl(2)), active: true, queue: "team-a", count: 5},
 		{name: "parallelism lowered while waiting: kept", in: input(job(1, 6), wl(2))},
 		{name: "parallelism raised while admitted: no update", in: input(job(5, 6), wl(2, reserved))},
@@ -202,9 +234,9 @@ func TestDecideWorkloadSpec(t *testing.T) {
 			case c.count != 0 && p.Spec == nil:
 				t.Errorf("no spec update, want active %v queue %s count %d", c.active, c.queue, c.count)
 			case c.count != 0 && (ptr.Deref(p.Spec.Active, true) != c.active || string(p.Spec.QueueName) != c.queue ||
-				p.Spec.PodSets[0].Count != c.count):
-				t.Errorf("spec active %v queue %s count %d, want %v %s %d", ptr.Deref(p.Spec.Active, true), p.Spec.QueueName,
-					p.Spec.PodSets[0].Count, c.active, c.queue, c.count)
+				p.Spec.PodSets[0].Count != c.count || p.MarkSuspended != c.marked):
+				t.Errorf("spec active %v marked %v queue %s count %d, want %v %v %s %d", ptr.Deref(p.Spec.Active, true), p.MarkSuspended,
+					p.Spec.QueueName, p.Spec.PodSets[0].Count, c.active, c.marked, c.queue, c.count)
 			}
 			if got := eventReason(p.Event); got != c.event {
 				t.Errorf("event %q, want %q", got, c.event)
