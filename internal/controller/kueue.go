@@ -29,6 +29,10 @@ const (
 	QueueNameLabel         = "kueue.x-k8s.io/queue-name"
 	PriorityClassLabel     = "kueue.x-k8s.io/priority-class"
 	MaxExecTimeLabel       = "kueue.x-k8s.io/max-exec-time-seconds"
+	// MinParallelismAnnotation asks Kueue for partial admission: it may
+	// admit as few pods as this when quota is short, and the SafeJob then
+	// runs that many at once, as a batch/v1 Job does under Kueue.
+	MinParallelismAnnotation = "kueue.x-k8s.io/job-min-parallelism"
 	JobUIDLabel            = "kueue.x-k8s.io/job-uid"
 	PodSetLabel            = "kueue.x-k8s.io/podset"
 	WorkloadAnnotation     = "kueue.x-k8s.io/workload"
@@ -177,7 +181,8 @@ func (r *SafeJobReconciler) createWorkload(ctx context.Context, sj *batchv1alpha
 		},
 		Spec: kueue.WorkloadSpec{
 			QueueName: kueue.LocalQueueName(queueName(sj)),
-			PodSets:   []kueue.PodSet{{Name: mainPodSet, Count: count, Template: *sj.Spec.Template.DeepCopy()}},
+			PodSets: []kueue.PodSet{{Name: mainPodSet, Count: count, Template: *sj.Spec.Template.DeepCopy(),
+				MinCount: jobs.MinCount(sj.Annotations[MinParallelismAnnotation], count)}},
 			Active:    ptr.To(!ptr.Deref(sj.Spec.Suspend, false)),
 		},
 	}

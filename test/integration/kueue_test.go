@@ -14,12 +14,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/controller"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 	"github.com/safejob/safejob/test/testutil"
 )
 
@@ -687,4 +689,177 @@ func TestKueueWorkloadsReleasedByUID(t *testing.T) {
 		return apierrors.IsNotFound(err) || (err == nil && len(wl.Finalizers) == 0), client.IgnoreNotFound(err)
 	})
 	checkUntouched(t, client.ObjectKeyFromObject(earlier), earlierAt)
+}
+
+// TestKueuePartialAdmission: kueue.x-k8s.io/job-min-parallelism becomes the
+// Workload's minCount; admitted for 2 of 4 pods, the SafeJob runs 2 at a
+// time, reports PodsReady once those 2 are ready, reclaims nothing while
+// more completions are left than pods admitted, and completes with one pod
+// per completion. The API server refuses a value Kueue would refuse.
+func TestKueuePartialAdmission(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, hold, false)
+	startManager(t, h.ns, managerOptions{})
+	makeFlavor(t, "on-demand-p", nil)
+	withMin := func(name, v string) *batchv1alpha1.SafeJob {
+		sj := queuedSafeJob(name, h.ns, 6, 4)
+		sj.Annotations = map[string]string{controller.MinParallelismAnnotation: v}
+		return sj
+	}
+	waitFor(t, 30*time.Second, "the min-parallelism policy to be in force", func() (bool, error) {
+		return k8s.Create(context.Background(), withMin("probe", "4"), client.DryRunAll) != nil, nil
+	})
+	for v, want := range map[string]string{"4": "from 1 to 3", "0": "from 1 to 3", "two": `"two" must be a whole number`} {
+		err := k8s.Create(context.Background(), withMin("bad", v))
+		if err == nil || !strings.Contains(err.Error(), "metadata.annotations[kueue.x-k8s.io/job-min-parallelism]") ||
+			!strings.Contains(err.Error(), want) {
+			t.Errorf("min-parallelism %q: %v, want it refused naming the annotation and %q", v, err, want)
+		}
+	}
+	sj := withMin("partial", "2")
+	if err := k8s.Create(context.Background(), sj); err != nil {
+		t.Fatal(err)
+	}
+	wl := waitWorkload(t, sj, "created with minCount 2", func(wl *kueue.Workload) bool {
+		return wl.Spec.PodSets[0].Count == 4 && ptr.Deref(wl.Spec.PodSets[0].MinCount, 0) == 2
+	})
+	admitPods(t, client.ObjectKeyFromObject(wl), "on-demand-p", 2)
+	waitWorkload(t, sj, "PodsReady with the 2 admitted pods ready", func(wl *kueue.Workload) bool {
+		return meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadPodsReady)
+	})
+	waitFor(t, 30*time.Second, "two ready pods", func() (bool, error) {
+		got := getSafeJob(t, sj)
+		return got.Status.Ready == 2 && got.Status.Active == 2, nil
+	})
+	if wl := waitWorkload(t, sj, "read", anyWorkload); len(wl.Status.ReclaimablePods) != 0 {
+		t.Errorf("reclaimable pods %+v with 6 completions left and 2 pods admitted", wl.Status.ReclaimablePods)
+	}
+	h.kubelet.SetFate(succeed)
+	got := waitFinished(t, client.ObjectKeyFromObject(sj), time.Minute)
+	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || got.Status.Succeeded != 6 || got.Status.Failed != 0 {
+		t.Fatalf("succeeded %d failed %d conditions %+v", got.Status.Succeeded, got.Status.Failed, got.Status.Conditions)
+	}
+	if n := h.kubelet.MaxActive(); n > 2 {
+		t.Errorf("%d pods were running at once; Kueue admitted 2", n)
+	}
+	if creates := h.finalCheck(t, got); len(creates) != 6 {
+		t.Errorf("%d pods created, want 6", len(creates))
+	}
+}
+
+// TestKueueDeactivationIsKueues: a Workload deactivated by Kueue (here as
+// for a rejected admission check) stops the SafeJob as an eviction does:
+// pods recorded Evicted, no failure, quota given back, and the Admitted
+// condition says why and how to resume. SafeJob never activates it again,
+// not even across a suspend and resume by the user; once it is activated
+// and admitted again, the SafeJob completes with one pod per completion
+// besides the evicted ones. Its own suspend still deactivates and, on
+// resume, activates the Workload.
+func TestKueueDeactivationIsKueues(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, hold, false)
+	startManager(t, h.ns, managerOptions{})
+	makeFlavor(t, "on-demand-x", nil)
+	sj := queuedSafeJob("deactivated", h.ns, 4, 2)
+	if err := k8s.Create(context.Background(), sj); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(waitWorkload(t, sj, "created", anyWorkload))
+	admit(t, key, "on-demand-x")
+	waitFor(t, 30*time.Second, "two running pods", func() (bool, error) {
+		got := getSafeJob(t, sj)
+		return got.Status.Ready == 2, nil
+	})
+	setWorkloadActive(t, key, false)
+	setWorkloadStatus(t, key, func(wl *kueue.Workload) {
+		setCond(wl, kueue.WorkloadEvicted, metav1.ConditionTrue, "DeactivatedDueToAdmissionCheck",
+			"The workload is deactivated due to Admission check(s): multikueue, were rejected")
+	})
+	deactivatedAt := waitWorkload(t, sj, "quota given back", func(wl *kueue.Workload) bool { return wl.Status.Admission == nil })
+	admittedCondition(t, client.ObjectKeyFromObject(sj), metav1.ConditionFalse, "stays stopped until Workload")
+	got := getSafeJob(t, sj)
+	if c := condition(got, batchv1alpha1.ConditionAdmitted); c.Reason != "DeactivatedDueToAdmissionCheck" {
+		t.Errorf("Admitted reason %q, want Kueue's DeactivatedDueToAdmissionCheck", c.Reason)
+	}
+	if e := countEntries(got, batchv1alpha1.EntryEvicted); e != 2 || got.Status.Failed != 0 || openLaunches(t, got) != 0 {
+		t.Fatalf("after deactivation: %d Evicted entries, failed %d, %d launches open; want 2, 0, 0", e, got.Status.Failed, openLaunches(t, got))
+	}
+	// The user suspends, then resumes and moves it to another queue: the
+	// Workload follows the queue, and the Workload Kueue deactivated stays so.
+	patchSuspend(t, sj, true)
+	waitFor(t, 30*time.Second, "suspend observed", func() (bool, error) {
+		return conditionTrue(getSafeJob(t, sj), batchv1alpha1.ConditionSuspended), nil
+	})
+	if wl := waitWorkload(t, sj, "read", anyWorkload); wl.Generation != deactivatedAt.Generation {
+		t.Errorf("Workload generation %d after suspend, was %d: SafeJob changed a Workload Kueue deactivated", wl.Generation, deactivatedAt.Generation)
+	}
+	patch := []byte(`{"spec":{"suspend":false},"metadata":{"labels":{"kueue.x-k8s.io/queue-name":"team-b"}}}`)
+	if err := k8s.Patch(context.Background(), sj.DeepCopy(), client.RawPatch("application/merge-patch+json", patch)); err != nil {
+		t.Fatal(err)
+	}
+	wl := waitWorkload(t, sj, "moved to the new queue", func(wl *kueue.Workload) bool { return wl.Spec.QueueName == "team-b" })
+	if _, marked := wl.Annotations[jobs.SuspendedAnnotation]; ptr.Deref(wl.Spec.Active, true) || marked {
+		t.Fatalf("Workload active %v, marked %v after resume: SafeJob activated a Workload Kueue deactivated",
+			ptr.Deref(wl.Spec.Active, true), marked)
+	}
+	if creates, _ := testutil.PodCreates(auditLog, h.ns); len(creates) != 2 {
+		t.Fatalf("pods created while deactivated: %v", creates)
+	}
+	// Activated again (kubectl kueue resume workload) and admitted: it completes.
+	setWorkloadActive(t, key, true)
+	h.kubelet.SetFate(succeed)
+	admit(t, key, "on-demand-x")
+	got = waitFinished(t, client.ObjectKeyFromObject(sj), time.Minute)
+	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || got.Status.Succeeded != 4 || got.Status.Failed != 0 {
+		t.Fatalf("after reactivation: succeeded %d failed %d conditions %+v", got.Status.Succeeded, got.Status.Failed, got.Status.Conditions)
+	}
+	if creates := h.finalCheck(t, got); len(creates) != 6 {
+		t.Errorf("%d pods created, want 6 (2 evicted, 4 completions)", len(creates))
+	}
+}
+
+// TestKueueSuspendRoundTrip: the SafeJob's own suspend deactivates its
+// Workload, marked as SafeJob's doing, and its resume activates it again.
+func TestKueueSuspendRoundTrip(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, hold, false)
+	startManager(t, h.ns, managerOptions{})
+	sj := queuedSafeJob("roundtrip", h.ns, 1, 1)
+	if err := k8s.Create(context.Background(), sj); err != nil {
+		t.Fatal(err)
+	}
+	waitWorkload(t, sj, "created", anyWorkload)
+	patchSuspend(t, sj, true)
+	waitWorkload(t, sj, "deactivated for suspend", func(wl *kueue.Workload) bool {
+		return !ptr.Deref(wl.Spec.Active, true) && wl.Annotations[jobs.SuspendedAnnotation] == "true"
+	})
+	patchSuspend(t, sj, false)
+	waitWorkload(t, sj, "activated on resume, unmarked", func(wl *kueue.Workload) bool {
+		_, marked := wl.Annotations[jobs.SuspendedAnnotation]
+		return ptr.Deref(wl.Spec.Active, true) && !marked
+	})
+}
+
+// setWorkloadActive sets spec.active, as Kueue or kubectl kueue stop/resume do.
+func setWorkloadActive(t *testing.T, key client.ObjectKey, active bool) {
+	t.Helper()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		wl := &kueue.Workload{}
+		if err := k8s.Get(context.Background(), key, wl); err != nil {
+			return err
+		}
+		wl.Spec.Active = ptr.To(active)
+		return k8s.Update(context.Background(), wl)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// patchSuspend sets the SafeJob's spec.suspend.
+func patchSuspend(t *testing.T, sj *batchv1alpha1.SafeJob, suspend bool) {
+	t.Helper()
+	patch := fmt.Appendf(nil, `{"spec":{"suspend":%v}}`, suspend)
+	if err := k8s.Patch(context.Background(), sj.DeepCopy(), client.RawPatch("application/merge-patch+json", patch)); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -56,6 +56,7 @@ var PolicyFiles = []string{
 	filepath.Join("config", "policy", "immutable-spec.yaml"),
 	filepath.Join("config", "policy", "queue-name.yaml"),
 	filepath.Join("config", "policy", "run-now.yaml"),
+	filepath.Join("config", "policy", "min-parallelism.yaml"),
 }
 
 // InstallPolicies creates the admission policies of the repository at root.

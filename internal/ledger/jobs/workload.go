@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -127,6 +128,18 @@ type WorkloadEvent struct {
 func WorkloadCount(spec *batchv1alpha1.SafeJobSpec, status *batchv1alpha1.SafeJobStatus) int32 {
 	left := completionsOrParallelism(spec) - status.Succeeded
 	return max(min(ptr.Deref(spec.Parallelism, 1), left), 1)
+}
+
+// MinCount is the pod set's minCount for partial admission, from the
+// kueue.x-k8s.io/job-min-parallelism annotation: nil unless it is a whole
+// number from 1 to count-1 (the admission policy refuses other values; a
+// Workload of count pods left to do asks for all of them).
+func MinCount(annotation string, count int32) *int32 {
+	v, err := strconv.ParseInt(annotation, 10, 32)
+	if err != nil || v < 1 || int32(v) >= count {
+		return nil
+	}
+	return ptr.To(int32(v))
 }
 
 // WorkloadNames are the names a SafeJob's Workload may have, in order of
@@ -455,10 +468,10 @@ func giveBackQuota(wl *kueue.Workload, status *kueue.WorkloadStatus, stopped boo
 // every pod of the pod set is ready or succeeded.
 func syncPodsReady(wl *kueue.Workload, status *kueue.WorkloadStatus, sj batchv1alpha1.SafeJobStatus,
 	setCond func(string, metav1.ConditionStatus, string, string)) {
-	count := int32(0)
-	for _, ps := range wl.Spec.PodSets {
-		count += ps.Count
-	}
+	// Under partial admission the pods admitted, not the pod set, are all
+	// that run: Kueue's batch/v1 integration compares with the parallelism
+	// it lowered to the admitted count.
+	count := admittedCount(wl)
 	prev := meta.FindStatusCondition(status.Conditions, kueue.WorkloadPodsReady)
 	if sj.Ready+sj.Succeeded >= count {
 		reason := podsReadyStarted
@@ -486,7 +499,7 @@ func reclaimable(spec *batchv1alpha1.SafeJobSpec, wl *kueue.Workload, status bat
 		return nil
 	}
 	left := completionsOrParallelism(spec) - status.Succeeded
-	if n := wl.Spec.PodSets[0].Count - left; n > 0 {
+	if n := admittedCount(wl) - left; n > 0 {
 		return []kueue.ReclaimablePod{{Name: kueue.DefaultPodSetName, Count: n}}
 	}
 	return wl.Status.ReclaimablePods

@@ -248,6 +248,19 @@ func TestDecideWorkloadSpec(t *testing.T) {
 	}
 }
 
+// TestMinCount: the job-min-parallelism annotation becomes the pod set's
+// minCount only when Kueue would take it: a whole number below the count.
+func TestMinCount(t *testing.T) {
+	for annotation, want := range map[string]*int32{
+		"": nil, "2": ptr.To[int32](2), "1": ptr.To[int32](1), "4": ptr.To[int32](4), "5": nil, "0": nil, "-1": nil,
+		"two": nil, "2.5": nil, "99999999999": nil,
+	} {
+		if got := MinCount(annotation, 5); !ptr.Equal(got, want) {
+			t.Errorf("MinCount(%q, 5) = %v, want %v", annotation, ptr.Deref(got, -1), ptr.Deref(want, -1))
+		}
+	}
+}
+
 func eventReason(e *WorkloadEvent) string {
 	if e == nil {
 		return ""
@@ -324,6 +337,14 @@ func TestDecideWorkloadSettle(t *testing.T) {
 		{name: "admitted, unchanged: no write", j: job(2, 3), w: wl(2, reserved, podsReady(metav1.ConditionTrue, "Started")), plan: running(2, 0)},
 		{name: "admitted, one completion left: one pod reclaimable", j: job(2, 3), w: wl(2, reserved, podsReady(metav1.ConditionTrue, "Started")),
 			plan: running(1, 2), want: want{status: true, admission: true, reclaimable: 1}},
+		{name: "partially admitted, the admitted pods ready: PodsReady", j: job(5, 10), w: wl(5, admitted(ptr.To[int32](2)),
+			podsReady(metav1.ConditionFalse, "WaitForStart")), plan: running(2, 0),
+			want: want{status: true, admission: true, conds: map[string]string{kueue.WorkloadPodsReady: "True/Started"}}},
+		{name: "partially admitted, more completions left than pods admitted: none reclaimable", j: job(5, 10),
+			w: wl(5, admitted(ptr.To[int32](2)), podsReady(metav1.ConditionTrue, "Started")), plan: running(2, 7)},
+		{name: "partially admitted, one completion left: one of the two admitted reclaimable", j: job(5, 10),
+			w: wl(5, admitted(ptr.To[int32](2)), podsReady(metav1.ConditionTrue, "Started")), plan: running(1, 9),
+			want: want{status: true, admission: true, reclaimable: 1}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
