@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -39,6 +40,8 @@ func TestKueue(t *testing.T) {
 	t.Run("missing LocalQueue", k.testMissingLocalQueue)
 	t.Run("flavors", k.testFlavors)
 	t.Run("schedule and teardown", k.testScheduleTeardown)
+	t.Run("deactivated and resumed", k.testDeactivated)
+	t.Run("admission check rejected", k.testCheckRejected)
 }
 
 type kueueEnv struct {
@@ -389,4 +392,143 @@ func tearDownParent(t *testing.T, e *env, parent *batchv1alpha1.SafeJob) time.Ti
 		return len(runs.Items) == 0
 	})
 	return gone
+}
+
+// workload returns the Workload of a SafeJob.
+func (k *kueueEnv) workload(t *testing.T, name string) *kueue.Workload {
+	t.Helper()
+	wl := &kueue.Workload{}
+	if err := k.cl.Get(k.ctx, client.ObjectKey{Namespace: nsSafeJob, Name: controller.WorkloadName(k.get(t, name))}, wl); err != nil {
+		t.Fatal(err)
+	}
+	return wl
+}
+
+// setActive sets a Workload's spec.active, as kubectl kueue stop/resume
+// workload do.
+func (k *kueueEnv) setActive(t *testing.T, name string, active bool) {
+	t.Helper()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		wl := k.workload(t, name)
+		wl.Spec.Active = ptr.To(active)
+		return k.cl.Update(k.ctx, wl)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitDeactivatedStopped waits until the SafeJob says Kueue deactivated its
+// Workload (reason prefix) and runs no pod, and Kueue holds no quota for
+// it; the Workload must still be inactive at its generation then.
+func (k *kueueEnv) waitDeactivatedStopped(t *testing.T, name, reason string) *kueue.Workload {
+	t.Helper()
+	waitUntil(t, time.Minute, name+" to stop, deactivated, its quota given back", func() bool {
+		sj := k.get(t, name)
+		c := admitted(sj)
+		st, err := jobs.Replay(&sj.Status.Ledger)
+		wl := k.workload(t, name)
+		return c != nil && c.Status == metav1.ConditionFalse && strings.HasPrefix(c.Reason, reason) && err == nil &&
+			len(st.Open) == 0 && wl.Status.Admission == nil
+	})
+	wl := k.workload(t, name)
+	if ptr.Deref(wl.Spec.Active, true) {
+		t.Fatalf("%s: Workload %s active again", name, wl.Name)
+	}
+	return wl
+}
+
+// testDeactivated: an admin stops a running SafeJob's Workload (kubectl
+// kueue stop workload): its pods stop, recorded Evicted, no failure, and
+// the quota goes back; SafeJob leaves the Workload inactive. Resumed by the
+// admin, it completes, one pod per completion besides those stopped.
+func (k *kueueEnv) testDeactivated(t *testing.T) {
+	k.create(t, job("stopped", "lq", 4, 2, "3s"))
+	waitUntil(t, time.Minute, "stopped to run two pods", func() bool { return k.get(t, "stopped").Status.Ready == 2 })
+	k.setActive(t, "stopped", false)
+	stopped := k.waitDeactivatedStopped(t, "stopped", kueue.WorkloadDeactivated)
+	c := admitted(k.get(t, "stopped"))
+	t.Logf("deactivated: %s: %s", c.Reason, c.Message)
+	if !strings.Contains(c.Message, "activated again") {
+		t.Errorf("Admitted message %q does not say how to resume", c.Message)
+	}
+	sj := k.get(t, "stopped")
+	st, err := jobs.Replay(&sj.Status.Ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Evicted == 0 || sj.Status.Failed != 0 {
+		t.Errorf("after the stop: %d evicted, %d failed; want some evicted, none failed", st.Evicted, sj.Status.Failed)
+	}
+	if wl := k.workload(t, "stopped"); wl.Generation != stopped.Generation || ptr.Deref(wl.Spec.Active, true) {
+		t.Fatalf("Workload changed after the stop: generation %d (was %d), active %v", wl.Generation, stopped.Generation,
+			ptr.Deref(wl.Spec.Active, true))
+	}
+	k.setActive(t, "stopped", true)
+	k.waitComplete(t, "stopped")
+	sj = k.get(t, "stopped")
+	if st, err = jobs.Replay(&sj.Status.Ledger); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := k.podCreates(t, "stopped"), 4+int(st.Evicted); got != want || sj.Status.Succeeded != 4 || sj.Status.Failed != 0 {
+		t.Errorf("stopped: %d pods created (want %d: 4 completions, %d stopped), succeeded %d, failed %d", got, want, st.Evicted,
+			sj.Status.Succeeded, sj.Status.Failed)
+	}
+}
+
+// testCheckRejected: SafeJobs queued in a ClusterQueue with an admission
+// check that rejects them. Kueue deactivates their Workloads; each SafeJob
+// stops, says so, and leaves its Workload inactive: no pod runs and no
+// quota is held.
+func (k *kueueEnv) testCheckRejected(t *testing.T) {
+	const controllerName = "example.com/manual-check"
+	ac := &kueue.AdmissionCheck{ObjectMeta: metav1.ObjectMeta{Name: "manual"}, Spec: kueue.AdmissionCheckSpec{ControllerName: controllerName}}
+	k.create(t, ac)
+	// The check's controller reports it active, as every check controller does.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k.cl.Get(k.ctx, client.ObjectKeyFromObject(ac), ac); err != nil {
+			return err
+		}
+		meta.SetStatusCondition(&ac.Status.Conditions, metav1.Condition{Type: kueue.AdmissionCheckActive, Status: metav1.ConditionTrue,
+			Reason: "Active", Message: "checked by hand"})
+		return k.cl.Status().Update(k.ctx, ac)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	k.create(t, &kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: "cq-checked"}, Spec: kueue.ClusterQueueSpec{
+		NamespaceSelector: &metav1.LabelSelector{},
+		ResourceGroups: []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{corev1.ResourceCPU}, Flavors: []kueue.FlavorQuotas{
+			{Name: "default", Resources: []kueue.ResourceQuota{{Name: corev1.ResourceCPU, NominalQuota: resource.MustParse("3")}}}}}},
+		AdmissionChecksStrategy: &kueue.AdmissionChecksStrategy{AdmissionChecks: []kueue.AdmissionCheckStrategyRule{{Name: "manual"}}},
+	}})
+	k.localQueue("lq-checked", "cq-checked")
+	names := []string{"rejected-1", "rejected-2", "rejected-3"}
+	for _, n := range names {
+		k.create(t, job(n, "lq-checked", 1, 1, "1s"))
+	}
+	for _, n := range names {
+		waitUntil(t, time.Minute, n+" to reserve quota and wait for its check", func() bool {
+			wl := &kueue.Workload{}
+			err := k.cl.Get(k.ctx, client.ObjectKey{Namespace: nsSafeJob, Name: controller.WorkloadName(k.get(t, n))}, wl)
+			return err == nil && wl.Status.Admission != nil && len(wl.Status.AdmissionChecks) == 1
+		})
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			wl := k.workload(t, n)
+			wl.Status.AdmissionChecks[0].State = kueue.CheckStateRejected
+			wl.Status.AdmissionChecks[0].Message = "rejected by the test"
+			return k.cl.Status().Update(k.ctx, wl)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range names {
+		before := k.waitDeactivatedStopped(t, n, "DeactivatedDueToAdmissionCheck")
+		c := admitted(k.get(t, n))
+		t.Logf("%s: %s: %s", n, c.Reason, c.Message)
+		if after := k.workload(t, n); after.Generation != before.Generation {
+			t.Errorf("%s: Workload generation %d, was %d", n, after.Generation, before.Generation)
+		}
+		if got := k.podCreates(t, n); got != 0 {
+			t.Errorf("%s: %d pods created under a rejected check", n, got)
+		}
+	}
 }
