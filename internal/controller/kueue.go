@@ -26,18 +26,18 @@ import (
 
 // Keys Kueue defines for the jobs it queues.
 const (
-	QueueNameLabel         = "kueue.x-k8s.io/queue-name"
-	PriorityClassLabel     = "kueue.x-k8s.io/priority-class"
-	MaxExecTimeLabel       = "kueue.x-k8s.io/max-exec-time-seconds"
+	QueueNameLabel     = "kueue.x-k8s.io/queue-name"
+	PriorityClassLabel = "kueue.x-k8s.io/priority-class"
+	MaxExecTimeLabel   = "kueue.x-k8s.io/max-exec-time-seconds"
 	// MinParallelismAnnotation asks Kueue for partial admission: it may
 	// admit as few pods as this when quota is short, and the SafeJob then
 	// runs that many at once, as a batch/v1 Job does under Kueue.
 	MinParallelismAnnotation = "kueue.x-k8s.io/job-min-parallelism"
-	JobUIDLabel            = "kueue.x-k8s.io/job-uid"
-	PodSetLabel            = "kueue.x-k8s.io/podset"
-	WorkloadAnnotation     = "kueue.x-k8s.io/workload"
-	ResourceInUseFinalizer = kueue.ResourceInUseFinalizerName
-	mainPodSet             = kueue.DefaultPodSetName
+	JobUIDLabel              = "kueue.x-k8s.io/job-uid"
+	PodSetLabel              = "kueue.x-k8s.io/podset"
+	WorkloadAnnotation       = "kueue.x-k8s.io/workload"
+	ResourceInUseFinalizer   = kueue.ResourceInUseFinalizerName
+	mainPodSet               = kueue.DefaultPodSetName
 )
 
 // +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=workloads,verbs=get;list;watch;create;update;patch;delete
@@ -183,7 +183,7 @@ func (r *SafeJobReconciler) createWorkload(ctx context.Context, sj *batchv1alpha
 			QueueName: kueue.LocalQueueName(queueName(sj)),
 			PodSets: []kueue.PodSet{{Name: mainPodSet, Count: count, Template: *sj.Spec.Template.DeepCopy(),
 				MinCount: jobs.MinCount(sj.Annotations[MinParallelismAnnotation], count)}},
-			Active:    ptr.To(!ptr.Deref(sj.Spec.Suspend, false)),
+			Active: ptr.To(!ptr.Deref(sj.Spec.Suspend, false)),
 		},
 	}
 	setSuspendMark(wl, ptr.Deref(sj.Spec.Suspend, false))
@@ -256,7 +256,8 @@ func (r *SafeJobReconciler) setPriority(ctx context.Context, sj *batchv1alpha1.S
 // mark that SafeJob deactivated it for suspend, under the resourceVersion
 // it was read at: a deactivation by Kueue that lands first makes it fail
 // rather than be overwritten.
-func (r *SafeJobReconciler) updateWorkloadSpec(ctx context.Context, wl *kueue.Workload, spec *kueue.WorkloadSpec, markSuspended bool) error {
+func (r *SafeJobReconciler) updateWorkloadSpec(ctx context.Context, wl *kueue.Workload, spec *kueue.WorkloadSpec,
+	markSuspended bool) error {
 	updated := wl.DeepCopy()
 	updated.Spec = *spec
 	setSuspendMark(updated, markSuspended)
