@@ -51,6 +51,25 @@ func waitWorkload(t *testing.T, sj *batchv1alpha1.SafeJob, what string, cond fun
 
 func anyWorkload(*kueue.Workload) bool { return true }
 
+// runAdmitted creates a queued SafeJob, admits its Workload with the
+// flavor and waits until its parallelism of pods is ready; it returns the
+// Workload as created.
+func runAdmitted(t *testing.T, sj *batchv1alpha1.SafeJob, flavor string) *kueue.Workload {
+	t.Helper()
+	if err := k8s.Create(context.Background(), sj); err != nil {
+		t.Fatal(err)
+	}
+	wl := waitWorkload(t, sj, "created", anyWorkload)
+	admit(t, client.ObjectKeyFromObject(wl), flavor)
+	want := ptr.Deref(sj.Spec.Parallelism, 1)
+	waitFor(t, 30*time.Second, fmt.Sprintf("%d running pods", want), func() (bool, error) {
+		got := &batchv1alpha1.SafeJob{}
+		err := k8s.Get(context.Background(), client.ObjectKeyFromObject(sj), got)
+		return err == nil && got.Status.Ready == want, err
+	})
+	return wl
+}
+
 // setWorkloadStatus changes a Workload's status as Kueue would, retrying on conflicts.
 func setWorkloadStatus(t *testing.T, key client.ObjectKey, change func(*kueue.Workload)) {
 	t.Helper()
@@ -201,16 +220,7 @@ func TestKueueEviction(t *testing.T) {
 	makeFlavor(t, "on-demand-b", map[string]string{"instance": "on-demand"})
 	sj := queuedSafeJob("preempted", h.ns, 4, 2)
 	sj.Spec.BackoffLimit = ptr.To[int32](0)
-	if err := k8s.Create(context.Background(), sj); err != nil {
-		t.Fatal(err)
-	}
-	key := client.ObjectKeyFromObject(waitWorkload(t, sj, "created", anyWorkload))
-	admit(t, key, "on-demand-b")
-	waitFor(t, 30*time.Second, "two running pods", func() (bool, error) {
-		got := &batchv1alpha1.SafeJob{}
-		err := k8s.Get(context.Background(), client.ObjectKeyFromObject(sj), got)
-		return err == nil && got.Status.Ready == 2, err
-	})
+	key := client.ObjectKeyFromObject(runAdmitted(t, sj, "on-demand-b"))
 	setWorkloadStatus(t, key, func(wl *kueue.Workload) {
 		setCond(wl, kueue.WorkloadEvicted, metav1.ConditionTrue, kueue.WorkloadEvictedByPreemption, "Preempted to accommodate a higher priority Workload")
 		setCond(wl, "Preempted", metav1.ConditionTrue, "InClusterQueue", "Preempted to accommodate a higher priority Workload")
@@ -285,16 +295,7 @@ func TestKueueSuspendAndWorkloadLoss(t *testing.T) {
 	startManager(t, h.ns, managerOptions{})
 	makeFlavor(t, "on-demand-c", nil)
 	sj := queuedSafeJob("lost", h.ns, 2, 2)
-	if err := k8s.Create(context.Background(), sj); err != nil {
-		t.Fatal(err)
-	}
-	wl := waitWorkload(t, sj, "created", anyWorkload)
-	admit(t, client.ObjectKeyFromObject(wl), "on-demand-c")
-	waitFor(t, 30*time.Second, "two running pods", func() (bool, error) {
-		got := &batchv1alpha1.SafeJob{}
-		err := k8s.Get(context.Background(), client.ObjectKeyFromObject(sj), got)
-		return err == nil && got.Status.Ready == 2, err
-	})
+	wl := runAdmitted(t, sj, "on-demand-c")
 	if err := k8s.Delete(context.Background(), wl); err != nil {
 		t.Fatal(err)
 	}
@@ -468,16 +469,7 @@ func TestKueueParallelismRaised(t *testing.T) {
 	startManager(t, h.ns, managerOptions{})
 	makeFlavor(t, "on-demand-f", nil)
 	sj := queuedSafeJob("raised", h.ns, 6, 2)
-	if err := k8s.Create(context.Background(), sj); err != nil {
-		t.Fatal(err)
-	}
-	old := waitWorkload(t, sj, "created", anyWorkload)
-	admit(t, client.ObjectKeyFromObject(old), "on-demand-f")
-	waitFor(t, 30*time.Second, "two running pods", func() (bool, error) {
-		got := &batchv1alpha1.SafeJob{}
-		err := k8s.Get(context.Background(), client.ObjectKeyFromObject(sj), got)
-		return err == nil && got.Status.Ready == 2, err
-	})
+	old := runAdmitted(t, sj, "on-demand-f")
 	setParallelism(t, sj, 5)
 	requeued := waitWorkload(t, sj, "replaced by one of 5 pods", func(wl *kueue.Workload) bool {
 		if wl.UID == old.UID || wl.Spec.PodSets[0].Count != 5 {
@@ -761,15 +753,7 @@ func TestKueueDeactivationIsKueues(t *testing.T) {
 	startManager(t, h.ns, managerOptions{})
 	makeFlavor(t, "on-demand-x", nil)
 	sj := queuedSafeJob("deactivated", h.ns, 4, 2)
-	if err := k8s.Create(context.Background(), sj); err != nil {
-		t.Fatal(err)
-	}
-	key := client.ObjectKeyFromObject(waitWorkload(t, sj, "created", anyWorkload))
-	admit(t, key, "on-demand-x")
-	waitFor(t, 30*time.Second, "two running pods", func() (bool, error) {
-		got := getSafeJob(t, sj)
-		return got.Status.Ready == 2, nil
-	})
+	key := client.ObjectKeyFromObject(runAdmitted(t, sj, "on-demand-x"))
 	setWorkloadActive(t, key, false)
 	setWorkloadStatus(t, key, func(wl *kueue.Workload) {
 		setCond(wl, kueue.WorkloadEvicted, metav1.ConditionTrue, "DeactivatedDueToAdmissionCheck",
