@@ -215,9 +215,10 @@ func (r *SafeJobReconciler) releaseWorkloads(ctx context.Context, req reconcile.
 
 // madeFor reports whether wl is a Workload this controller made for a
 // SafeJob of that name: controlled by its UID, labelled with it and named
-// after it.
+// after it, or made by MultiKueue and adopted by it (see adoptPrebuilt).
 func madeFor(wl *kueue.Workload, name string) bool {
 	ref := metav1.GetControllerOfNoCopy(wl)
 	return ref != nil && isSafeJobRef(ref) && ref.Name == name && ref.UID != "" &&
-		wl.Labels[JobUIDLabel] == string(ref.UID) && slices.Contains(jobs.WorkloadNames(ref.Name, ref.UID), wl.Name)
+		wl.Labels[JobUIDLabel] == string(ref.UID) &&
+		(slices.Contains(jobs.WorkloadNames(ref.Name, ref.UID), wl.Name) || wl.Labels[kueue.MultiKueueOriginLabel] != "")
 }

@@ -75,11 +75,11 @@ type queued struct {
 func (r *SafeJobReconciler) syncWorkload(ctx context.Context, sj *batchv1alpha1.SafeJob) (*queued, error) {
 	in := r.workloadInput(sj)
 	if r.Kueue {
-		wl, err := r.ownWorkload(ctx, sj)
+		wl, taken, err := r.ownWorkload(ctx, sj)
 		if err != nil {
 			return nil, err
 		}
-		in.Workload = wl
+		in.Workload, in.NamesTaken = wl, taken
 	}
 	wp := jobs.DecideWorkload(in)
 	if wp.Create {
@@ -110,7 +110,8 @@ func (r *SafeJobReconciler) syncWorkload(ctx context.Context, sj *batchv1alpha1.
 
 // workloadInput starts the Workload decision's input from the SafeJob.
 func (r *SafeJobReconciler) workloadInput(sj *batchv1alpha1.SafeJob) *jobs.WorkloadInput {
-	return &jobs.WorkloadInput{Served: r.Kueue, Queue: queueName(sj), Spec: &sj.Spec, Status: &sj.Status, Now: r.Clock.Now()}
+	return &jobs.WorkloadInput{Served: r.Kueue, Queue: queueName(sj), Spec: &sj.Spec, Status: &sj.Status, Now: r.Clock.Now(),
+		Prebuilt: prebuiltWorkload(sj)}
 }
 
 // event records an event the Workload decision asked for.
@@ -125,17 +126,65 @@ func (r *SafeJobReconciler) event(sj *batchv1alpha1.SafeJob, wl *kueue.Workload,
 // ownWorkload returns the SafeJob's Workload, deleting any other Workload
 // it controls. Workloads are found by the UID of their controller, never by
 // name: one the SafeJob does not control is never used, released or deleted.
-func (r *SafeJobReconciler) ownWorkload(ctx context.Context, sj *batchv1alpha1.SafeJob) (*kueue.Workload, error) {
+// A worker cluster's copy of a dispatched SafeJob adopts the Workload
+// MultiKueue made for it (adoptPrebuilt); taken names that Workload when
+// another object controls it.
+func (r *SafeJobReconciler) ownWorkload(ctx context.Context, sj *batchv1alpha1.SafeJob) (own *kueue.Workload, taken []string, err error) {
 	list, err := r.controlledWorkloads(ctx, sj.Namespace, sj.UID)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	own, drop := jobs.OwnWorkload(sj.UID, WorkloadNames(sj), list)
+	names, prebuilt := WorkloadNames(sj), prebuiltWorkload(sj)
+	if prebuilt != "" {
+		names = []string{prebuilt}
+	}
+	own, drop := jobs.OwnWorkload(sj.UID, names, list)
 	var errs []error
 	for _, wl := range drop {
 		errs = append(errs, r.dropWorkload(ctx, wl))
 	}
-	return own, errors.Join(errs...)
+	if own == nil && prebuilt != "" {
+		var err error
+		own, taken, err = r.adoptPrebuilt(ctx, sj, prebuilt)
+		errs = append(errs, err)
+	}
+	return own, taken, errors.Join(errs...)
+}
+
+// prebuiltWorkload is the name of the Workload MultiKueue made for a worker
+// cluster's copy of a SafeJob, "" for any other SafeJob.
+func prebuiltWorkload(sj *batchv1alpha1.SafeJob) string { return sj.Labels[jobs.PrebuiltWorkloadLabel] }
+
+// adoptPrebuilt makes the SafeJob the controller of the Workload MultiKueue
+// made for it, as Kueue's job integrations adopt a prebuilt Workload: a
+// controller reference and the job-uid label, written under the
+// resourceVersion read, its spec untouched. A Workload another object
+// controls is never touched; its name is returned as taken. None yet: nil.
+func (r *SafeJobReconciler) adoptPrebuilt(ctx context.Context, sj *batchv1alpha1.SafeJob, name string) (*kueue.Workload, []string, error) {
+	wl := &kueue.Workload{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: sj.Namespace, Name: name}, wl); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil, nil
+		}
+		return nil, nil, fmt.Errorf("getting prebuilt Workload %s: %w", name, err)
+	}
+	if ref := metav1.GetControllerOfNoCopy(wl); ref != nil {
+		if ref.UID != sj.UID {
+			return nil, []string{name}, nil
+		}
+		return wl, nil, nil // controlled, not yet in the index
+	}
+	adopted := wl.DeepCopy()
+	if err := controllerutil.SetControllerReference(sj, adopted, r.Client.Scheme()); err != nil {
+		return nil, nil, fmt.Errorf("owning Workload %s: %w", name, err)
+	}
+	metav1.SetMetaDataLabel(&adopted.ObjectMeta, JobUIDLabel, string(sj.UID))
+	if err := r.Client.Update(ctx, adopted); err != nil {
+		return nil, nil, fmt.Errorf("adopting prebuilt Workload %s: %w", name, err)
+	}
+	r.Recorder.Eventf(sj, adopted, corev1.EventTypeNormal, "AdoptedWorkload", "Queue",
+		"Runs under Workload %s, made by MultiKueue", name)
+	return adopted, nil, nil
 }
 
 // controlledWorkloads lists the Workloads the object of uid controls.

@@ -176,6 +176,9 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 	}
 	logger := log.FromContext(ctx).WithValues("safeJob", klog.KObj(sj))
 	ctx = log.IntoContext(ctx, logger)
+	if dispatched(sj) {
+		return r.reconcileDispatched(ctx, sj)
+	}
 	if by := ptr.Deref(sj.Spec.ManagedBy, batchv1alpha1.ControllerName); by != batchv1alpha1.ControllerName {
 		logger.V(2).Info("Skipping SafeJob managed by another controller", "managedBy", by)
 		return reconcile.Result{}, nil

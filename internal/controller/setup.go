@@ -125,7 +125,7 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 		if err := indexer.IndexField(context.Background(), &kueue.Workload{}, controllerUIDIndex, indexController); err != nil {
 			return fmt.Errorf("indexing Workloads by owner: %w", err)
 		}
-		b = b.Owns(&kueue.Workload{})
+		b = b.Owns(&kueue.Workload{}).Watches(&kueue.Workload{}, &prebuiltHandler{cache: mgr.GetCache()})
 	}
 	err = b.
 		Watches(&corev1.Pod{}, &podHandler{tracker: r.tracker, cache: mgr.GetCache(), batch: r.PodBatchPeriod}).

@@ -83,6 +83,12 @@ type WorkloadInput struct {
 	// NamesTaken lists the Workload names held by Workloads the SafeJob does
 	// not control, found when no name was left to create one.
 	NamesTaken []string
+	// Prebuilt names the Workload MultiKueue made for this SafeJob, a
+	// worker cluster's copy (label kueue.x-k8s.io/prebuilt-workload-name):
+	// the SafeJob runs only under it, never creates, replaces or deletes a
+	// Workload, and never changes its spec (MultiKueue removes a copy whose
+	// Workload no longer matches the manager's).
+	Prebuilt string
 	// Decided is the pod plan of this reconcile, written already; nil
 	// before the pods are decided.
 	Decided *Plan
@@ -219,6 +225,12 @@ func DecideWorkload(in *WorkloadInput) *WorkloadPlan {
 			Message: fmt.Sprintf("label %s is set but the Workload API (kueue.x-k8s.io/v1beta2) is not served; install Kueue", queueNameLabel)}
 	case wl == nil && launchesOpen(in.Status):
 		p.Gate = &QueueGate{Reason: ReasonWorkloadMissing, Message: "the Workload is gone; stopping pods before queueing again"}
+	case wl == nil && in.Prebuilt != "" && len(in.NamesTaken) > 0:
+		p.Gate = &QueueGate{Reason: ReasonWorkloadNameTaken, Message: fmt.Sprintf(
+			"Workload %s, made by MultiKueue for this SafeJob, is controlled by another object; no pod runs", in.Prebuilt)}
+	case wl == nil && in.Prebuilt != "":
+		p.Gate = &QueueGate{Reason: ReasonWaitingForPrebuilt, Message: fmt.Sprintf(
+			"waiting for Workload %s, which MultiKueue creates for this SafeJob", in.Prebuilt)}
 	case wl == nil && len(in.NamesTaken) > 0:
 		p.Gate = &QueueGate{Reason: ReasonWorkloadNameTaken,
 			Message: fmt.Sprintf("Workloads the SafeJob does not control hold every name its Workload may have (%s); "+
@@ -232,6 +244,8 @@ func DecideWorkload(in *WorkloadInput) *WorkloadPlan {
 			Message: fmt.Sprintf("Workload %s created in LocalQueue %s", wl.Name, in.Queue)}
 	case wl.DeletionTimestamp != nil:
 		p.Gate = &QueueGate{Reason: ReasonWorkloadDeleted, Message: "the Workload is being deleted"}
+	case in.Prebuilt != "":
+		p.Gate = gate(in)
 	default:
 		p.Spec, p.MarkSuspended, p.Event = specUpdate(in)
 		p.Gate = gate(in)
@@ -391,7 +405,7 @@ func settle(in *WorkloadInput) *WorkloadPlan {
 		return p
 	}
 	if need, holds, ok := resized(in); ok {
-		if plan.Stopped {
+		if plan.Stopped && in.Prebuilt == "" {
 			p.Drop = true
 			p.Event = &WorkloadEvent{Reason: EventWorkloadResized, Message: fmt.Sprintf(
 				"Workload %s holds quota for %d pods, the SafeJob needs %d: queueing again with a new Workload", wl.Name, holds, need)}
@@ -431,7 +445,7 @@ func settleEnded(in *WorkloadInput, p *WorkloadPlan) bool {
 	switch {
 	case finished != nil && finished.Status == metav1.ConditionTrue && ledger.Finished(in.Status.Conditions) != nil:
 		p.Release = true
-	case finished != nil && finished.Status == metav1.ConditionTrue && stopped:
+	case finished != nil && finished.Status == metav1.ConditionTrue && stopped && in.Prebuilt == "":
 		p.Drop = true
 		p.Event = &WorkloadEvent{Warning: true, Reason: EventWorkloadFinishedEarly, Message: fmt.Sprintf(
 			"Workload %s was finished (%s: %s) before the SafeJob; queueing again", wl.Name, finished.Reason, finished.Message)}
