@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -206,6 +207,23 @@ func Creates(logPath, resource string) ([]Create, error) {
 			name = fmt.Sprintf("%s#%d", e.RequestObject.Metadata.GenerateName, serial)
 		}
 		out = append(out, Create{Namespace: e.ObjectRef.Namespace, Name: name, Received: e.RequestReceived})
+	})
+	return out, err
+}
+
+// Writes lists the completed writes (create, update, patch, delete) of a
+// resource's subresource ("" for the object itself) in the audit log, in
+// log order, whoever made them.
+func Writes(logPath, resource, subresource string) ([]Request, error) {
+	var out []Request
+	err := scanAudit(logPath, func(e *auditEvent) {
+		if e.Stage != "ResponseComplete" || e.ObjectRef.Resource != resource || e.ObjectRef.Subresource != subresource ||
+			!slices.Contains([]string{"create", "update", "patch", "delete"}, e.Verb) {
+			return
+		}
+		out = append(out, Request{Verb: e.Verb, Resource: e.ObjectRef.Resource, Subresource: e.ObjectRef.Subresource,
+			Namespace: e.ObjectRef.Namespace, Name: e.ObjectRef.Name, URI: e.RequestURI, Code: e.ResponseStatus.Code,
+			Received: e.RequestReceived})
 	})
 	return out, err
 }
