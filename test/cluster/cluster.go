@@ -56,6 +56,10 @@ type Options struct {
 	Progress io.Writer
 	// Kueue installs Kueue's CRDs and runs the Kueue manager (pinned v0.16.6).
 	Kueue bool
+	// MultiKueue makes Kueue a MultiKueue manager that dispatches SafeJobs
+	// (multiKueue.externalFrameworks), with KueueOrigin as its origin.
+	MultiKueue  bool
+	KueueOrigin string
 }
 
 // Cluster is a running local cluster.
@@ -69,9 +73,10 @@ type Cluster struct {
 	// BinDir holds the Kubernetes binaries (kubectl among them).
 	BinDir string
 
-	opts  Options
-	env   *envtest.Environment
-	procs []*Process
+	opts     Options
+	env      *envtest.Environment
+	procs    []*Process
+	kueueBin string
 }
 
 // Scheme has the types the cluster's clients use.
@@ -140,6 +145,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		if err != nil {
 			return nil, err
 		}
+		c.kueueBin = bin
 		if err := c.startKueue(bin); err != nil {
 			return nil, err
 		}
@@ -324,6 +330,19 @@ func (c *Cluster) run(bin, name string, args ...string) error {
 	c.procs = append(c.procs, p)
 	time.Sleep(300 * time.Millisecond) // let an immediate flag or bind failure surface
 	return c.checkAlive()
+}
+
+// RestartKueue SIGKILLs the Kueue manager and starts it again, waiting
+// until it is ready.
+func (c *Cluster) RestartKueue() error {
+	old := c.proc("kueue")
+	if old == nil {
+		return fmt.Errorf("kueue is not running")
+	}
+	old.Kill()
+	<-old.Done()
+	c.procs = slices.DeleteFunc(c.procs, func(p *Process) bool { return p == old })
+	return c.startKueue(c.kueueBin)
 }
 
 // Process returns the running component of that name (etcd, kube-apiserver,

@@ -46,6 +46,14 @@ featureGates:
   VisibilityOnDemand: false
 `
 
+// multiKueueConfig dispatches SafeJobs through MultiKueue's generic adapter.
+const multiKueueConfig = `multiKueue:
+  origin: %q
+  gcInterval: 10s
+  externalFrameworks:
+  - name: SafeJob.v1alpha1.batch.safejob.dev
+`
+
 // startKueue runs the Kueue manager and waits until it is ready.
 func (c *Cluster) startKueue(bin string) error {
 	certDir := filepath.Join(c.opts.Dir, "kueue-certs")
@@ -64,7 +72,11 @@ func (c *Cluster) startKueue(bin string) error {
 		return err
 	}
 	cfg := filepath.Join(c.opts.Dir, "kueue-config.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, kueueConfig, health, webhook, certDir), 0o600); err != nil {
+	config := fmt.Sprintf(kueueConfig, health, webhook, certDir)
+	if c.opts.MultiKueue {
+		config += fmt.Sprintf(multiKueueConfig, c.opts.KueueOrigin)
+	}
+	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
 		return fmt.Errorf("writing Kueue configuration: %w", err)
 	}
 	if err := c.run(bin, "kueue", "--config="+cfg, "--kubeconfig="+c.Kubeconfig, "--zap-log-level=2"); err != nil {

@@ -1,0 +1,208 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/controller"
+	"github.com/safejob/safejob/test/cluster"
+)
+
+// TestMultiKueue dispatches SafeJobs from a manager cluster to a worker
+// cluster through the real Kueue's MultiKueue (v0.16.6, its generic adapter
+// for custom jobs), each cluster with its own SafeJob operator, set up as an
+// admin would: an AdmissionCheck of controller kueue.x-k8s.io/multikueue, a
+// MultiKueueConfig and a MultiKueueCluster whose kubeconfig Secret embeds
+// the worker's CA and a client certificate.
+func TestMultiKueue(t *testing.T) {
+	worker := &kueueEnv{env: newEnv(t, cluster.Options{Kueue: true}), ctx: context.Background()}
+	manager := &kueueEnv{env: newEnv(t, cluster.Options{Kueue: true, MultiKueue: true, KueueOrigin: "manager"}),
+		ctx: context.Background()}
+	worker.startOperator()
+	manager.startOperator()
+	worker.flavor("default", nil)
+	worker.clusterQueue("cq", 4, "default")
+	worker.localQueue("lq", "cq")
+	manager.flavor("default", nil)
+	setUpMultiKueue(t, manager, worker)
+	t.Cleanup(func() {
+		if t.Failed() {
+			manager.logOperators()
+			worker.logOperators()
+			t.Logf("manager's Kueue:\n%s", manager.c.Process("kueue").Tail(40))
+		}
+	})
+	t.Run("dispatched", func(t *testing.T) { testDispatched(t, manager, worker) })
+	t.Run("manager's Kueue restarted mid-run", func(t *testing.T) { testKueueRestarted(t, manager, worker) })
+	t.Run("cancelled while running", func(t *testing.T) { testCancelled(t, manager, worker) })
+}
+
+// setUpMultiKueue makes the manager's ClusterQueue "cq" dispatch to the
+// worker, and waits until the AdmissionCheck is active.
+func setUpMultiKueue(t *testing.T, manager, worker *kueueEnv) {
+	t.Helper()
+	raw, err := clientcmd.Write(workerKubeconfig(worker))
+	if err != nil {
+		t.Fatal(err)
+	}
+	manager.create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kueue-system"}})
+	manager.create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "worker-kubeconfig", Namespace: "kueue-system"},
+		Data: map[string][]byte{"kubeconfig": raw}})
+	manager.create(t, &kueue.MultiKueueCluster{ObjectMeta: metav1.ObjectMeta{Name: "worker"}, Spec: kueue.MultiKueueClusterSpec{
+		ClusterSource: kueue.ClusterSource{KubeConfig: &kueue.KubeConfig{LocationType: kueue.SecretLocationType, Location: "worker-kubeconfig"}}}})
+	manager.create(t, &kueue.MultiKueueConfig{ObjectMeta: metav1.ObjectMeta{Name: "mk"}, Spec: kueue.MultiKueueConfigSpec{Clusters: []string{"worker"}}})
+	manager.create(t, &kueue.AdmissionCheck{ObjectMeta: metav1.ObjectMeta{Name: "mk"}, Spec: kueue.AdmissionCheckSpec{
+		ControllerName: kueue.MultiKueueControllerName,
+		Parameters:     &kueue.AdmissionCheckParametersReference{APIGroup: kueue.GroupVersion.Group, Kind: "MultiKueueConfig", Name: "mk"}}})
+	manager.create(t, &kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: "cq"}, Spec: kueue.ClusterQueueSpec{
+		NamespaceSelector: &metav1.LabelSelector{},
+		ResourceGroups: []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{corev1.ResourceCPU}, Flavors: []kueue.FlavorQuotas{
+			{Name: "default", Resources: []kueue.ResourceQuota{{Name: corev1.ResourceCPU, NominalQuota: resource.MustParse("4")}}}}}},
+		AdmissionChecksStrategy: &kueue.AdmissionChecksStrategy{AdmissionChecks: []kueue.AdmissionCheckStrategyRule{{Name: "mk"}}},
+	}})
+	manager.localQueue("lq", "cq")
+	waitUntil(t, 2*time.Minute, "the MultiKueue cluster and admission check to be active", func() bool {
+		mkc, ac := &kueue.MultiKueueCluster{}, &kueue.AdmissionCheck{}
+		return manager.cl.Get(manager.ctx, client.ObjectKey{Name: "worker"}, mkc) == nil &&
+			meta.IsStatusConditionTrue(mkc.Status.Conditions, kueue.MultiKueueClusterActive) &&
+			manager.cl.Get(manager.ctx, client.ObjectKey{Name: "mk"}, ac) == nil &&
+			meta.IsStatusConditionTrue(ac.Status.Conditions, kueue.AdmissionCheckActive)
+	})
+}
+
+// workerKubeconfig is the worker's admin access as MultiKueue takes it:
+// server, CA data and client certificate, all embedded.
+func workerKubeconfig(worker *kueueEnv) clientcmdapi.Config {
+	cfg := worker.c.Config
+	return clientcmdapi.Config{
+		Clusters:       map[string]*clientcmdapi.Cluster{"worker": {Server: cfg.Host, CertificateAuthorityData: cfg.CAData}},
+		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"admin": {ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}},
+		Contexts:       map[string]*clientcmdapi.Context{"worker": {Cluster: "worker", AuthInfo: "admin"}},
+		CurrentContext: "worker",
+	}
+}
+
+// dispatchedJob is a SafeJob for the manager: queued in lq, run by MultiKueue.
+func dispatchedJob(name string, completions, parallelism int32, indexed bool, d string) *batchv1alpha1.SafeJob {
+	sj := job(name, "lq", completions, parallelism, d)
+	sj.Spec.ManagedBy = ptr.To(kueue.MultiKueueControllerName)
+	if indexed {
+		sj.Spec.CompletionMode = batchv1alpha1.IndexedCompletion
+	}
+	return sj
+}
+
+// checkRanOnWorker checks a finished dispatched SafeJob: Complete on the
+// manager with the worker's status, exactly completions pods on the worker
+// and none on the manager, its Workload Finished on both clusters.
+func checkRanOnWorker(t *testing.T, manager, worker *kueueEnv, name string, completions int32) {
+	t.Helper()
+	sj := manager.get(t, name)
+	if sj.Status.Succeeded != completions || sj.Status.Failed != 0 {
+		t.Errorf("%s on the manager: succeeded %d failed %d, want %d and 0", name, sj.Status.Succeeded, sj.Status.Failed, completions)
+	}
+	if got := worker.podCreates(t, name); got != int(completions) {
+		t.Errorf("%s: %d pods created on the worker, want %d", name, got, completions)
+	}
+	if got := manager.podCreates(t, name); got != 0 {
+		t.Errorf("%s: %d pods created on the manager", name, got)
+	}
+	wlName := controller.WorkloadName(sj)
+	for _, c := range []*kueueEnv{manager, worker} {
+		waitUntil(t, time.Minute, name+"'s Workload to be finished on both clusters", func() bool {
+			wl := &kueue.Workload{}
+			err := c.cl.Get(c.ctx, client.ObjectKey{Namespace: nsSafeJob, Name: wlName}, wl)
+			// MultiKueue removes the worker's copy once the manager's is finished.
+			return (c == worker && apierrors.IsNotFound(err)) ||
+				(err == nil && meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished))
+		})
+	}
+}
+
+// testDispatched: Indexed and NonIndexed SafeJobs submitted to the manager
+// run on the worker, exactly once each.
+func testDispatched(t *testing.T, manager, worker *kueueEnv) {
+	want := map[string]int32{}
+	for i, indexed := range []bool{true, false, true, false} {
+		name := fmt.Sprintf("mk-%d", i)
+		want[name] = int32(2 + i)
+		manager.create(t, dispatchedJob(name, want[name], 2, indexed, "1s"))
+	}
+	for name, completions := range want {
+		manager.waitComplete(t, name)
+		checkRanOnWorker(t, manager, worker, name, completions)
+	}
+}
+
+// testKueueRestarted: the manager's Kueue is killed and restarted while
+// dispatched SafeJobs run on the worker; nothing is lost or run twice.
+func testKueueRestarted(t *testing.T, manager, worker *kueueEnv) {
+	names := []string{"mk-restart-0", "mk-restart-1"}
+	for i, name := range names {
+		manager.create(t, dispatchedJob(name, 4, 2, i == 0, "3s"))
+	}
+	for _, name := range names {
+		waitUntil(t, 2*time.Minute, name+" to run on the worker", func() bool {
+			sj := &batchv1alpha1.SafeJob{}
+			return worker.cl.Get(worker.ctx, client.ObjectKey{Namespace: nsSafeJob, Name: name}, sj) == nil && sj.Status.Ready > 0
+		})
+	}
+	if err := manager.c.RestartKueue(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		manager.waitComplete(t, name)
+		checkRanOnWorker(t, manager, worker, name, 4)
+	}
+}
+
+// testCancelled: deleting a dispatched SafeJob on the manager while it runs
+// on the worker removes the worker's copy and its pods.
+func testCancelled(t *testing.T, manager, worker *kueueEnv) {
+	sj := dispatchedJob("mk-cancel", 2, 2, false, "1s")
+	sj.Spec.Template.Annotations["kwok.safejob.dev/hold"] = "true"
+	manager.create(t, sj)
+	waitUntil(t, 2*time.Minute, "mk-cancel to run on the worker", func() bool {
+		got := &batchv1alpha1.SafeJob{}
+		return worker.cl.Get(worker.ctx, client.ObjectKey{Namespace: nsSafeJob, Name: sj.Name}, got) == nil && got.Status.Ready == 2
+	})
+	if err := manager.cl.Delete(manager.ctx, manager.get(t, sj.Name)); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 2*time.Minute, "the worker's copy, its pods and Workload to be gone", func() bool {
+		err := worker.cl.Get(worker.ctx, client.ObjectKey{Namespace: nsSafeJob, Name: sj.Name}, &batchv1alpha1.SafeJob{})
+		var pods corev1.PodList
+		if err := worker.cl.List(worker.ctx, &pods, client.InNamespace(nsSafeJob),
+			client.MatchingLabels{batchv1alpha1.SafeJobNameLabel: sj.Name}); err != nil {
+			return false
+		}
+		var wls kueue.WorkloadList
+		if err := worker.cl.List(worker.ctx, &wls, client.InNamespace(nsSafeJob)); err != nil {
+			return false
+		}
+		for _, wl := range wls.Items {
+			if strings.HasPrefix(wl.Name, "safejob-"+sj.Name+"-") {
+				return false
+			}
+		}
+		return apierrors.IsNotFound(err) && len(pods.Items) == 0
+	})
+	if got := manager.podCreates(t, sj.Name); got != 0 {
+		t.Errorf("%d pods created on the manager", got)
+	}
+}
