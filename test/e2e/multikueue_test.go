@@ -10,10 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -25,21 +21,22 @@ import (
 
 // TestMultiKueue dispatches SafeJobs from a manager cluster to a worker
 // cluster through the real Kueue's MultiKueue (v0.16.6, its generic adapter
-// for custom jobs), each cluster with its own SafeJob operator, set up as an
-// admin would: an AdmissionCheck of controller kueue.x-k8s.io/multikueue, a
-// MultiKueueConfig and a MultiKueueCluster whose kubeconfig Secret embeds
-// the worker's CA and a client certificate.
+// for custom jobs), each cluster with its own SafeJob operator, set up as
+// docs/multikueue.md tells an admin (cluster.ConnectMultiKueue): MultiKueue
+// reaches the worker with a token of a ServiceAccount bound to exactly
+// config/multikueue/worker's role.
 func TestMultiKueue(t *testing.T) {
 	worker := &kueueEnv{env: newEnv(t, cluster.Options{Kueue: true}), ctx: context.Background()}
 	manager := &kueueEnv{env: newEnv(t, cluster.Options{Kueue: true, MultiKueue: true, KueueOrigin: "manager"}),
 		ctx: context.Background()}
 	worker.startOperator()
 	manager.startOperator()
-	worker.flavor("default", nil)
-	worker.clusterQueue("cq", 4, "default")
-	worker.localQueue("lq", "cq")
-	manager.flavor("default", nil)
-	setUpMultiKueue(t, manager, worker)
+	if err := cluster.ConnectMultiKueue(manager.ctx, manager.c, worker.c, "worker"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.MultiKueueQueues(manager.ctx, manager.c, worker.c, nsSafeJob, "lq", 4); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			manager.logOperators()
@@ -50,51 +47,6 @@ func TestMultiKueue(t *testing.T) {
 	t.Run("dispatched", func(t *testing.T) { testDispatched(t, manager, worker) })
 	t.Run("manager's Kueue restarted mid-run", func(t *testing.T) { testKueueRestarted(t, manager, worker) })
 	t.Run("cancelled while running", func(t *testing.T) { testCancelled(t, manager, worker) })
-}
-
-// setUpMultiKueue makes the manager's ClusterQueue "cq" dispatch to the
-// worker, and waits until the AdmissionCheck is active.
-func setUpMultiKueue(t *testing.T, manager, worker *kueueEnv) {
-	t.Helper()
-	raw, err := clientcmd.Write(workerKubeconfig(worker))
-	if err != nil {
-		t.Fatal(err)
-	}
-	manager.create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kueue-system"}})
-	manager.create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "worker-kubeconfig", Namespace: "kueue-system"},
-		Data: map[string][]byte{"kubeconfig": raw}})
-	manager.create(t, &kueue.MultiKueueCluster{ObjectMeta: metav1.ObjectMeta{Name: "worker"}, Spec: kueue.MultiKueueClusterSpec{
-		ClusterSource: kueue.ClusterSource{KubeConfig: &kueue.KubeConfig{LocationType: kueue.SecretLocationType, Location: "worker-kubeconfig"}}}})
-	manager.create(t, &kueue.MultiKueueConfig{ObjectMeta: metav1.ObjectMeta{Name: "mk"}, Spec: kueue.MultiKueueConfigSpec{Clusters: []string{"worker"}}})
-	manager.create(t, &kueue.AdmissionCheck{ObjectMeta: metav1.ObjectMeta{Name: "mk"}, Spec: kueue.AdmissionCheckSpec{
-		ControllerName: kueue.MultiKueueControllerName,
-		Parameters:     &kueue.AdmissionCheckParametersReference{APIGroup: kueue.GroupVersion.Group, Kind: "MultiKueueConfig", Name: "mk"}}})
-	manager.create(t, &kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: "cq"}, Spec: kueue.ClusterQueueSpec{
-		NamespaceSelector: &metav1.LabelSelector{},
-		ResourceGroups: []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{corev1.ResourceCPU}, Flavors: []kueue.FlavorQuotas{
-			{Name: "default", Resources: []kueue.ResourceQuota{{Name: corev1.ResourceCPU, NominalQuota: resource.MustParse("4")}}}}}},
-		AdmissionChecksStrategy: &kueue.AdmissionChecksStrategy{AdmissionChecks: []kueue.AdmissionCheckStrategyRule{{Name: "mk"}}},
-	}})
-	manager.localQueue("lq", "cq")
-	waitUntil(t, 2*time.Minute, "the MultiKueue cluster and admission check to be active", func() bool {
-		mkc, ac := &kueue.MultiKueueCluster{}, &kueue.AdmissionCheck{}
-		return manager.cl.Get(manager.ctx, client.ObjectKey{Name: "worker"}, mkc) == nil &&
-			meta.IsStatusConditionTrue(mkc.Status.Conditions, kueue.MultiKueueClusterActive) &&
-			manager.cl.Get(manager.ctx, client.ObjectKey{Name: "mk"}, ac) == nil &&
-			meta.IsStatusConditionTrue(ac.Status.Conditions, kueue.AdmissionCheckActive)
-	})
-}
-
-// workerKubeconfig is the worker's admin access as MultiKueue takes it:
-// server, CA data and client certificate, all embedded.
-func workerKubeconfig(worker *kueueEnv) clientcmdapi.Config {
-	cfg := worker.c.Config
-	return clientcmdapi.Config{
-		Clusters:       map[string]*clientcmdapi.Cluster{"worker": {Server: cfg.Host, CertificateAuthorityData: cfg.CAData}},
-		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"admin": {ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}},
-		Contexts:       map[string]*clientcmdapi.Context{"worker": {Cluster: "worker", AuthInfo: "admin"}},
-		CurrentContext: "worker",
-	}
 }
 
 // dispatchedJob is a SafeJob for the manager: queued in lq, run by MultiKueue.
