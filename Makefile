@@ -110,12 +110,12 @@ build: manifests generate fmt vet ## Build the manager binary.
 	go build -o bin/manager ./cmd
 
 .PHONY: run
-run: build ## Run SafeJob: against $$KUBECONFIG (or ~/.kube/config) if there is one, else on a local cluster with the samples.
+run: build ## Run SafeJob: against $$KUBECONFIG (or ~/.kube/config) if there is one, else on a local cluster with the samples (MULTIKUEUE=1: a manager and a worker cluster).
 	@if [ -n "$${KUBECONFIG:-}" ] || [ -f "$$HOME/.kube/config" ]; then \
 		echo "Running the operator against $${KUBECONFIG:-$$HOME/.kube/config}"; \
 		exec bin/manager --health-probe-bind-address=127.0.0.1:8081; \
 	else \
-		go build -o bin/localcluster ./hack/localcluster && exec bin/localcluster run; \
+		go build -o bin/localcluster ./hack/localcluster && exec bin/localcluster $(if $(MULTIKUEUE),-multikueue) run; \
 	fi
 # (Built, then run: `go run` exits 1 when Ctrl-C interrupts it, whatever its
 # program does, and make would report an error.)

@@ -36,6 +36,8 @@ func main() {
 	exitWhenDone := flag.Bool("exit-when-complete", false, "run: exit once every sample has finished")
 	nodes := flag.Int("nodes", 4, "number of simulated nodes")
 	manager := flag.String("manager", "bin/manager", "run: the operator binary")
+	multiKueue := flag.Bool("multikueue", false, "run: a manager and a worker cluster with Kueue's MultiKueue between them; "+
+		"the sample of config/samples/multikueue is dispatched to the worker")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: localcluster [flags] run|up\n")
 		flag.PrintDefaults()
@@ -47,7 +49,12 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := run(ctx, flag.Arg(0), *nodes, *manager, *exitWhenDone)
+	var err error
+	if *multiKueue && flag.Arg(0) == "run" {
+		err = runMultiKueue(ctx, *nodes, *manager, *exitWhenDone)
+	} else {
+		err = run(ctx, flag.Arg(0), *nodes, *manager, *exitWhenDone)
+	}
 	switch {
 	case ctx.Err() != nil:
 		// Stopped on request (Ctrl-C): whatever the teardown met on its way

@@ -20,6 +20,33 @@ import (
 // Ctrl-C (SIGINT) stops everything, and the command exits 0, as `make run`
 // needs to end without an error.
 func TestRunCommand(t *testing.T) {
+	out := runLocalCluster(t)
+	for _, want := range []string{`safejob-sample\s+5/5 .*Complete`, `safejob-indexed\s+8/8 .*Complete`, `safejob-scheduled .*last run OK`,
+		"Every sample finished", "kubectl get sj", "==> Stopped"} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestRunCommandMultiKueue runs `make run MULTIKUEUE=1`'s command: a
+// manager and a worker cluster with MultiKueue between them; the sample
+// dispatched from the manager completes on the worker, and Ctrl-C stops
+// everything with exit 0.
+func TestRunCommandMultiKueue(t *testing.T) {
+	out := runLocalCluster(t, "-multikueue")
+	for _, want := range []string{`dispatched\s+6/6 .*Complete`, "finished on the worker", "==> Stopped"} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// runLocalCluster builds hack/localcluster and runs it with flags and
+// "run" until it says Ctrl-C stops everything, then sends SIGINT; it
+// returns what it printed, once it exited 0.
+func runLocalCluster(t *testing.T, flags ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	bin := filepath.Join(t.TempDir(), "localcluster")
@@ -28,7 +55,7 @@ func TestRunCommand(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building localcluster: %v\n%s", err, out)
 	}
-	cmd := exec.CommandContext(ctx, bin, "-manager", managerBin, "run")
+	cmd := exec.CommandContext(ctx, bin, append(append([]string{"-manager", managerBin}, flags...), "run")...)
 	cmd.Dir = root
 	cmd.Env = append(cmd.Environ(), "KUBECONFIG=")
 	cmd.Stderr = os.Stderr
@@ -50,12 +77,7 @@ func TestRunCommand(t *testing.T) {
 		}
 	}
 	if err := cmd.Wait(); err != nil {
-		t.Fatalf("localcluster run, stopped with Ctrl-C: %v\n%s", err, out.String())
+		t.Fatalf("localcluster %v run, stopped with Ctrl-C: %v\n%s", flags, err, out.String())
 	}
-	for _, want := range []string{`safejob-sample\s+5/5 .*Complete`, `safejob-indexed\s+8/8 .*Complete`, `safejob-scheduled .*last run OK`,
-		"Every sample finished", "kubectl get sj", "==> Stopped"} {
-		if !regexp.MustCompile(want).Match(out.Bytes()) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
-		}
-	}
+	return out.String()
 }
