@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -76,7 +75,7 @@ type prebuiltHandler struct {
 	cache client.Reader
 }
 
-func (h *prebuiltHandler) enqueue(ctx context.Context, obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+func (h *prebuiltHandler) enqueue(ctx context.Context, obj client.Object, q queue) {
 	wl, ok := obj.(*kueue.Workload)
 	if !ok || wl.Labels[kueue.MultiKueueOriginLabel] == "" {
 		return
@@ -92,19 +91,19 @@ func (h *prebuiltHandler) enqueue(ctx context.Context, obj client.Object, q work
 	}
 }
 
-func (h *prebuiltHandler) Create(ctx context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+func (h *prebuiltHandler) Create(ctx context.Context, e event.TypedCreateEvent[client.Object], q queue) {
 	h.enqueue(ctx, e.Object, q)
 }
 
-func (h *prebuiltHandler) Update(ctx context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+func (h *prebuiltHandler) Update(ctx context.Context, e event.TypedUpdateEvent[client.Object], q queue) {
 	h.enqueue(ctx, e.ObjectNew, q)
 }
 
-func (h *prebuiltHandler) Delete(ctx context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+func (h *prebuiltHandler) Delete(ctx context.Context, e event.TypedDeleteEvent[client.Object], q queue) {
 	h.enqueue(ctx, e.Object, q)
 }
 
-func (h *prebuiltHandler) Generic(context.Context, event.TypedGenericEvent[client.Object], workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+func (h *prebuiltHandler) Generic(context.Context, event.TypedGenericEvent[client.Object], queue) {
 }
 
 var _ handler.EventHandler = &prebuiltHandler{}

@@ -127,8 +127,22 @@ func TestMultiKueueWorker(t *testing.T) {
 	if creates := h.finalCheck(t, got); len(creates) != 4 {
 		t.Errorf("%d pods created, want 4", len(creates))
 	}
+	// MultiKueue removes the copy (background propagation): it goes.
+	if err := k8s.Delete(context.Background(), sj, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the copy gone", func() (bool, error) {
+		err := k8s.Get(context.Background(), client.ObjectKeyFromObject(sj), &batchv1alpha1.SafeJob{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+}
 
-	// A Workload of the name another object controls: never touched.
+// TestMultiKueueWorkerStranger: a worker's copy whose Workload another
+// object controls never touches it, never makes one, and runs no pod.
+func TestMultiKueueWorkerStranger(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, succeed, false)
+	startManager(t, h.ns, managerOptions{})
 	owner := queuedSafeJob("owner", h.ns, 1, 1)
 	owner.Spec.ManagedBy = ptr.To("example.com/elsewhere")
 	if err := k8s.Create(context.Background(), owner); err != nil {
@@ -138,7 +152,9 @@ func TestMultiKueueWorker(t *testing.T) {
 	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(foreign), foreign); err != nil {
 		t.Fatal(err)
 	}
-	stranger := copyOf("stranger", foreign.Name)
+	stranger := queuedSafeJob("stranger", h.ns, 4, 2)
+	stranger.Labels[jobs.PrebuiltWorkloadLabel] = foreign.Name
+	stranger.Labels[kueue.MultiKueueOriginLabel] = "manager"
 	if err := k8s.Create(context.Background(), stranger); err != nil {
 		t.Fatal(err)
 	}
@@ -154,18 +170,12 @@ func TestMultiKueueWorker(t *testing.T) {
 	if err := k8s.List(context.Background(), &list, client.InNamespace(h.ns)); err != nil {
 		t.Fatal(err)
 	}
-	if len(list.Items) != 2 {
-		t.Errorf("%d Workloads, want the 2 made here: a copy never makes one", len(list.Items))
+	if len(list.Items) != 1 {
+		t.Errorf("%d Workloads, want the one made here: a copy never makes one", len(list.Items))
 	}
-
-	// MultiKueue removes the copy: it goes, and so does its Workload's finalizer.
-	if err := k8s.Delete(context.Background(), sj, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
-		t.Fatal(err)
+	if creates, _ := testutil.PodCreates(auditLog, h.ns); len(creates) != 0 {
+		t.Errorf("pods created under a Workload another object controls: %v", creates)
 	}
-	waitFor(t, 30*time.Second, "the copy gone", func() (bool, error) {
-		err := k8s.Get(context.Background(), client.ObjectKeyFromObject(sj), &batchv1alpha1.SafeJob{})
-		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
-	})
 }
 
 // prebuiltWorkload creates a Workload as MultiKueue creates one on a worker:

@@ -223,22 +223,8 @@ func DecideWorkload(in *WorkloadInput) *WorkloadPlan {
 	case !in.Served:
 		p.Gate = &QueueGate{Reason: ReasonKueueMissing,
 			Message: fmt.Sprintf("label %s is set but the Workload API (kueue.x-k8s.io/v1beta2) is not served; install Kueue", queueNameLabel)}
-	case wl == nil && launchesOpen(in.Status):
-		p.Gate = &QueueGate{Reason: ReasonWorkloadMissing, Message: "the Workload is gone; stopping pods before queueing again"}
-	case wl == nil && in.Prebuilt != "" && len(in.NamesTaken) > 0:
-		p.Gate = &QueueGate{Reason: ReasonWorkloadNameTaken, Message: fmt.Sprintf(
-			"Workload %s, made by MultiKueue for this SafeJob, is controlled by another object; no pod runs", in.Prebuilt)}
-	case wl == nil && in.Prebuilt != "":
-		p.Gate = &QueueGate{Reason: ReasonWaitingForPrebuilt, Message: fmt.Sprintf(
-			"waiting for Workload %s, which MultiKueue creates for this SafeJob", in.Prebuilt)}
-	case wl == nil && len(in.NamesTaken) > 0:
-		p.Gate = &QueueGate{Reason: ReasonWorkloadNameTaken,
-			Message: fmt.Sprintf("Workloads the SafeJob does not control hold every name its Workload may have (%s); "+
-				"it queues once one of them is free", strings.Join(in.NamesTaken, ", "))}
-	case wl == nil && ledger.Finished(in.Status.Conditions) != nil:
-		// nothing left to queue
 	case wl == nil:
-		p.Create, p.Count = true, WorkloadCount(in.Spec, in.Status)
+		decideNoWorkload(in, p)
 	case in.Created:
 		p.Gate = &QueueGate{Reason: batchv1alpha1.ReasonQueued,
 			Message: fmt.Sprintf("Workload %s created in LocalQueue %s", wl.Name, in.Queue)}
@@ -251,6 +237,30 @@ func DecideWorkload(in *WorkloadInput) *WorkloadPlan {
 		p.Gate = gate(in)
 	}
 	return p
+}
+
+// decideNoWorkload decides for a SafeJob that has no Workload: stop its
+// pods first, wait for the names or MultiKueue's Workload, nothing once
+// finished, or create one.
+func decideNoWorkload(in *WorkloadInput, p *WorkloadPlan) {
+	switch {
+	case launchesOpen(in.Status):
+		p.Gate = &QueueGate{Reason: ReasonWorkloadMissing, Message: "the Workload is gone; stopping pods before queueing again"}
+	case in.Prebuilt != "" && len(in.NamesTaken) > 0:
+		p.Gate = &QueueGate{Reason: ReasonWorkloadNameTaken, Message: fmt.Sprintf(
+			"Workload %s, made by MultiKueue for this SafeJob, is controlled by another object; no pod runs", in.Prebuilt)}
+	case in.Prebuilt != "":
+		p.Gate = &QueueGate{Reason: ReasonWaitingForPrebuilt, Message: fmt.Sprintf(
+			"waiting for Workload %s, which MultiKueue creates for this SafeJob", in.Prebuilt)}
+	case len(in.NamesTaken) > 0:
+		p.Gate = &QueueGate{Reason: ReasonWorkloadNameTaken,
+			Message: fmt.Sprintf("Workloads the SafeJob does not control hold every name its Workload may have (%s); "+
+				"it queues once one of them is free", strings.Join(in.NamesTaken, ", "))}
+	case ledger.Finished(in.Status.Conditions) != nil:
+		// nothing left to queue
+	default:
+		p.Create, p.Count = true, WorkloadCount(in.Spec, in.Status)
+	}
 }
 
 // gate reads the admission of an existing Workload.
