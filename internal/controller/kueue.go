@@ -217,7 +217,8 @@ func (r *SafeJobReconciler) dropWorkload(ctx context.Context, wl *kueue.Workload
 }
 
 // createWorkload creates the Workload of a SafeJob, as Kueue builds one for
-// a batch/v1 Job: one pod set "main" of count pods, the queue, the priority
+// a batch/v1 Job: one pod set "main" of count pods (with its minimum count
+// for partial admission and its topology request), the queue, the priority
 // and the maximum execution time. It takes the first of the SafeJob's
 // Workload names not held by a Workload it does not control; when every one
 // is, it creates nothing and returns them.
@@ -231,7 +232,8 @@ func (r *SafeJobReconciler) createWorkload(ctx context.Context, sj *batchv1alpha
 		Spec: kueue.WorkloadSpec{
 			QueueName: kueue.LocalQueueName(queueName(sj)),
 			PodSets: []kueue.PodSet{{Name: mainPodSet, Count: count, Template: *sj.Spec.Template.DeepCopy(),
-				MinCount: jobs.MinCount(sj.Annotations[MinParallelismAnnotation], count)}},
+				MinCount:        jobs.MinCount(sj.Annotations[MinParallelismAnnotation], count),
+				TopologyRequest: jobs.TopologyRequest(&sj.Spec.Template.ObjectMeta, sj.Spec.CompletionMode)}},
 			Active: ptr.To(!ptr.Deref(sj.Spec.Suspend, false)),
 		},
 	}

@@ -66,11 +66,16 @@ func newPod(sj *batchv1alpha1.SafeJob, ref jobs.PodRef) *corev1.Pod {
 type podSetInfo struct {
 	labels, annotations, nodeSelector map[string]string
 	tolerations                       []corev1.Toleration
+	// schedulingGates holds Kueue's topology gate when Kueue placed the pod
+	// set in a topology: Kueue's ungater removes it, pod by pod, setting
+	// the node selector of the domain it assigned.
+	schedulingGates []corev1.PodSchedulingGate
 }
 
 // podSetInfo builds what the admission adds to pods: the flavors' node
 // labels and tolerations, the admission checks' pod set updates, the pod
-// set label and the Workload annotation.
+// set label and the Workload annotation, and, when Kueue assigned a
+// topology, its scheduling gate (as Kueue's podset.FromAssignment does).
 func (r *SafeJobReconciler) podSetInfo(ctx context.Context, wl *kueue.Workload) (*podSetInfo, error) {
 	info := &podSetInfo{
 		labels:       map[string]string{PodSetLabel: string(mainPodSet)},
@@ -80,6 +85,13 @@ func (r *SafeJobReconciler) podSetInfo(ctx context.Context, wl *kueue.Workload) 
 	for _, psa := range wl.Status.Admission.PodSetAssignments {
 		if psa.Name != mainPodSet {
 			continue
+		}
+		if psa.TopologyAssignment != nil {
+			info.schedulingGates = append(info.schedulingGates, corev1.PodSchedulingGate{Name: kueue.TopologySchedulingGate})
+			if ps := podSet(wl); ps == nil || ps.TopologyRequest == nil || (ps.TopologyRequest.Required == nil &&
+				ps.TopologyRequest.Preferred == nil && ps.TopologyRequest.Unconstrained == nil) {
+				info.annotations[kueue.PodSetUnconstrainedTopologyAnnotation] = "true"
+			}
 		}
 		flavors := slices.Sorted(maps.Values(psa.Flavors))
 		for _, name := range slices.Compact(flavors) {
@@ -129,4 +141,19 @@ func (info *podSetInfo) apply(pod *corev1.Pod) {
 			pod.Spec.Tolerations = append(pod.Spec.Tolerations, t)
 		}
 	}
+	for _, g := range info.schedulingGates {
+		if !slices.Contains(pod.Spec.SchedulingGates, g) {
+			pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, g)
+		}
+	}
+}
+
+// podSet is the Workload's main pod set, nil if it has none.
+func podSet(wl *kueue.Workload) *kueue.PodSet {
+	for i := range wl.Spec.PodSets {
+		if wl.Spec.PodSets[i].Name == mainPodSet {
+			return &wl.Spec.PodSets[i]
+		}
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -8,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger/jobs"
@@ -76,5 +78,53 @@ func checkNonIndexedAndLongNames(t *testing.T, sj *batchv1alpha1.SafeJob) {
 	long.Name, long.Spec.CompletionMode = strings.Repeat("n", 100), batchv1alpha1.IndexedCompletion
 	if h := newPod(long, jobs.PodRef{Name: "x", Index: 12345}).Spec.Hostname; len(h) > 63 || !strings.HasSuffix(h, "-12345") {
 		t.Errorf("hostname of a long name %q: want at most 63 characters ending -12345", h)
+	}
+}
+
+// TestPodSetInfoTopology: a pod set Kueue placed in a topology gets Kueue's
+// topology scheduling gate (once, however often applied), and the
+// unconstrained annotation when it asked for no topology, as Kueue's own
+// integrations give their pods.
+func TestPodSetInfoTopology(t *testing.T) {
+	placed := func(req *kueue.PodSetTopologyRequest) *kueue.Workload {
+		return &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Name: "wl"},
+			Spec: kueue.WorkloadSpec{PodSets: []kueue.PodSet{{Name: mainPodSet, Count: 2, TopologyRequest: req}}},
+			Status: kueue.WorkloadStatus{Admission: &kueue.Admission{PodSetAssignments: []kueue.PodSetAssignment{{
+				Name: mainPodSet, TopologyAssignment: &kueue.TopologyAssignment{Levels: []string{"block"}}}}}}}
+	}
+	r := &SafeJobReconciler{}
+	for name, c := range map[string]struct {
+		wl            *kueue.Workload
+		gated         bool
+		unconstrained bool
+	}{
+		"required topology": {wl: placed(&kueue.PodSetTopologyRequest{Required: ptr.To("block")}), gated: true},
+		"no topology asked": {wl: placed(nil), gated: true, unconstrained: true},
+		"index label only":  {wl: placed(&kueue.PodSetTopologyRequest{PodIndexLabel: ptr.To("i")}), gated: true, unconstrained: true},
+		"no topology placed": {wl: func() *kueue.Workload {
+			w := placed(nil)
+			w.Status.Admission.PodSetAssignments[0].TopologyAssignment = nil
+			return w
+		}()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			info, err := r.podSetInfo(context.Background(), c.wl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := &corev1.Pod{}
+			info.apply(pod)
+			info.apply(pod)
+			var want []corev1.PodSchedulingGate
+			if c.gated {
+				want = []corev1.PodSchedulingGate{{Name: kueue.TopologySchedulingGate}}
+			}
+			if diff := cmp.Diff(want, pod.Spec.SchedulingGates); diff != "" {
+				t.Errorf("scheduling gates (-want,+got):\n%s", diff)
+			}
+			if got := pod.Annotations[kueue.PodSetUnconstrainedTopologyAnnotation] == "true"; got != c.unconstrained {
+				t.Errorf("unconstrained annotation %v, want %v", got, c.unconstrained)
+			}
+		})
 	}
 }

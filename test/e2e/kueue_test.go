@@ -42,6 +42,7 @@ func TestKueue(t *testing.T) {
 	t.Run("schedule and teardown", k.testScheduleTeardown)
 	t.Run("deactivated and resumed", k.testDeactivated)
 	t.Run("admission check rejected", k.testCheckRejected)
+	t.Run("topology", k.testTopology)
 }
 
 type kueueEnv struct {
@@ -530,5 +531,56 @@ func (k *kueueEnv) testCheckRejected(t *testing.T) {
 		if got := k.podCreates(t, n); got != 0 {
 			t.Errorf("%s: %d pods created under a rejected check", n, got)
 		}
+	}
+}
+
+// testTopology: topology-aware scheduling. Four nodes in two blocks form a
+// Topology; an Indexed SafeJob requires one block
+// (kueue.x-k8s.io/podset-required-topology on its template): its Workload
+// asks for it, its pods start behind Kueue's topology gate, and Kueue's
+// ungater places every pod in one block, where the SafeJob completes.
+func (k *kueueEnv) testTopology(t *testing.T) {
+	const blockLabel = "example.com/block"
+	for i, block := range []string{"b1", "b1", "b2", "b2"} {
+		k.create(t, cluster.NewNode(fmt.Sprintf("tas-%d", i), map[string]string{"tas": "true", blockLabel: block}))
+	}
+	k.create(t, &kueue.Topology{ObjectMeta: metav1.ObjectMeta{Name: "blocks"}, Spec: kueue.TopologySpec{
+		Levels: []kueue.TopologyLevel{{NodeLabel: blockLabel}, {NodeLabel: corev1.LabelHostname}}}})
+	k.create(t, &kueue.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: "tas"}, Spec: kueue.ResourceFlavorSpec{
+		NodeLabels: map[string]string{"tas": "true"}, TopologyName: ptr.To(kueue.TopologyReference("blocks"))}})
+	k.clusterQueue("cq-tas", 8, "tas")
+	k.localQueue("lq-tas", "cq-tas")
+	sj := job("placed", "lq-tas", 4, 4, "2s")
+	sj.Spec.CompletionMode = batchv1alpha1.IndexedCompletion
+	sj.Spec.Template.Annotations[kueue.PodSetRequiredTopologyAnnotation] = blockLabel
+	k.create(t, sj)
+	k.waitComplete(t, "placed")
+	wl := k.workload(t, "placed")
+	if req := wl.Spec.PodSets[0].TopologyRequest; req == nil || ptr.Deref(req.Required, "") != blockLabel {
+		t.Errorf("Workload topology request %+v, want required %s", req, blockLabel)
+	}
+	if psa := wl.Status.Admission; psa == nil || psa.PodSetAssignments[0].TopologyAssignment == nil {
+		t.Fatalf("Workload admitted without a topology assignment: %+v", wl.Status.Admission)
+	}
+	var pods corev1.PodList
+	if err := k.cl.List(k.ctx, &pods, client.InNamespace(nsSafeJob), client.MatchingLabels{batchv1alpha1.SafeJobNameLabel: "placed"}); err != nil {
+		t.Fatal(err)
+	}
+	blocks := map[string]bool{}
+	for _, p := range pods.Items {
+		node := &corev1.Node{}
+		if err := k.cl.Get(k.ctx, client.ObjectKey{Name: p.Spec.NodeName}, node); err != nil {
+			t.Fatalf("pod %s on node %q: %v", p.Name, p.Spec.NodeName, err)
+		}
+		blocks[node.Labels[blockLabel]] = true
+		if len(p.Spec.SchedulingGates) != 0 || p.Spec.NodeSelector[corev1.LabelHostname] == "" && p.Spec.NodeSelector[blockLabel] == "" {
+			t.Errorf("pod %s: gates %v, nodeSelector %v; want Kueue's placement", p.Name, p.Spec.SchedulingGates, p.Spec.NodeSelector)
+		}
+	}
+	if len(pods.Items) == 0 || len(blocks) != 1 || blocks[""] {
+		t.Errorf("%d pods in blocks %v; want every pod in one block", len(pods.Items), blocks)
+	}
+	if got := k.podCreates(t, "placed"); got != 4 {
+		t.Errorf("%d pods created, want 4", got)
 	}
 }
