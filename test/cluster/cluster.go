@@ -60,6 +60,10 @@ type Options struct {
 	// (multiKueue.externalFrameworks), with KueueOrigin as its origin.
 	MultiKueue  bool
 	KueueOrigin string
+	// KueuePodsReadyTimeout, when set, turns on Kueue's waitForPodsReady
+	// with this timeout, requeuing an evicted Workload once after a second
+	// and deactivating it at the second timeout.
+	KueuePodsReadyTimeout time.Duration
 }
 
 // Cluster is a running local cluster.

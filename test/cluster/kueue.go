@@ -54,6 +54,18 @@ const multiKueueConfig = `multiKueue:
   - name: SafeJob.v1alpha1.batch.safejob.dev
 `
 
+// waitForPodsReadyConfig evicts a Workload whose pods are not all ready
+// within the timeout, requeues it once (after a second) and deactivates it
+// when it times out again.
+const waitForPodsReadyConfig = `waitForPodsReady:
+  timeout: %s
+  blockAdmission: false
+  requeuingStrategy:
+    backoffLimitCount: 1
+    backoffBaseSeconds: 1
+    backoffMaxSeconds: 2
+`
+
 // startKueue runs the Kueue manager and waits until it is ready.
 func (c *Cluster) startKueue(bin string) error {
 	certDir := filepath.Join(c.opts.Dir, "kueue-certs")
@@ -75,6 +87,9 @@ func (c *Cluster) startKueue(bin string) error {
 	config := fmt.Sprintf(kueueConfig, health, webhook, certDir)
 	if c.opts.MultiKueue {
 		config += fmt.Sprintf(multiKueueConfig, c.opts.KueueOrigin)
+	}
+	if c.opts.KueuePodsReadyTimeout > 0 {
+		config += fmt.Sprintf(waitForPodsReadyConfig, c.opts.KueuePodsReadyTimeout)
 	}
 	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
 		return fmt.Errorf("writing Kueue configuration: %w", err)

@@ -427,7 +427,10 @@ func (k *kueueEnv) waitDeactivatedStopped(t *testing.T, name, reason string) *ku
 		sj := k.get(t, name)
 		c := admitted(sj)
 		st, err := jobs.Replay(&sj.Status.Ledger)
-		wl := k.workload(t, name)
+		wl := &kueue.Workload{}
+		if k.cl.Get(k.ctx, client.ObjectKey{Namespace: nsSafeJob, Name: controller.WorkloadName(sj)}, wl) != nil {
+			return false
+		}
 		return c != nil && c.Status == metav1.ConditionFalse && strings.HasPrefix(c.Reason, reason) && err == nil &&
 			len(st.Open) == 0 && wl.Status.Admission == nil
 	})
@@ -582,5 +585,38 @@ func (k *kueueEnv) testTopology(t *testing.T) {
 	}
 	if got := k.podCreates(t, "placed"); got != 4 {
 		t.Errorf("%d pods created, want 4", got)
+	}
+}
+
+// TestKueueRequeuingLimit: Kueue with waitForPodsReady (a 5s timeout, one
+// requeue). A SafeJob whose pods never become ready is evicted twice, then
+// deactivated by Kueue (DeactivatedDueToRequeuingLimitExceeded): it stops,
+// counts nothing as failed, says why, and leaves the Workload inactive.
+func TestKueueRequeuingLimit(t *testing.T) {
+	e := newEnv(t, cluster.Options{Kueue: true, KueuePodsReadyTimeout: 5 * time.Second})
+	e.startOperator()
+	k := &kueueEnv{env: e, ctx: context.Background()}
+	k.flavor("default", nil)
+	k.clusterQueue("cq", 2, "default")
+	k.localQueue("lq", "cq")
+	sj := job("never-ready", "lq", 2, 2, "1s")
+	sj.Spec.Template.Annotations["kwok.safejob.dev/start-delay"] = "10m"
+	k.create(t, sj)
+	stopped := k.waitDeactivatedStopped(t, "never-ready", "DeactivatedDueToRequeuingLimitExceeded")
+	got := k.get(t, "never-ready")
+	t.Logf("never-ready: %s: %s", admitted(got).Reason, admitted(got).Message)
+	st, err := jobs.Replay(&got.Status.Ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Failed != 0 || st.Evicted != 4 {
+		t.Errorf("failed %d, evicted %d; want 0 failed and the 2 pods of each of the 2 admissions evicted", got.Status.Failed, st.Evicted)
+	}
+	if n := k.podCreates(t, "never-ready"); n != 4 {
+		t.Errorf("%d pods created, want 4 (2 per admission)", n)
+	}
+	// Nothing brings it back but an activation: SafeJob leaves it as it is.
+	if wl := k.workload(t, "never-ready"); wl.Generation != stopped.Generation || ptr.Deref(wl.Spec.Active, true) {
+		t.Errorf("Workload generation %d (was %d), active %v", wl.Generation, stopped.Generation, ptr.Deref(wl.Spec.Active, true))
 	}
 }
