@@ -43,6 +43,7 @@ func TestKueue(t *testing.T) {
 	t.Run("deactivated and resumed", k.testDeactivated)
 	t.Run("admission check rejected", k.testCheckRejected)
 	t.Run("topology", k.testTopology)
+	t.Run("partial admission", k.testPartialAdmission)
 }
 
 type kueueEnv struct {
@@ -585,6 +586,26 @@ func (k *kueueEnv) testTopology(t *testing.T) {
 	}
 	if got := k.podCreates(t, "placed"); got != 4 {
 		t.Errorf("%d pods created, want 4", got)
+	}
+}
+
+// testPartialAdmission: a SafeJob of parallelism 4 that accepts 2
+// (kueue.x-k8s.io/job-min-parallelism) in a ClusterQueue of 2 CPUs: Kueue
+// admits 2 pods, and the SafeJob completes with 2 at a time, one pod per
+// completion.
+func (k *kueueEnv) testPartialAdmission(t *testing.T) {
+	k.clusterQueue("cq-partial", 2, "default")
+	k.localQueue("lq-partial", "cq-partial")
+	sj := job("partial", "lq-partial", 4, 4, "2s")
+	sj.Annotations = map[string]string{controller.MinParallelismAnnotation: "2"}
+	k.create(t, sj)
+	k.waitComplete(t, "partial")
+	wl := k.workload(t, "partial")
+	if wl.Status.Admission == nil || ptr.Deref(wl.Status.Admission.PodSetAssignments[0].Count, 0) != 2 {
+		t.Errorf("admission %+v, want 2 of the 4 pods", wl.Status.Admission)
+	}
+	if got, sj := k.podCreates(t, "partial"), k.get(t, "partial"); got != 4 || sj.Status.Succeeded != 4 || sj.Status.Failed != 0 {
+		t.Errorf("%d pods created, succeeded %d, failed %d; want 4, 4, 0", got, sj.Status.Succeeded, sj.Status.Failed)
 	}
 }
 
