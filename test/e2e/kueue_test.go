@@ -566,26 +566,34 @@ func (k *kueueEnv) testTopology(t *testing.T) {
 	if psa := wl.Status.Admission; psa == nil || psa.PodSetAssignments[0].TopologyAssignment == nil {
 		t.Fatalf("Workload admitted without a topology assignment: %+v", wl.Status.Admission)
 	}
+	k.checkOneDomain(t, "placed", blockLabel)
+	if got := k.podCreates(t, "placed"); got != 4 {
+		t.Errorf("%d pods created, want 4", got)
+	}
+}
+
+// checkOneDomain checks that Kueue's ungater placed every pod of the SafeJob
+// (gate lifted, a node selector of its topology) on nodes of one value of
+// the topology label.
+func (k *kueueEnv) checkOneDomain(t *testing.T, name, label string) {
+	t.Helper()
 	var pods corev1.PodList
-	if err := k.cl.List(k.ctx, &pods, client.InNamespace(nsSafeJob), client.MatchingLabels{batchv1alpha1.SafeJobNameLabel: "placed"}); err != nil {
+	if err := k.cl.List(k.ctx, &pods, client.InNamespace(nsSafeJob), client.MatchingLabels{batchv1alpha1.SafeJobNameLabel: name}); err != nil {
 		t.Fatal(err)
 	}
-	blocks := map[string]bool{}
+	domains := map[string]bool{}
 	for _, p := range pods.Items {
 		node := &corev1.Node{}
 		if err := k.cl.Get(k.ctx, client.ObjectKey{Name: p.Spec.NodeName}, node); err != nil {
 			t.Fatalf("pod %s on node %q: %v", p.Name, p.Spec.NodeName, err)
 		}
-		blocks[node.Labels[blockLabel]] = true
-		if len(p.Spec.SchedulingGates) != 0 || p.Spec.NodeSelector[corev1.LabelHostname] == "" && p.Spec.NodeSelector[blockLabel] == "" {
+		domains[node.Labels[label]] = true
+		if len(p.Spec.SchedulingGates) != 0 || p.Spec.NodeSelector[corev1.LabelHostname] == "" && p.Spec.NodeSelector[label] == "" {
 			t.Errorf("pod %s: gates %v, nodeSelector %v; want Kueue's placement", p.Name, p.Spec.SchedulingGates, p.Spec.NodeSelector)
 		}
 	}
-	if len(pods.Items) == 0 || len(blocks) != 1 || blocks[""] {
-		t.Errorf("%d pods in blocks %v; want every pod in one block", len(pods.Items), blocks)
-	}
-	if got := k.podCreates(t, "placed"); got != 4 {
-		t.Errorf("%d pods created, want 4", got)
+	if len(pods.Items) == 0 || len(domains) != 1 || domains[""] {
+		t.Errorf("%d pods in %s %v; want every pod in one", len(pods.Items), label, domains)
 	}
 }
 

@@ -51,6 +51,21 @@ func waitWorkload(t *testing.T, sj *batchv1alpha1.SafeJob, what string, cond fun
 
 func anyWorkload(*kueue.Workload) bool { return true }
 
+// completeExactly waits for a queued SafeJob to finish and checks that it
+// completed with succeeded completions, no failure, and creates pods in
+// all (the audit log), the ledger sound throughout.
+func completeExactly(t *testing.T, h *harness, sj *batchv1alpha1.SafeJob, succeeded int32, creates int) {
+	t.Helper()
+	got := waitFinished(t, client.ObjectKeyFromObject(sj), time.Minute)
+	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || got.Status.Succeeded != succeeded || got.Status.Failed != 0 {
+		t.Fatalf("succeeded %d failed %d conditions %+v; want %d succeeded", got.Status.Succeeded, got.Status.Failed,
+			got.Status.Conditions, succeeded)
+	}
+	if c := h.finalCheck(t, got); len(c) != creates {
+		t.Errorf("%d pods created, want %d", len(c), creates)
+	}
+}
+
 // runAdmitted creates a queued SafeJob, admits its Workload with the
 // flavor and waits until its parallelism of pods is ready; it returns the
 // Workload as created.
@@ -229,13 +244,7 @@ func TestKueueEviction(t *testing.T) {
 	checkEvicted(t, sj, 2)
 	h.kubelet.SetFate(succeed)
 	admit(t, key, "on-demand-b")
-	got := waitFinished(t, client.ObjectKeyFromObject(sj), time.Minute)
-	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || got.Status.Succeeded != 4 || got.Status.Failed != 0 {
-		t.Fatalf("after re-admission: succeeded %d failed %d conditions %+v", got.Status.Succeeded, got.Status.Failed, got.Status.Conditions)
-	}
-	if creates := h.finalCheck(t, got); len(creates) != 6 {
-		t.Errorf("%d pods created, want 6 (2 preempted, 4 completions)", len(creates))
-	}
+	completeExactly(t, h, sj, 4, 6) // 2 preempted, 4 completions
 }
 
 // checkQuotaGivenBack waits for the reservation to go, checking that no pod
@@ -727,15 +736,9 @@ func TestKueuePartialAdmission(t *testing.T) {
 		t.Errorf("reclaimable pods %+v with 6 completions left and 2 pods admitted", wl.Status.ReclaimablePods)
 	}
 	h.kubelet.SetFate(succeed)
-	got := waitFinished(t, client.ObjectKeyFromObject(sj), time.Minute)
-	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || got.Status.Succeeded != 6 || got.Status.Failed != 0 {
-		t.Fatalf("succeeded %d failed %d conditions %+v", got.Status.Succeeded, got.Status.Failed, got.Status.Conditions)
-	}
+	completeExactly(t, h, sj, 6, 6)
 	if n := h.kubelet.MaxActive(); n > 2 {
 		t.Errorf("%d pods were running at once; Kueue admitted 2", n)
-	}
-	if creates := h.finalCheck(t, got); len(creates) != 6 {
-		t.Errorf("%d pods created, want 6", len(creates))
 	}
 }
 
@@ -793,13 +796,7 @@ func TestKueueDeactivationIsKueues(t *testing.T) {
 	setWorkloadActive(t, key, true)
 	h.kubelet.SetFate(succeed)
 	admit(t, key, "on-demand-x")
-	got = waitFinished(t, client.ObjectKeyFromObject(sj), time.Minute)
-	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || got.Status.Succeeded != 4 || got.Status.Failed != 0 {
-		t.Fatalf("after reactivation: succeeded %d failed %d conditions %+v", got.Status.Succeeded, got.Status.Failed, got.Status.Conditions)
-	}
-	if creates := h.finalCheck(t, got); len(creates) != 6 {
-		t.Errorf("%d pods created, want 6 (2 evicted, 4 completions)", len(creates))
-	}
+	completeExactly(t, h, sj, 4, 6) // 2 evicted, 4 completions
 }
 
 // TestKueueSuspendRoundTrip: the SafeJob's own suspend deactivates its
