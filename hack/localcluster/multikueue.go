@@ -45,10 +45,10 @@ func runMultiKueue(ctx context.Context, nodes int, manager string, exitWhenDone 
 		}
 	}
 	fmt.Println("==> Connecting the manager's MultiKueue to the worker (config/multikueue/worker, a token, a kubeconfig Secret)")
-	if err := cluster.ConnectMultiKueue(ctx, clusters[managerName], clusters[workerName], workerName); err != nil {
+	if err := cluster.ConnectMultiKueue(ctx, clusters[managerName], map[string]*cluster.Cluster{workerName: clusters[workerName]}, nil); err != nil {
 		return fmt.Errorf("connecting MultiKueue: %w", err)
 	}
-	if err := cluster.MultiKueueQueues(ctx, clusters[managerName], clusters[workerName], "default", "lq", 4); err != nil {
+	if err := cluster.MultiKueueQueues(ctx, clusters[managerName], []*cluster.Cluster{clusters[workerName]}, "default", "lq", 4); err != nil {
 		return fmt.Errorf("creating the queues: %w", err)
 	}
 	cl, err := client.New(clusters[managerName].Config, client.Options{Scheme: cluster.Scheme()})

@@ -60,6 +60,9 @@ type Options struct {
 	// (multiKueue.externalFrameworks), with KueueOrigin as its origin.
 	MultiKueue  bool
 	KueueOrigin string
+	// KueueWorkerLostTimeout is how long MultiKueue waits for a worker that
+	// stopped answering before it dispatches elsewhere (default Kueue's, 15m).
+	KueueWorkerLostTimeout time.Duration
 	// KueuePodsReadyTimeout, when set, turns on Kueue's waitForPodsReady
 	// with this timeout, requeuing an evicted Workload once after a second
 	// and deactivating it at the second timeout.

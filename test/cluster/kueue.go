@@ -50,6 +50,7 @@ featureGates:
 const multiKueueConfig = `multiKueue:
   origin: %q
   gcInterval: 10s
+  workerLostTimeout: %s
   externalFrameworks:
   - name: SafeJob.v1alpha1.batch.safejob.dev
 `
@@ -86,7 +87,11 @@ func (c *Cluster) startKueue(bin string) error {
 	cfg := filepath.Join(c.opts.Dir, "kueue-config.yaml")
 	config := fmt.Sprintf(kueueConfig, health, webhook, certDir)
 	if c.opts.MultiKueue {
-		config += fmt.Sprintf(multiKueueConfig, c.opts.KueueOrigin)
+		lost := c.opts.KueueWorkerLostTimeout
+		if lost == 0 {
+			lost = 15 * time.Minute // Kueue's default
+		}
+		config += fmt.Sprintf(multiKueueConfig, c.opts.KueueOrigin, lost)
 	}
 	if c.opts.KueuePodsReadyTimeout > 0 {
 		config += fmt.Sprintf(waitForPodsReadyConfig, c.opts.KueuePodsReadyTimeout)

@@ -3,7 +3,9 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -28,50 +30,72 @@ import (
 const MultiKueueCheck = "multikueue"
 
 // ConnectMultiKueue lets the manager cluster's Kueue (started with
-// Options.MultiKueue) dispatch to the worker, as docs/multikueue.md tells an
-// admin: on the worker config/multikueue/worker and a token of its
-// ServiceAccount; on the manager a kubeconfig Secret embedding that token
-// and the worker's CA, a MultiKueueCluster, a MultiKueueConfig and the
-// AdmissionCheck MultiKueueCheck. It returns once the check is active.
-func ConnectMultiKueue(ctx context.Context, manager, worker *Cluster, name string) error {
+// Options.MultiKueue) dispatch to the workers, by name, as
+// docs/multikueue.md tells an admin: on each worker config/multikueue/worker
+// and a token of its ServiceAccount; on the manager a kubeconfig Secret per
+// worker embedding that token and the worker's CA, a MultiKueueCluster per
+// worker, one MultiKueueConfig of them all and the AdmissionCheck
+// MultiKueueCheck. It returns once every cluster and the check are active.
+// servers, when it names a worker, is the address MultiKueue reaches it at
+// (a proxy) instead of its API server's.
+func ConnectMultiKueue(ctx context.Context, manager *Cluster, workers map[string]*Cluster, servers map[string]string) error {
 	mcl, err := client.New(manager.Config, client.Options{Scheme: Scheme()})
 	if err != nil {
 		return fmt.Errorf("creating the manager's client: %w", err)
 	}
-	wcl, err := client.New(worker.Config, client.Options{Scheme: Scheme()})
-	if err != nil {
-		return fmt.Errorf("creating the worker's client: %w", err)
+	objs := []client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kueue-system"}}}
+	names := slices.Sorted(maps.Keys(workers))
+	for _, name := range names {
+		server := servers[name]
+		if server == "" {
+			server = workers[name].Config.Host
+		}
+		raw, err := multiKueueKubeconfig(ctx, workers[name], server)
+		if err != nil {
+			return err
+		}
+		secret := name + "-kubeconfig"
+		objs = append(objs,
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secret, Namespace: "kueue-system"}, Data: map[string][]byte{"kubeconfig": raw}},
+			&kueue.MultiKueueCluster{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kueue.MultiKueueClusterSpec{
+				ClusterSource: kueue.ClusterSource{KubeConfig: &kueue.KubeConfig{LocationType: kueue.SecretLocationType, Location: secret}}}})
 	}
-	raw, err := multiKueueKubeconfig(ctx, wcl, worker)
-	if err != nil {
-		return err
-	}
-	secret := name + "-kubeconfig"
-	for _, obj := range []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kueue-system"}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secret, Namespace: "kueue-system"}, Data: map[string][]byte{"kubeconfig": raw}},
-		&kueue.MultiKueueCluster{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kueue.MultiKueueClusterSpec{
-			ClusterSource: kueue.ClusterSource{KubeConfig: &kueue.KubeConfig{LocationType: kueue.SecretLocationType, Location: secret}}}},
-		&kueue.MultiKueueConfig{ObjectMeta: metav1.ObjectMeta{Name: MultiKueueCheck}, Spec: kueue.MultiKueueConfigSpec{Clusters: []string{name}}},
+	objs = append(objs,
+		&kueue.MultiKueueConfig{ObjectMeta: metav1.ObjectMeta{Name: MultiKueueCheck}, Spec: kueue.MultiKueueConfigSpec{Clusters: names}},
 		&kueue.AdmissionCheck{ObjectMeta: metav1.ObjectMeta{Name: MultiKueueCheck}, Spec: kueue.AdmissionCheckSpec{
 			ControllerName: kueue.MultiKueueControllerName,
 			Parameters: &kueue.AdmissionCheckParametersReference{APIGroup: kueue.GroupVersion.Group, Kind: "MultiKueueConfig",
-				Name: MultiKueueCheck}}},
-	} {
+				Name: MultiKueueCheck}}})
+	for _, obj := range objs {
 		if err := mcl.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating %s on the manager: %w", obj.GetName(), err)
 		}
 	}
+	return waitMultiKueueActive(ctx, mcl, manager, names)
+}
+
+// waitMultiKueueActive waits until the MultiKueueClusters of names and the
+// admission check are active.
+func waitMultiKueueActive(ctx context.Context, mcl client.Client, manager *Cluster, names []string) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		mkc, ac := &kueue.MultiKueueCluster{}, &kueue.AdmissionCheck{}
-		if mcl.Get(ctx, client.ObjectKey{Name: name}, mkc) == nil && meta.IsStatusConditionTrue(mkc.Status.Conditions, kueue.MultiKueueClusterActive) &&
-			mcl.Get(ctx, client.ObjectKey{Name: MultiKueueCheck}, ac) == nil && meta.IsStatusConditionTrue(ac.Status.Conditions, kueue.AdmissionCheckActive) {
+		inactive := ""
+		for _, name := range names {
+			mkc := &kueue.MultiKueueCluster{}
+			if mcl.Get(ctx, client.ObjectKey{Name: name}, mkc) != nil || !meta.IsStatusConditionTrue(mkc.Status.Conditions, kueue.MultiKueueClusterActive) {
+				inactive = fmt.Sprintf("MultiKueueCluster %s: %+v", name, mkc.Status.Conditions)
+			}
+		}
+		ac := &kueue.AdmissionCheck{}
+		if inactive == "" && (mcl.Get(ctx, client.ObjectKey{Name: MultiKueueCheck}, ac) != nil ||
+			!meta.IsStatusConditionTrue(ac.Status.Conditions, kueue.AdmissionCheckActive)) {
+			inactive = fmt.Sprintf("AdmissionCheck %s: %+v", MultiKueueCheck, ac.Status.Conditions)
+		}
+		if inactive == "" {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("MultiKueueCluster %s not active after 2m: %+v; last lines of the manager's Kueue:\n%s",
-				name, mkc.Status.Conditions, manager.proc("kueue").Tail(20))
+			return fmt.Errorf("not active after 2m: %s; last lines of the manager's Kueue:\n%s", inactive, manager.proc("kueue").Tail(20))
 		}
 		time.Sleep(200 * time.Millisecond) // polling interval of the readiness check
 	}
@@ -79,7 +103,11 @@ func ConnectMultiKueue(ctx context.Context, manager, worker *Cluster, name strin
 
 // multiKueueKubeconfig applies config/multikueue/worker on the worker and
 // returns a kubeconfig of its ServiceAccount: server, CA data and a token.
-func multiKueueKubeconfig(ctx context.Context, wcl client.Client, worker *Cluster) ([]byte, error) {
+func multiKueueKubeconfig(ctx context.Context, worker *Cluster, server string) ([]byte, error) {
+	wcl, err := client.New(worker.Config, client.Options{Scheme: Scheme()})
+	if err != nil {
+		return nil, fmt.Errorf("creating the worker's client: %w", err)
+	}
 	if err := wcl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kueue-system"}}); err != nil &&
 		!apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("creating kueue-system on the worker: %w", err)
@@ -113,7 +141,7 @@ func multiKueueKubeconfig(ctx context.Context, wcl client.Client, worker *Cluste
 		return nil, fmt.Errorf("requesting a token for MultiKueue on the worker: %w", err)
 	}
 	raw, err := clientcmd.Write(clientcmdapi.Config{
-		Clusters:       map[string]*clientcmdapi.Cluster{"worker": {Server: worker.Config.Host, CertificateAuthorityData: worker.Config.CAData}},
+		Clusters:       map[string]*clientcmdapi.Cluster{"worker": {Server: server, CertificateAuthorityData: worker.Config.CAData}},
 		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"multikueue": {Token: tr.Status.Token}},
 		Contexts:       map[string]*clientcmdapi.Context{"worker": {Cluster: "worker", AuthInfo: "multikueue"}},
 		CurrentContext: "worker",
@@ -124,12 +152,12 @@ func multiKueueKubeconfig(ctx context.Context, wcl client.Client, worker *Cluste
 	return raw, nil
 }
 
-// MultiKueueQueues makes, in namespace ns, LocalQueue name on both
-// clusters: on the worker over a ClusterQueue of cpu CPUs, on the manager
-// over one of the same quota with the MultiKueue admission check. Both
-// ClusterQueues and the ResourceFlavor "default" are named after it too.
-func MultiKueueQueues(ctx context.Context, manager, worker *Cluster, ns, name string, cpu int) error {
-	for _, c := range []*Cluster{manager, worker} {
+// MultiKueueQueues makes, in namespace ns, LocalQueue name on every
+// cluster: on the workers over a ClusterQueue of cpu CPUs, on the manager
+// over one of the same quota with the MultiKueue admission check. The
+// ClusterQueues are named after it too, their flavor is "default".
+func MultiKueueQueues(ctx context.Context, manager *Cluster, workers []*Cluster, ns, name string, cpu int) error {
+	for _, c := range append([]*Cluster{manager}, workers...) {
 		cl, err := client.New(c.Config, client.Options{Scheme: Scheme()})
 		if err != nil {
 			return fmt.Errorf("creating client: %w", err)

@@ -21,6 +21,7 @@ type Proxy struct {
 	mu       sync.Mutex
 	conns    map[net.Conn]bool
 	stop     chan struct{}
+	stopOnce sync.Once
 	wg       sync.WaitGroup
 }
 
@@ -131,8 +132,13 @@ func (p *Proxy) cut(every time.Duration) {
 	}
 }
 
-// Close stops the proxy and every connection through it.
+// Close stops the proxy and every connection through it; closing it again
+// does nothing.
 func (p *Proxy) Close() {
+	p.stopOnce.Do(p.closeOnce)
+}
+
+func (p *Proxy) closeOnce() {
 	close(p.stop)
 	_ = p.ln.Close()
 	p.mu.Lock()

@@ -31,10 +31,10 @@ func TestMultiKueue(t *testing.T) {
 		ctx: context.Background()}
 	worker.startOperator()
 	manager.startOperator()
-	if err := cluster.ConnectMultiKueue(manager.ctx, manager.c, worker.c, "worker"); err != nil {
+	if err := cluster.ConnectMultiKueue(manager.ctx, manager.c, map[string]*cluster.Cluster{"worker": worker.c}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.MultiKueueQueues(manager.ctx, manager.c, worker.c, nsSafeJob, "lq", 4); err != nil {
+	if err := cluster.MultiKueueQueues(manager.ctx, manager.c, []*cluster.Cluster{worker.c}, nsSafeJob, "lq", 4); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -155,6 +155,90 @@ func testCancelled(t *testing.T, manager, worker *kueueEnv) {
 		return apierrors.IsNotFound(err) && len(pods.Items) == 0
 	})
 	if got := manager.podCreates(t, sj.Name); got != 0 {
+		t.Errorf("%d pods created on the manager", got)
+	}
+}
+
+// TestMultiKueueWorkerLost: two workers; the one running a dispatched
+// SafeJob is stopped mid-run (every process of its cluster). Once
+// MultiKueue's workerLostTimeout passes, the manager's Workload is evicted,
+// SafeJob gives its quota back without waiting for the lost worker's
+// status, and MultiKueue dispatches to the other worker, whose copy starts
+// from an empty ledger: the completions the lost worker recorded are run
+// again there, and the SafeJob completes with the new worker's count.
+func TestMultiKueueWorkerLost(t *testing.T) {
+	workers := map[string]*kueueEnv{}
+	for _, name := range []string{"worker-a", "worker-b"} {
+		workers[name] = &kueueEnv{env: newEnv(t, cluster.Options{Kueue: true}), ctx: context.Background()}
+		workers[name].startOperator()
+	}
+	manager := &kueueEnv{env: newEnv(t, cluster.Options{Kueue: true, MultiKueue: true, KueueOrigin: "manager",
+		KueueWorkerLostTimeout: 20 * time.Second}), ctx: context.Background()}
+	manager.startOperator()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		var wls kueue.WorkloadList
+		if err := manager.cl.List(manager.ctx, &wls, client.InNamespace(nsSafeJob)); err == nil {
+			for _, wl := range wls.Items {
+				t.Logf("manager's Workload %s: active %v admission %v checks %+v conditions %+v", wl.Name, ptr.Deref(wl.Spec.Active, true),
+					wl.Status.Admission != nil, wl.Status.AdmissionChecks, wl.Status.Conditions)
+			}
+		}
+		manager.logOperators()
+		t.Logf("manager's Kueue:\n%s", manager.c.Process("kueue").Tail(60))
+	})
+	// MultiKueue reaches each worker through a proxy: closing it cuts the
+	// worker off, as a network partition does, while it runs on.
+	proxies, servers := map[string]*cluster.Proxy{}, map[string]string{}
+	for name, w := range workers {
+		p, err := cluster.StartProxy(strings.TrimSuffix(strings.TrimPrefix(w.c.Config.Host, "https://"), "/"), 0, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		proxies[name], servers[name] = p, "https://"+p.Addr
+	}
+	if err := cluster.ConnectMultiKueue(manager.ctx, manager.c,
+		map[string]*cluster.Cluster{"worker-a": workers["worker-a"].c, "worker-b": workers["worker-b"].c}, servers); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.MultiKueueQueues(manager.ctx, manager.c, []*cluster.Cluster{workers["worker-a"].c, workers["worker-b"].c},
+		nsSafeJob, "lq", 4); err != nil {
+		t.Fatal(err)
+	}
+	manager.create(t, dispatchedJob("mk-lost", 6, 2, true, "3s"))
+	var lost string
+	waitUntil(t, 2*time.Minute, "mk-lost to have completions on a worker", func() bool {
+		for name, w := range workers {
+			sj := &batchv1alpha1.SafeJob{}
+			if w.cl.Get(w.ctx, client.ObjectKey{Namespace: nsSafeJob, Name: "mk-lost"}, sj) == nil && sj.Status.Succeeded >= 2 {
+				lost = name
+				return manager.get(t, "mk-lost").Status.Succeeded >= 2
+			}
+		}
+		return false
+	})
+	recorded := manager.get(t, "mk-lost").Status.Succeeded
+	proxies[lost].Close()
+	t.Logf("cut %s off after it recorded %d completions", lost, recorded)
+	survivor := workers["worker-a"]
+	if lost == "worker-a" {
+		survivor = workers["worker-b"]
+	}
+	waitUntil(t, 3*time.Minute, "mk-lost to complete on the other worker", func() bool {
+		sj := &batchv1alpha1.SafeJob{}
+		return survivor.cl.Get(survivor.ctx, client.ObjectKey{Namespace: nsSafeJob, Name: "mk-lost"}, sj) == nil &&
+			meta.IsStatusConditionTrue(sj.Status.Conditions, batchv1alpha1.ConditionComplete)
+	})
+	manager.waitComplete(t, "mk-lost")
+	sj := manager.get(t, "mk-lost")
+	if got := survivor.podCreates(t, "mk-lost"); got != 6 || sj.Status.Succeeded != 6 || sj.Status.Failed != 0 {
+		t.Errorf("on the other worker: %d pods created; on the manager: succeeded %d failed %d; want 6 pods (the lost "+
+			"worker's %d completions run again), 6 and 0", got, sj.Status.Succeeded, sj.Status.Failed, recorded)
+	}
+	if got := manager.podCreates(t, "mk-lost"); got != 0 {
 		t.Errorf("%d pods created on the manager", got)
 	}
 }

@@ -64,8 +64,13 @@ func DecideDispatched(in *WorkloadInput) *WorkloadPlan {
 			Message: msg, LastTransitionTime: metav1.NewTime(in.Now), ObservedGeneration: wl.Generation})
 	}
 	// The worker's pods are gone once the status MultiKueue copied shows
-	// none active and no launch open.
-	remoteStopped := in.Status.Active == 0 && !launchesOpen(in.Status)
+	// none active and no launch open. An eviction for the admission check
+	// (MultiKueue lost the worker: its workerLostTimeout passed) does not
+	// wait for that: the lost worker's status will not change any more, and
+	// MultiKueue removes its copy once it can.
+	evicted := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadEvicted)
+	remoteStopped := (in.Status.Active == 0 && !launchesOpen(in.Status)) ||
+		(evicted != nil && evicted.Reason == kueue.WorkloadEvictedByAdmissionCheck)
 	if p.GaveBack = giveBackQuota(wl, status, remoteStopped, setCond); p.GaveBack {
 		p.Status = status
 	}

@@ -53,6 +53,8 @@ func TestDecideDispatched(t *testing.T) {
 			evicted(kueue.WorkloadEvictedByPreemption)))},
 		"evicted, the worker runs none: quota given back": {in: input(job(2, 3), wl(2, reserved,
 			evicted(kueue.WorkloadEvictedByPreemption))), want: want{gaveBack: true}},
+		"evicted as the worker was lost: quota given back whatever its last status": {in: input(remoteRunning, wl(2, reserved,
+			evicted(kueue.WorkloadEvictedByAdmissionCheck))), want: want{gaveBack: true}},
 		"Kueue not served: nothing": {in: func() *WorkloadInput {
 			in := input(job(2, 3), nil)
 			in.Served = false
