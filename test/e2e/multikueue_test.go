@@ -210,12 +210,15 @@ func TestMultiKueueWorkerLost(t *testing.T) {
 	}
 	manager.create(t, dispatchedJob("mk-lost", 6, 2, true, "3s"))
 	var lost string
-	waitUntil(t, 2*time.Minute, "mk-lost to have completions on a worker", func() bool {
+	// Cut off while its pods run: the last status copied to the manager
+	// shows them active, and it will not change any more.
+	waitUntil(t, 2*time.Minute, "mk-lost to have completions and running pods on a worker", func() bool {
 		for name, w := range workers {
 			sj := &batchv1alpha1.SafeJob{}
 			if w.cl.Get(w.ctx, client.ObjectKey{Namespace: nsSafeJob, Name: "mk-lost"}, sj) == nil && sj.Status.Succeeded >= 2 {
 				lost = name
-				return manager.get(t, "mk-lost").Status.Succeeded >= 2
+				copied := manager.get(t, "mk-lost").Status
+				return copied.Succeeded >= 2 && copied.Active == 2
 			}
 		}
 		return false
