@@ -45,7 +45,8 @@ func runMultiKueue(ctx context.Context, nodes int, manager string, exitWhenDone 
 		}
 	}
 	fmt.Println("==> Connecting the manager's MultiKueue to the worker (config/multikueue/worker, a token, a kubeconfig Secret)")
-	if err := cluster.ConnectMultiKueue(ctx, clusters[managerName], map[string]*cluster.Cluster{workerName: clusters[workerName]}, nil); err != nil {
+	workers := map[string]*cluster.Cluster{workerName: clusters[workerName]}
+	if err := cluster.ConnectMultiKueue(ctx, clusters[managerName], workers, nil); err != nil {
 		return fmt.Errorf("connecting MultiKueue: %w", err)
 	}
 	if err := cluster.MultiKueueQueues(ctx, clusters[managerName], []*cluster.Cluster{clusters[workerName]}, "default", "lq", 4); err != nil {

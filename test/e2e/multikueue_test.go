@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,8 +52,9 @@ func TestMultiKueue(t *testing.T) {
 }
 
 // dispatchedJob is a SafeJob for the manager: queued in lq, run by MultiKueue.
-func dispatchedJob(name string, completions, parallelism int32, indexed bool, d string) *batchv1alpha1.SafeJob {
-	sj := job(name, "lq", completions, parallelism, d)
+// Two pods run at a time.
+func dispatchedJob(name string, completions int32, indexed bool, d string) *batchv1alpha1.SafeJob {
+	sj := job(name, "lq", completions, 2, d)
 	sj.Spec.ManagedBy = ptr.To(kueue.MultiKueueControllerName)
 	if indexed {
 		sj.Spec.CompletionMode = batchv1alpha1.IndexedCompletion
@@ -93,7 +96,7 @@ func testDispatched(t *testing.T, manager, worker *kueueEnv) {
 	for i, indexed := range []bool{true, false, true, false} {
 		name := fmt.Sprintf("mk-%d", i)
 		want[name] = int32(2 + i)
-		manager.create(t, dispatchedJob(name, want[name], 2, indexed, "1s"))
+		manager.create(t, dispatchedJob(name, want[name], indexed, "1s"))
 	}
 	for name, completions := range want {
 		manager.waitComplete(t, name)
@@ -106,7 +109,7 @@ func testDispatched(t *testing.T, manager, worker *kueueEnv) {
 func testKueueRestarted(t *testing.T, manager, worker *kueueEnv) {
 	names := []string{"mk-restart-0", "mk-restart-1"}
 	for i, name := range names {
-		manager.create(t, dispatchedJob(name, 4, 2, i == 0, "3s"))
+		manager.create(t, dispatchedJob(name, 4, i == 0, "3s"))
 	}
 	for _, name := range names {
 		waitUntil(t, 2*time.Minute, name+" to run on the worker", func() bool {
@@ -126,7 +129,7 @@ func testKueueRestarted(t *testing.T, manager, worker *kueueEnv) {
 // testCancelled: deleting a dispatched SafeJob on the manager while it runs
 // on the worker removes the worker's copy and its pods.
 func testCancelled(t *testing.T, manager, worker *kueueEnv) {
-	sj := dispatchedJob("mk-cancel", 2, 2, false, "1s")
+	sj := dispatchedJob("mk-cancel", 2, false, "1s")
 	sj.Spec.Template.Annotations["kwok.safejob.dev/hold"] = "true"
 	manager.create(t, sj)
 	waitUntil(t, 2*time.Minute, "mk-cancel to run on the worker", func() bool {
@@ -167,48 +170,8 @@ func testCancelled(t *testing.T, manager, worker *kueueEnv) {
 // from an empty ledger: the completions the lost worker recorded are run
 // again there, and the SafeJob completes with the new worker's count.
 func TestMultiKueueWorkerLost(t *testing.T) {
-	workers := map[string]*kueueEnv{}
-	for _, name := range []string{"worker-a", "worker-b"} {
-		workers[name] = &kueueEnv{env: newEnv(t, cluster.Options{Kueue: true}), ctx: context.Background()}
-		workers[name].startOperator()
-	}
-	manager := &kueueEnv{env: newEnv(t, cluster.Options{Kueue: true, MultiKueue: true, KueueOrigin: "manager",
-		KueueWorkerLostTimeout: 20 * time.Second}), ctx: context.Background()}
-	manager.startOperator()
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		var wls kueue.WorkloadList
-		if err := manager.cl.List(manager.ctx, &wls, client.InNamespace(nsSafeJob)); err == nil {
-			for _, wl := range wls.Items {
-				t.Logf("manager's Workload %s: active %v admission %v checks %+v conditions %+v", wl.Name, ptr.Deref(wl.Spec.Active, true),
-					wl.Status.Admission != nil, wl.Status.AdmissionChecks, wl.Status.Conditions)
-			}
-		}
-		manager.logOperators()
-		t.Logf("manager's Kueue:\n%s", manager.c.Process("kueue").Tail(60))
-	})
-	// MultiKueue reaches each worker through a proxy: closing it cuts the
-	// worker off, as a network partition does, while it runs on.
-	proxies, servers := map[string]*cluster.Proxy{}, map[string]string{}
-	for name, w := range workers {
-		p, err := cluster.StartProxy(strings.TrimSuffix(strings.TrimPrefix(w.c.Config.Host, "https://"), "/"), 0, 0, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.Close)
-		proxies[name], servers[name] = p, "https://"+p.Addr
-	}
-	if err := cluster.ConnectMultiKueue(manager.ctx, manager.c,
-		map[string]*cluster.Cluster{"worker-a": workers["worker-a"].c, "worker-b": workers["worker-b"].c}, servers); err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.MultiKueueQueues(manager.ctx, manager.c, []*cluster.Cluster{workers["worker-a"].c, workers["worker-b"].c},
-		nsSafeJob, "lq", 4); err != nil {
-		t.Fatal(err)
-	}
-	manager.create(t, dispatchedJob("mk-lost", 6, 2, true, "3s"))
+	manager, workers, proxies := partitionableMultiKueue(t, "worker-a", "worker-b")
+	manager.create(t, dispatchedJob("mk-lost", 6, true, "3s"))
 	var lost string
 	// Cut off while its pods run: the last status copied to the manager
 	// shows them active, and it will not change any more.
@@ -244,4 +207,52 @@ func TestMultiKueueWorkerLost(t *testing.T) {
 	if got := manager.podCreates(t, "mk-lost"); got != 0 {
 		t.Errorf("%d pods created on the manager", got)
 	}
+}
+
+// partitionableMultiKueue starts a manager and the named workers, each with
+// its operator, and connects them, MultiKueue reaching each worker through
+// a proxy: closing the proxy cuts the worker off, as a network partition
+// does, while it runs on. MultiKueue's workerLostTimeout is 20s.
+func partitionableMultiKueue(t *testing.T, names ...string) (*kueueEnv, map[string]*kueueEnv, map[string]*cluster.Proxy) {
+	t.Helper()
+	workers, clusters := map[string]*kueueEnv{}, map[string]*cluster.Cluster{}
+	proxies, servers := map[string]*cluster.Proxy{}, map[string]string{}
+	for _, name := range names {
+		w := &kueueEnv{env: newEnv(t, cluster.Options{Kueue: true}), ctx: context.Background()}
+		w.startOperator()
+		p, err := cluster.StartProxy(strings.TrimSuffix(strings.TrimPrefix(w.c.Config.Host, "https://"), "/"), 0, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		workers[name], clusters[name], proxies[name], servers[name] = w, w.c, p, "https://"+p.Addr
+	}
+	manager := &kueueEnv{env: newEnv(t, cluster.Options{Kueue: true, MultiKueue: true, KueueOrigin: "manager",
+		KueueWorkerLostTimeout: 20 * time.Second}), ctx: context.Background()}
+	manager.startOperator()
+	t.Cleanup(func() { logManagerOnFailure(t, manager) })
+	if err := cluster.ConnectMultiKueue(manager.ctx, manager.c, clusters, servers); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.MultiKueueQueues(manager.ctx, manager.c, slices.Collect(maps.Values(clusters)), nsSafeJob, "lq", 4); err != nil {
+		t.Fatal(err)
+	}
+	return manager, workers, proxies
+}
+
+// logManagerOnFailure logs, when the test failed, the manager's Workloads,
+// its operator's log and its Kueue's.
+func logManagerOnFailure(t *testing.T, manager *kueueEnv) {
+	if !t.Failed() {
+		return
+	}
+	var wls kueue.WorkloadList
+	if err := manager.cl.List(manager.ctx, &wls, client.InNamespace(nsSafeJob)); err == nil {
+		for _, wl := range wls.Items {
+			t.Logf("manager's Workload %s: active %v admission %v checks %+v conditions %+v", wl.Name, ptr.Deref(wl.Spec.Active, true),
+				wl.Status.Admission != nil, wl.Status.AdmissionChecks, wl.Status.Conditions)
+		}
+	}
+	manager.logOperators()
+	t.Logf("manager's Kueue:\n%s", manager.c.Process("kueue").Tail(60))
 }

@@ -63,16 +63,20 @@ func DecideDispatched(in *WorkloadInput) *WorkloadPlan {
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason,
 			Message: msg, LastTransitionTime: metav1.NewTime(in.Now), ObservedGeneration: wl.Generation})
 	}
-	// The worker's pods are gone once the status MultiKueue copied shows
-	// none active and no launch open. An eviction for the admission check
-	// (MultiKueue lost the worker: its workerLostTimeout passed) does not
-	// wait for that: the lost worker's status will not change any more, and
-	// MultiKueue removes its copy once it can.
-	evicted := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadEvicted)
-	remoteStopped := (in.Status.Active == 0 && !launchesOpen(in.Status)) ||
-		(evicted != nil && evicted.Reason == kueue.WorkloadEvictedByAdmissionCheck)
-	if p.GaveBack = giveBackQuota(wl, status, remoteStopped, setCond); p.GaveBack {
+	if p.GaveBack = giveBackQuota(wl, status, remoteStopped(in), setCond); p.GaveBack {
 		p.Status = status
 	}
 	return p
+}
+
+// remoteStopped reports whether the worker runs none of the SafeJob's pods
+// any more: the status MultiKueue copied shows none active and no launch
+// open. An eviction for the admission check (MultiKueue lost the worker:
+// its workerLostTimeout passed) does not wait for that: the lost worker's
+// status will not change any more, and MultiKueue removes its copy once it
+// can.
+func remoteStopped(in *WorkloadInput) bool {
+	evicted := meta.FindStatusCondition(in.Workload.Status.Conditions, kueue.WorkloadEvicted)
+	return (in.Status.Active == 0 && !launchesOpen(in.Status)) ||
+		(evicted != nil && evicted.Reason == kueue.WorkloadEvictedByAdmissionCheck)
 }
