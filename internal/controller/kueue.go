@@ -319,6 +319,13 @@ func (r *SafeJobReconciler) updateWorkloadSpec(ctx context.Context, wl *kueue.Wo
 	return nil
 }
 
+// namesTakenError is returned while Workloads the SafeJob does not control
+// hold every name its Workload may have: nothing watches those Workloads,
+// so the error brings the SafeJob back.
+func namesTakenError(sj *batchv1alpha1.SafeJob, taken []string) error {
+	return fmt.Errorf("no Workload for SafeJob %s: Workloads it does not control hold %s", sj.Name, strings.Join(taken, ", "))
+}
+
 // setSuspendMark sets or removes jobs.SuspendedAnnotation.
 func setSuspendMark(wl *kueue.Workload, marked bool) {
 	switch {
@@ -338,9 +345,7 @@ func setSuspendMark(wl *kueue.Workload, marked bool) {
 func (r *SafeJobReconciler) afterDecide(ctx context.Context, sj *batchv1alpha1.SafeJob, q *queued, plan *jobs.Plan) error {
 	if q.wl == nil {
 		if len(q.namesTaken) > 0 {
-			// Nothing watches the Workloads holding the names: come back.
-			return fmt.Errorf("no Workload for SafeJob %s: Workloads it does not control hold %s",
-				sj.Name, strings.Join(q.namesTaken, ", "))
+			return namesTakenError(sj, q.namesTaken)
 		}
 		return nil
 	}

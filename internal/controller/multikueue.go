@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"fmt"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -49,8 +47,7 @@ func (r *SafeJobReconciler) reconcileDispatched(ctx context.Context, sj *batchv1
 	case wp.Create:
 		created, taken, err := r.createWorkload(ctx, sj, wp.Count)
 		if err == nil && created == nil {
-			// Nothing watches the Workloads holding the names: come back.
-			err = fmt.Errorf("no Workload for SafeJob %s: Workloads it does not control hold %s", sj.Name, strings.Join(taken, ", "))
+			err = namesTakenError(sj, taken)
 		}
 		return reconcile.Result{}, err
 	case wp.Drop:
