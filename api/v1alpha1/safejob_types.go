@@ -203,7 +203,10 @@ type SafeJobSpec struct {
 	// managedBy does: unset or ControllerName, the SafeJob operator runs it;
 	// any other value (a domain-prefixed path such as
 	// kueue.x-k8s.io/multikueue), the operator leaves it alone: it creates
-	// no pod for it and never writes its status. Immutable.
+	// no pod for it and never writes its status. With
+	// kueue.x-k8s.io/multikueue the operator keeps its Workload for
+	// MultiKueue, and a scheduled SafeJob still runs its schedule, each run
+	// dispatched by MultiKueue. Immutable.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[-A-Za-z0-9/._~%!$&'()*+,;=:]+$`

@@ -118,8 +118,17 @@ func (r *SafeJobReconciler) readLive(ctx context.Context, sj *batchv1alpha1.Safe
 		return heldByNone, nil
 	case err != nil:
 		return heldByNone, err
-	case metav1.IsControlledBy(obj, sj):
+	case controls(sj, obj):
 		return heldByOwn, nil
 	}
 	return heldByStranger, nil
+}
+
+// controls reports whether sj controls obj: its controller reference, or
+// for a run MultiKueue dispatches, the parent its annotations name.
+func controls(sj *batchv1alpha1.SafeJob, obj client.Object) bool {
+	if run, ok := obj.(*batchv1alpha1.SafeJob); ok {
+		return batchv1alpha1.IsRunOf(run, sj)
+	}
+	return metav1.IsControlledBy(obj, sj)
 }

@@ -179,7 +179,8 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 	if dispatched(sj) {
 		return r.reconcileDispatched(ctx, sj)
 	}
-	if by := ptr.Deref(sj.Spec.ManagedBy, batchv1alpha1.ControllerName); by != batchv1alpha1.ControllerName {
+	if by := ptr.Deref(sj.Spec.ManagedBy, batchv1alpha1.ControllerName); by != batchv1alpha1.ControllerName &&
+		(!sj.Dispatched() || sj.Spec.Schedule == nil) {
 		logger.V(2).Info("Skipping SafeJob managed by another controller", "managedBy", by)
 		return reconcile.Result{}, nil
 	}

@@ -162,13 +162,13 @@ func (r *SafeJobReconciler) actRuns(ctx context.Context, sj *batchv1alpha1.SafeJ
 	children map[string]*batchv1alpha1.SafeJob) error {
 	var errs []error
 	for _, name := range plan.Release {
-		if run := children[name]; run != nil && metav1.IsControlledBy(run, sj) {
+		if run := children[name]; run != nil && batchv1alpha1.IsRunOf(run, sj) {
 			errs = append(errs, r.removeRunFinalizer(ctx, client.ObjectKeyFromObject(run), run.UID))
 		}
 	}
 	for _, name := range plan.Delete {
 		run := children[name]
-		if run == nil || !metav1.IsControlledBy(run, sj) {
+		if run == nil || !batchv1alpha1.IsRunOf(run, sj) {
 			continue
 		}
 		err := r.Client.Delete(ctx, run, client.PropagationPolicy(metav1.DeletePropagationBackground),
@@ -229,8 +229,12 @@ func (r *SafeJobReconciler) createRun(ctx context.Context, sj *batchv1alpha1.Saf
 }
 
 // newRun builds the child SafeJob of one scheduled time: the parent's job
-// fields and labels, without the schedule, owned by the parent and held by
-// the run finalizer until the parent has recorded its outcome.
+// fields and labels, without the schedule, controlled by the parent and held
+// by the run finalizer until the parent has recorded its outcome. A run
+// MultiKueue dispatches names its parent in annotations instead of an owner
+// reference (batchv1alpha1.ParentUIDAnnotation); the operator deletes it
+// once the parent is gone (reconcileDispatched), as the garbage collector
+// deletes the others.
 func newRun(parent *batchv1alpha1.SafeJob, ref runs.Ref) *batchv1alpha1.SafeJob {
 	spec := parent.Spec.DeepCopy()
 	spec.Schedule, spec.TimeZone, spec.ConcurrencyPolicy, spec.StartingDeadlineSeconds = nil, nil, "", nil
@@ -259,18 +263,23 @@ func newRun(parent *batchv1alpha1.SafeJob, ref runs.Ref) *batchv1alpha1.SafeJob 
 	}
 	spec.Template.Labels[batchv1alpha1.ParentLabel] = labels[batchv1alpha1.ParentLabel]
 	spec.Template.Annotations[batchv1alpha1.ParentLabel] = parent.Name
-	return &batchv1alpha1.SafeJob{
+	run := &batchv1alpha1.SafeJob{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        ref.Name,
 			Namespace:   parent.Namespace,
 			Labels:      labels,
 			Annotations: annotations,
 			Finalizers:  []string{batchv1alpha1.RunFinalizer},
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(parent,
-				batchv1alpha1.GroupVersion.WithKind("SafeJob"))},
 		},
 		Spec: *spec,
 	}
+	if run.Dispatched() {
+		annotations[batchv1alpha1.ParentUIDAnnotation] = string(parent.UID)
+	} else {
+		run.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(parent,
+			batchv1alpha1.GroupVersion.WithKind("SafeJob"))}
+	}
+	return run
 }
 
 // writeParentStatus commits a parent plan's status, then reports what it
@@ -316,24 +325,36 @@ func (r *SafeJobReconciler) writeParentStatus(ctx context.Context, sj *batchv1al
 	return nil
 }
 
-// releaseRun frees a run that is being deleted once its parent cannot
-// record its outcome any more: the parent is gone, replaced or deleting.
+// releaseRun frees a run that is being deleted once no parent can record
+// its outcome any more: the parent is gone, replaced or deleting, or the
+// run names no parent here (its owner reference was removed, or it is a
+// worker cluster's copy of a run MultiKueue dispatched).
 func (r *SafeJobReconciler) releaseRun(ctx context.Context, run *batchv1alpha1.SafeJob) error {
-	owner := metav1.GetControllerOf(run)
-	if owner == nil || !isSafeJobRef(owner) {
-		return nil
+	gone, err := r.parentGone(ctx, run)
+	if err != nil || !gone {
+		return err
+	}
+	log.FromContext(ctx).V(1).Info("Releasing a run no parent records")
+	return r.removeRunFinalizer(ctx, client.ObjectKeyFromObject(run), run.UID)
+}
+
+// parentGone reports, from a live read, whether no parent can record run's
+// outcome any more: it names none, or its parent is gone, replaced or
+// deleting.
+func (r *SafeJobReconciler) parentGone(ctx context.Context, run *batchv1alpha1.SafeJob) (bool, error) {
+	owner := batchv1alpha1.RunParent(run)
+	if owner == nil {
+		return true, nil
 	}
 	parent := &batchv1alpha1.SafeJob{}
 	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: owner.Name}, parent)
 	switch {
 	case apierrors.IsNotFound(err):
+		return true, nil
 	case err != nil:
-		return fmt.Errorf("reading parent of run: %w", err)
-	case parent.UID == owner.UID && parent.DeletionTimestamp == nil:
-		return nil // the parent records the outcome and releases the run
+		return false, fmt.Errorf("reading parent of run: %w", err)
 	}
-	log.FromContext(ctx).V(1).Info("Releasing run of a deleted parent")
-	return r.removeRunFinalizer(ctx, client.ObjectKeyFromObject(run), run.UID)
+	return parent.UID != owner.UID || parent.DeletionTimestamp != nil, nil
 }
 
 // removeRunFinalizer removes the run finalizer of the run with this UID

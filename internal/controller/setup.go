@@ -55,6 +55,17 @@ func indexController(obj client.Object) []string {
 	return nil
 }
 
+// indexRunParent indexes a run under the parent that controls it
+// (batchv1alpha1.RunParent).
+func indexRunParent(obj client.Object) []string {
+	if run, ok := obj.(*batchv1alpha1.SafeJob); ok {
+		if ref := batchv1alpha1.RunParent(run); ref != nil {
+			return []string{string(ref.UID)}
+		}
+	}
+	return nil
+}
+
 func isSafeJobRef(ref *metav1.OwnerReference) bool {
 	return ref.Kind == "SafeJob" && ref.APIVersion == batchv1alpha1.GroupVersion.String()
 }
@@ -101,7 +112,7 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 	if err := indexer.IndexField(context.Background(), &corev1.Pod{}, controllerUIDIndex, indexActivePodController); err != nil {
 		return fmt.Errorf("indexing pods by owner: %w", err)
 	}
-	if err := indexer.IndexField(context.Background(), &batchv1alpha1.SafeJob{}, controllerUIDIndex, indexController); err != nil {
+	if err := indexer.IndexField(context.Background(), &batchv1alpha1.SafeJob{}, controllerUIDIndex, indexRunParent); err != nil {
 		return fmt.Errorf("indexing SafeJobs by owner: %w", err)
 	}
 	sjInformer, err := mgr.GetCache().GetInformer(context.Background(), &batchv1alpha1.SafeJob{})
@@ -120,7 +131,7 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 	}
 	b := builder.ControllerManagedBy(mgr).
 		For(&batchv1alpha1.SafeJob{}).
-		Owns(&batchv1alpha1.SafeJob{})
+		Watches(&batchv1alpha1.SafeJob{}, &runHandler{cache: mgr.GetCache()})
 	if r.Kueue {
 		if err := indexer.IndexField(context.Background(), &kueue.Workload{}, controllerUIDIndex, indexController); err != nil {
 			return fmt.Errorf("indexing Workloads by owner: %w", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -167,25 +168,35 @@ func TestRuns(t *testing.T) {
 			{Seq: 4, Type: batchv1alpha1.EntryScheduled, Run: "p-manual-x", ScheduledTime: at(1), Reason: batchv1alpha1.ReasonManual},
 		}}
 	child := batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "p-1", Namespace: "ns",
-		OwnerReferences: []metav1.OwnerReference{{UID: "p-uid", Controller: ptr.To(true), Name: "p"}}}}
+		OwnerReferences: []metav1.OwnerReference{runOwner("p", "p-uid")}}}
 	child.Status.StartTime, child.Status.CompletionTime = at(1), ptr.To(metav1.NewTime(at(1).Add(90*time.Second)))
+	// A run MultiKueue dispatches names its parent in annotations.
+	dispatched := batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "p-manual-x", Namespace: "ns",
+		Annotations: map[string]string{batchv1alpha1.ParentLabel: "p", batchv1alpha1.ParentUIDAnnotation: "p-uid"}},
+		Spec: batchv1alpha1.SafeJobSpec{ManagedBy: ptr.To(batchv1alpha1.MultiKueueManagedBy)}}
+	dispatched.Status.StartTime, dispatched.Status.CompletionTime = at(1), ptr.To(metav1.NewTime(at(1).Add(time.Minute)))
 	// A SafeJob of a run's name that the parent does not control (a
-	// stranger's) tells nothing about the run.
-	stranger := batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "p-2", Namespace: "ns"}}
+	// stranger's) tells nothing about the run, even one that names the
+	// parent in annotations without being dispatched.
+	stranger := batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "p-2", Namespace: "ns",
+		Annotations: map[string]string{batchv1alpha1.ParentLabel: "p", batchv1alpha1.ParentUIDAnnotation: "p-uid"}}}
 	stranger.Status.StartTime, stranger.Status.CompletionTime = at(2), at(3)
-	v, err := Runs(parent, []batchv1alpha1.SafeJob{child, stranger})
+	v, err := Runs(parent, []batchv1alpha1.SafeJob{child, dispatched, stranger})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if v.FoldedRuns != 5 || len(v.Runs) != 3 || v.Runs[0].Result != "Succeeded" || v.Runs[0].Duration != "1m30s" ||
 		v.Runs[0].MissedBefore != 2 || v.Runs[0].Trigger != "Schedule" || v.Runs[1].Trigger != "Manual" ||
-		v.Runs[2].Result != "Running" || v.Runs[2].Duration != "" {
+		v.Runs[1].Duration != "1m0s" || v.Runs[2].Result != "Running" || v.Runs[2].Duration != "" {
 		t.Errorf("runs %+v", v)
 	}
 	var b bytes.Buffer
 	if err := PrintRuns(&b, v); err != nil || !strings.Contains(b.String(), "p-1") || !strings.Contains(b.String(), "Running") {
 		t.Errorf("output %v:\n%s", err, b.String())
 	}
+}
+
+func TestRunsNeedSchedule(t *testing.T) {
 	if _, err := Runs(&batchv1alpha1.SafeJob{}, nil); err == nil {
 		t.Error("runs of a SafeJob without schedule")
 	}
@@ -224,7 +235,7 @@ func TestRunRequest(t *testing.T) {
 	parent.Status.Ledger = batchv1alpha1.Ledger{Seq: 1, Entries: []batchv1alpha1.LedgerEntry{{Seq: 1,
 		Type: batchv1alpha1.EntryScheduled, Run: "p-manual-a", ScheduledTime: ptr.To(metav1.NewTime(t0)), Reason: batchv1alpha1.ReasonManual}}}
 	run := batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "p-manual-b", Namespace: "ns",
-		OwnerReferences: []metav1.OwnerReference{{UID: "p-uid", Controller: ptr.To(true), Name: "p"}}}}
+		OwnerReferences: []metav1.OwnerReference{runOwner("p", "p-uid")}}}
 	stranger := batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "p-manual-c", Namespace: "ns"}}
 	children := []batchv1alpha1.SafeJob{run, stranger}
 	if err := CheckRunRequest(parent, children, "p-manual-c"); err != nil {
@@ -314,4 +325,10 @@ func jsonFields(t *testing.T, v any) map[string]json.RawMessage {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// runOwner is the controller reference a parent puts on its runs.
+func runOwner(name string, uid types.UID) metav1.OwnerReference {
+	return *metav1.NewControllerRef(&batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid}},
+		batchv1alpha1.GroupVersion.WithKind("SafeJob"))
 }

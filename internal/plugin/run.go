@@ -6,8 +6,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger"
 	"github.com/safejob/safejob/internal/ledger/runs"
@@ -61,7 +59,7 @@ func CheckRunRequest(parent *batchv1alpha1.SafeJob, children []batchv1alpha1.Saf
 		return fmt.Errorf("SafeJob %s/%s has recorded a run named %s already", parent.Namespace, parent.Name, name)
 	}
 	for k := range children {
-		if children[k].Name == name && metav1.IsControlledBy(&children[k], parent) {
+		if children[k].Name == name && batchv1alpha1.IsRunOf(&children[k], parent) {
 			return fmt.Errorf("SafeJob %s/%s has a run named %s already", parent.Namespace, parent.Name, name)
 		}
 	}

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 )
 
@@ -52,7 +50,7 @@ func Runs(parent *batchv1alpha1.SafeJob, children []batchv1alpha1.SafeJob) (*Run
 	}
 	byName := map[string]*batchv1alpha1.SafeJob{}
 	for k := range children {
-		if metav1.IsControlledBy(&children[k], parent) {
+		if batchv1alpha1.IsRunOf(&children[k], parent) {
 			byName[children[k].Name] = &children[k]
 		}
 	}

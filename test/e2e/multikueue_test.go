@@ -18,6 +18,7 @@ import (
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/controller"
+	"github.com/safejob/safejob/internal/ledger/runs"
 	"github.com/safejob/safejob/test/cluster"
 )
 
@@ -49,6 +50,7 @@ func TestMultiKueue(t *testing.T) {
 	t.Run("dispatched", func(t *testing.T) { testDispatched(t, manager, worker) })
 	t.Run("manager's Kueue restarted mid-run", func(t *testing.T) { testKueueRestarted(t, manager, worker) })
 	t.Run("cancelled while running", func(t *testing.T) { testCancelled(t, manager, worker) })
+	t.Run("scheduled", func(t *testing.T) { testScheduledDispatched(t, manager, worker) })
 }
 
 // dispatchedJob is a SafeJob for the manager: queued in lq, run by MultiKueue.
@@ -160,6 +162,47 @@ func testCancelled(t *testing.T, manager, worker *kueueEnv) {
 	if got := manager.podCreates(t, sj.Name); got != 0 {
 		t.Errorf("%d pods created on the manager", got)
 	}
+}
+
+// testScheduledDispatched: a scheduled SafeJob on the manager dispatches
+// each run. A run names its parent in annotations (the worker has no
+// parent, and its garbage collector would delete a copy owned by one); each
+// runs on the worker exactly once, the parent records the outcome copied
+// back; deleting the parent removes its runs on the manager (the operator
+// deletes them) and nothing is left on the worker.
+func testScheduledDispatched(t *testing.T, manager, worker *kueueEnv) {
+	parent := dispatchedJob("mk-nightly", 2, true, "1s")
+	parent.Spec.Schedule = ptr.To("@every 10s")
+	parent.Spec.ConcurrencyPolicy = batchv1alpha1.ForbidConcurrent
+	parent.Spec.BackoffLimit = nil
+	manager.create(t, parent)
+	var ledger batchv1alpha1.Ledger
+	waitUntil(t, 2*time.Minute, "two runs to succeed", func() bool {
+		ledger = manager.get(t, parent.Name).Status.Ledger
+		st, err := runs.Replay(&ledger)
+		return err == nil && st.Runs >= 2
+	})
+	for _, e := range ledger.Entries {
+		switch e.Type {
+		case batchv1alpha1.EntryScheduled:
+			continue
+		case batchv1alpha1.EntrySucceeded:
+		default:
+			t.Errorf("run %s: %s (%s), want Succeeded", e.Run, e.Type, e.Reason)
+			continue
+		}
+		run := manager.get(t, e.Run)
+		if len(run.OwnerReferences) != 0 || batchv1alpha1.RunParent(run) == nil {
+			t.Errorf("run %s: ownerReferences %v, annotations %v", e.Run, run.OwnerReferences, run.Annotations)
+		}
+		checkRanOnWorker(t, manager, worker, e.Run, 2)
+	}
+	tearDownParent(t, manager.env, manager.get(t, parent.Name))
+	waitUntil(t, time.Minute, "no copy of a run left on the worker", func() bool {
+		var list batchv1alpha1.SafeJobList
+		return worker.cl.List(worker.ctx, &list, client.InNamespace(nsSafeJob),
+			client.MatchingLabels{batchv1alpha1.ParentLabel: parent.Name}) == nil && len(list.Items) == 0
+	})
 }
 
 // TestMultiKueueWorkerLost: two workers; the one running a dispatched

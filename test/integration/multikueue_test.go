@@ -85,6 +85,7 @@ func TestMultiKueueManager(t *testing.T) {
 // Workload MultiKueue made for it (even when the copy comes first), runs
 // under it, finishes it, never changes its spec and never makes another;
 // a Workload of that name that another object controls is never touched.
+// The copy of a run lets its run finalizer go when MultiKueue deletes it.
 func TestMultiKueueWorker(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, succeed, false)
@@ -96,8 +97,12 @@ func TestMultiKueueWorker(t *testing.T) {
 		sj.Labels[kueue.MultiKueueOriginLabel] = "manager"
 		return sj
 	}
-	// The copy first, its Workload after: it waits, then adopts it.
+	// The copy first, its Workload after: it waits, then adopts it. It is
+	// the copy of a run of a schedule: the run finalizer and the parent's
+	// annotations come with it, and no parent of that UID is here.
 	sj := copyOf("remote", "safejob-remote-0a1b2")
+	sj.Finalizers = []string{batchv1alpha1.RunFinalizer}
+	sj.Annotations = map[string]string{batchv1alpha1.ParentLabel: "nightly", batchv1alpha1.ParentUIDAnnotation: "the-managers-parent-uid"}
 	if err := k8s.Create(context.Background(), sj); err != nil {
 		t.Fatal(err)
 	}
@@ -223,4 +228,61 @@ func statusWrites(t *testing.T, ns string) int {
 		}
 	}
 	return n
+}
+
+// TestMultiKueueScheduled: a scheduled SafeJob managed by
+// kueue.x-k8s.io/multikueue runs here as a schedule whose runs MultiKueue
+// dispatches. Each run names its parent in annotations, not an owner
+// reference (a worker's garbage collector would delete a copy whose owner
+// it does not have), gets its Workload and no pod; the parent records the
+// outcome MultiKueue copies back and releases the run; and once the parent
+// is deleted, the operator deletes its runs (no garbage collector runs in
+// this suite: only the operator can).
+func TestMultiKueueScheduled(t *testing.T) {
+	t.Parallel()
+	s, ns := newScheduleHarness(t)
+	startManager(t, ns, managerOptions{clock: s.clock})
+	makeFlavor(t, "on-demand-mks", nil)
+	parent := queuedSafeJob("nightly", ns, 2, 2)
+	parent.Spec.Schedule = ptr.To("* * * * *")
+	parent.Spec.ManagedBy = ptr.To(batchv1alpha1.MultiKueueManagedBy)
+	s.create(t, parent)
+	live := s.getParent(t)
+
+	s.at(t, s.minute(0))
+	first := s.waitRun(t, s.runName(0))
+	if len(first.OwnerReferences) != 0 || first.Annotations[batchv1alpha1.ParentUIDAnnotation] != string(live.UID) ||
+		first.Annotations[batchv1alpha1.ParentLabel] != parent.Name || !first.Dispatched() ||
+		!slices.Contains(first.Finalizers, batchv1alpha1.RunFinalizer) {
+		t.Fatalf("dispatched run: ownerReferences %v, annotations %v, managedBy %v, finalizers %v",
+			first.OwnerReferences, first.Annotations, first.Spec.ManagedBy, first.Finalizers)
+	}
+	wl := waitWorkload(t, first, "created for the run", func(wl *kueue.Workload) bool {
+		return metav1.IsControlledBy(wl, first) && wl.Spec.PodSets[0].Count == 2
+	})
+	admit(t, client.ObjectKeyFromObject(wl), "on-demand-mks")
+	copyStatus(t, first, batchv1alpha1.SafeJobStatus{Succeeded: 2, Conditions: []metav1.Condition{{
+		Type: batchv1alpha1.ConditionComplete, Status: metav1.ConditionTrue, Reason: batchv1alpha1.ReasonCompletionsReached,
+		Message: "done on the worker", LastTransitionTime: metav1.Now()}}})
+	s.waitLedger(t, batchv1alpha1.EntrySucceeded, first.Name)
+	s.pastFence(t, 0)
+	waitFor(t, 30*time.Second, "the run finalizer released", func() (bool, error) {
+		run := s.run(t, first.Name)
+		return run != nil && len(run.Finalizers) == 0, nil
+	})
+
+	// A second run is running on a worker when the parent is deleted.
+	s.at(t, s.minute(1))
+	second := s.waitRun(t, s.runName(1))
+	waitWorkload(t, second, "created for the second run", anyWorkload)
+	copyStatus(t, second, batchv1alpha1.SafeJobStatus{Active: 2})
+	if err := k8s.Delete(context.Background(), live, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+		t.Fatal(err)
+	}
+	s.waitGone(t, first.Name)
+	s.waitGone(t, second.Name)
+	if creates, _ := testutil.PodCreates(auditLog, ns); len(creates) != 0 {
+		t.Errorf("pods created on the manager: %v", creates)
+	}
+	s.checkOnce(t, first.Name, second.Name)
 }

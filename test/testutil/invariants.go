@@ -122,7 +122,10 @@ func (w *LedgerWatch) see(sj *batchv1alpha1.SafeJob) {
 	if size > limit {
 		w.fail("I6: %s status is %d bytes, more than %d at parallelism %d", sj.Name, size, limit, ptr.Deref(sj.Spec.Parallelism, 1))
 	}
-	if parent := sj.Annotations[batchv1alpha1.ParentLabel]; parent != "" && !w.runs[sj.Name] {
+	// A worker cluster's copy of a dispatched run was made by MultiKueue
+	// from the manager's run: its parent and I8 are the manager's.
+	_, isCopy := sj.Labels[jobs.PrebuiltWorkloadLabel]
+	if parent := sj.Annotations[batchv1alpha1.ParentLabel]; parent != "" && !isCopy && !w.runs[sj.Name] {
 		w.runs[sj.Name] = true
 		w.seeRun(parent, sj)
 	}
