@@ -66,9 +66,16 @@ type result struct {
 	// Reported is the sum of the jobs' status.succeeded at the end, and
 	// PodsSucceeded the number of distinct pods the bench's own watch saw
 	// succeed (see noPod).
-	Reported       int
-	PodsSucceeded  int
-	MakespanSec    float64
+	Reported      int
+	PodsSucceeded int
+	// Recovered counts the pods and successes the watch had not delivered
+	// by the end and a final list of every pod found (recoverMissed);
+	// Unseen the pods the API server created that neither ever showed
+	// (created and deleted between the two).
+	Recovered, Unseen int
+	MakespanSec       float64
+	// SubmittedSec is when the last job's create returned.
+	SubmittedSec   float64
 	PerSecond      float64
 	FirstPodP50Sec float64
 	FirstPodP99Sec float64
@@ -83,6 +90,15 @@ type result struct {
 	MachineBusy     float64
 	PeakRSSMiB      float64
 	CompletionTimes []float64 // seconds since the first create, sorted
+	// PodTimes is when each pod was first seen, seconds since the first
+	// create, sorted: beside CompletionTimes it shows how long pods took
+	// from their create to their success.
+	PodTimes []float64
+	// PodStepsP50 is the median time, in seconds, of each step of a pod's
+	// life as the watch saw it: created to scheduled (nodeName set),
+	// scheduled to Running, Running to Succeeded (the pods run
+	// -pod-duration: the rest is the cluster's delay).
+	PodStepsP50 map[string]float64
 }
 
 type options struct {
@@ -332,12 +348,7 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	end, err := waitDone(ctx, w, m, rec)
-	if err != nil {
-		return result{}, err
-	}
-	stopProfile()
-	after, err := settledWrites(ctx, cfg)
+	end, after, err := finish(ctx, w, m, rec, cl, cfg, stopProfile)
 	if err != nil {
 		return result{}, err
 	}
@@ -351,6 +362,22 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 		res.MachineBusy = (busy1[0] - busy0[0]) / total
 	}
 	return res, nil
+}
+
+// finish waits for the end of the run, stops the profiles, recovers what
+// the pod watch missed and reads the API server's settled write counts.
+func finish(ctx context.Context, w workload, m mode, rec *recorder, cl client.Client, cfg *rest.Config,
+	stopProfile func()) (time.Time, map[string]int, error) {
+	end, err := waitDone(ctx, w, m, rec)
+	if err != nil {
+		return time.Time{}, nil, err
+	}
+	stopProfile()
+	if err := rec.recoverMissed(ctx, cl); err != nil {
+		return time.Time{}, nil, err
+	}
+	after, err := settledWrites(ctx, cfg)
+	return end, after, err
 }
 
 // clusterComponents are the processes whose CPU time each run reports.
@@ -549,7 +576,7 @@ type recorder struct {
 	mu         sync.Mutex
 	ownerLabel string
 	firstPod   map[string]time.Time
-	seen       map[string]bool
+	seen       map[string]time.Time
 	succeeded  map[string]time.Time
 	onSuccess  func(pod *corev1.Pod)
 	// complete holds when each job was first seen Complete; the jobs are
@@ -557,10 +584,16 @@ type recorder struct {
 	complete map[string]time.Time
 	// reported is the succeeded count each job's status last showed.
 	reported map[string]int
+	// recovered counts what the final list found that the watch missed.
+	recovered int
+	// scheduled and running hold when each pod was first seen bound to a
+	// node and Running.
+	scheduled, running map[string]time.Time
 }
 
 func startRecorder(ctx context.Context, cfg *rest.Config, controller string) (*recorder, error) {
-	r := &recorder{firstPod: map[string]time.Time{}, seen: map[string]bool{}, succeeded: map[string]time.Time{}}
+	r := &recorder{firstPod: map[string]time.Time{}, seen: map[string]time.Time{}, succeeded: map[string]time.Time{},
+		scheduled: map[string]time.Time{}, running: map[string]time.Time{}}
 	r.ownerLabel = map[string]string{ctrlBuiltin: "batch.kubernetes.io/job-name", ctrlSafeJob: batchv1alpha1.SafeJobNameLabel,
 		ctrlLimit: "bench/job"}[controller]
 	informers, err := cache.New(cfg, cache.Options{Scheme: cluster.Scheme(), DefaultNamespaces: map[string]cache.Config{ns: {}}})
@@ -574,6 +607,14 @@ func startRecorder(ctx context.Context, cfg *rest.Config, controller string) (*r
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { r.see(obj.(*corev1.Pod)) },
 		UpdateFunc: func(_, obj any) { r.see(obj.(*corev1.Pod)) },
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				r.see(pod)
+			}
+		},
 	}); err != nil {
 		return nil, fmt.Errorf("watching pods: %w", err)
 	}
@@ -657,20 +698,71 @@ func (r *recorder) completeJobs() (int, time.Time) {
 }
 
 func (r *recorder) see(pod *corev1.Pod) {
+	r.seeAt(pod, time.Now(), false)
+}
+
+// recoverMissed lists every pod once the run is over, page by page from
+// the API server (not a cache), and records what the watch had not
+// delivered: a pod it never showed, or a success it missed. A watch the API
+// server closes under load re-lists, and events may still be on their way
+// at the end; either would count a success the controller saw as missing.
+// A recovered success is timed by the pod's containers' finish time.
+func (r *recorder) recoverMissed(ctx context.Context, cl client.Client) error {
+	cont := ""
+	for {
+		var pods corev1.PodList
+		if err := cl.List(ctx, &pods, client.InNamespace(ns), client.Limit(500), client.Continue(cont)); err != nil {
+			return fmt.Errorf("listing pods at the end: %w", err)
+		}
+		for i := range pods.Items {
+			r.seeAt(&pods.Items[i], finishedAt(&pods.Items[i]), true)
+		}
+		if cont = pods.Continue; cont == "" {
+			return nil
+		}
+	}
+}
+
+// finishedAt is when a pod's last container finished, or now.
+func finishedAt(pod *corev1.Pod) time.Time {
+	var last time.Time
+	for _, cs := range pod.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil && t.FinishedAt.After(last) {
+			last = t.FinishedAt.Time
+		}
+	}
+	if last.IsZero() {
+		return time.Now()
+	}
+	return last
+}
+
+// seeAt records a pod seen at now; recovered marks the final list's finds,
+// counted once per pod.
+func (r *recorder) seeAt(pod *corev1.Pod, now time.Time, recovered bool) {
 	r.mu.Lock()
 	uid := string(pod.UID)
-	now := time.Now()
-	if !r.seen[uid] {
-		r.seen[uid] = true
+	missed := false
+	if _, ok := r.seen[uid]; !ok {
+		r.seen[uid], missed = now, recovered
 		owner := pod.Labels[r.ownerLabel]
 		if t, ok := r.firstPod[owner]; !ok || now.Before(t) {
 			r.firstPod[owner] = now
 		}
 	}
+	if _, ok := r.scheduled[uid]; !ok && pod.Spec.NodeName != "" && !recovered {
+		r.scheduled[uid] = now
+	}
+	if _, ok := r.running[uid]; !ok && pod.Status.Phase == corev1.PodRunning {
+		r.running[uid] = now
+	}
 	newSuccess := false
 	if _, done := r.succeeded[uid]; !done && pod.Status.Phase == corev1.PodSucceeded {
 		r.succeeded[uid] = now
-		newSuccess = true
+		newSuccess, missed = !recovered, recovered
+	}
+	if missed {
+		r.recovered++
 	}
 	cb := r.onSuccess
 	r.mu.Unlock()
@@ -764,6 +856,9 @@ func measure(w workload, m mode, repeat int, start, end time.Time, created map[s
 	res := result{Workload: w.Name, Mode: m.Name, Repeat: repeat, Completions: w.total(), PodsCreated: len(rec.seen),
 		MakespanSec: end.Sub(start).Seconds(), CPUSec: cpu, PeakRSSMiB: rss, WritesByRes: map[string]int{}, ReadsByRes: map[string]int{}}
 	res.PerSecond = float64(res.Completions) / res.MakespanSec
+	for _, t := range created {
+		res.SubmittedSec = max(res.SubmittedSec, t.Sub(start).Seconds())
+	}
 	var lat []float64
 	for name, t := range created {
 		if first, ok := rec.firstPod[name]; ok && !t.IsZero() {
@@ -790,6 +885,7 @@ func measure(w workload, m mode, repeat int, start, end time.Time, created map[s
 	}
 	res.ExtraPods = res.PodsCreated - res.Completions
 	res.PodsSucceeded = len(rec.succeeded)
+	res.Recovered, res.Unseen = rec.recovered, max(0, res.PodsCreated-len(rec.seen))
 	for _, n := range rec.reported {
 		res.Reported += n
 	}
@@ -801,7 +897,28 @@ func measure(w workload, m mode, repeat int, start, end time.Time, created map[s
 		res.CompletionTimes = append(res.CompletionTimes, t.Sub(start).Seconds())
 	}
 	sort.Float64s(res.CompletionTimes)
+	for _, t := range rec.seen {
+		res.PodTimes = append(res.PodTimes, t.Sub(start).Seconds())
+	}
+	sort.Float64s(res.PodTimes)
+	res.PodStepsP50 = map[string]float64{
+		"created to scheduled": stepP50(rec.seen, rec.scheduled),
+		"scheduled to running": stepP50(rec.scheduled, rec.running),
+		"running to succeeded": stepP50(rec.running, rec.succeeded),
+	}
 	return res
+}
+
+// stepP50 is the median time from one step of a pod's life to the next,
+// over the pods seen at both.
+func stepP50(from, to map[string]time.Time) float64 {
+	var d []float64
+	for uid, t0 := range from {
+		if t1, ok := to[uid]; ok {
+			d = append(d, t1.Sub(t0).Seconds())
+		}
+	}
+	return median(d)
 }
 
 func quantile(sorted []float64, q float64) float64 {

@@ -4,6 +4,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 func TestAllCPUCountsEachProcessOnce(t *testing.T) {
@@ -51,5 +55,34 @@ func TestReportShowsCPUByProcess(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestRecorderRecoversWhatTheWatchMissed: the final list records a pod the
+// watch never showed and a success it missed, each counted once, timed by
+// the pod's finish; what the watch had already seen is not counted again.
+func TestRecorderRecoversWhatTheWatchMissed(t *testing.T) {
+	r := &recorder{ownerLabel: "job", firstPod: map[string]time.Time{}, seen: map[string]time.Time{},
+		succeeded: map[string]time.Time{}, scheduled: map[string]time.Time{}, running: map[string]time.Time{}}
+	finished := time.Date(2026, 1, 1, 0, 0, 5, 0, time.UTC)
+	pod := func(uid string, phase corev1.PodPhase) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), Labels: map[string]string{"job": "j-" + uid}},
+			Status: corev1.PodStatus{Phase: phase}}
+		if phase == corev1.PodSucceeded {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{State: corev1.ContainerState{
+				Terminated: &corev1.ContainerStateTerminated{FinishedAt: metav1.NewTime(finished)}}}}
+		}
+		return p
+	}
+	r.see(pod("a", corev1.PodRunning))   // seen running; its success is missed
+	r.see(pod("b", corev1.PodSucceeded)) // seen whole
+	for _, p := range []*corev1.Pod{pod("a", corev1.PodSucceeded), pod("b", corev1.PodSucceeded), pod("c", corev1.PodSucceeded)} {
+		r.seeAt(p, finishedAt(p), true)
+	}
+	if r.recovered != 2 || len(r.seen) != 3 || len(r.succeeded) != 3 {
+		t.Fatalf("recovered %d, seen %d, succeeded %d; want 2, 3, 3", r.recovered, len(r.seen), len(r.succeeded))
+	}
+	if !r.succeeded["a"].Equal(finished) || !r.succeeded["c"].Equal(finished) || r.succeeded["b"].Equal(finished) {
+		t.Errorf("success times %v: recovered ones from the finish time, the watched one from the watch", r.succeeded)
 	}
 }
