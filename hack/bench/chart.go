@@ -2,30 +2,32 @@ package main
 
 import (
 	"fmt"
-	"image"
 	"image/color"
-	"image/draw"
-	"image/png"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
-	"golang.org/x/image/font"
-	"golang.org/x/image/font/basicfont"
-	"golang.org/x/image/math/fixed"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 var seriesColors = map[string]color.RGBA{
-	modeLimit:          {150, 150, 150, 255},
+	modeLimit:          {120, 120, 120, 255},
 	modeBuiltin:        {230, 120, 20, 255},
 	modeSafeJob:        {30, 90, 200, 255},
 	modeBuiltinDefault: {240, 190, 140, 255},
 	modeSafeJobDefault: {140, 180, 240, 255},
 }
 
-// chartSeries picks the first completed repeat of every mode of a workload
-// and the time axis' end. The axis fits the runs at the equal, raised rate;
-// the slower default-rate runs leave the panel on the right, and their end is
-// written under it.
+// chartSeries picks the first repeat of every mode of a workload, and the
+// time axis' end: it fits the runs at the equal, raised rate, so that the
+// far slower default-rate runs do not squeeze them (their curves run off
+// the panel's right edge, and their end is in the legend).
 func chartSeries(results []result, workload string) ([]result, float64) {
 	var series []result
 	maxT, maxAll := 1.0, 1.0
@@ -53,89 +55,110 @@ func chartSeries(results []result, workload string) ([]result, float64) {
 	return series, maxT * 1.05
 }
 
-// writeChart draws, per workload, pods succeeded over time of the first
-// successful repeat of every mode.
-func writeChart(path string, ws []workload, results []result) error {
-	const panelW, panelH, margin = 420, 320, 50
-	img := image.NewRGBA(image.Rect(0, 0, panelW*max(len(ws), 3), panelH+90))
-	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
-	for k, w := range ws {
-		x0 := k * panelW
-		series, maxT := chartSeries(results, w.Name)
-		plot := image.Rect(x0+margin, 34, x0+panelW-15, panelH-30)
-		drawAxes(img, plot)
-		label(img, x0+margin, 20, fmt.Sprintf("%s: %s", w.Name, truncate(w.Desc, 48)))
-		label(img, plot.Min.X, plot.Max.Y+16, "0")
-		label(img, plot.Min.X+plot.Dx()/2-8, plot.Max.Y+16, fmt.Sprintf("%.0fs", maxT/2))
-		label(img, plot.Max.X-40, plot.Max.Y+16, fmt.Sprintf("%.0fs", maxT))
-		label(img, x0+4, plot.Min.Y+16, fmt.Sprint(w.total()))
-		offPanel := 0
-		for _, r := range series {
-			c := seriesColors[r.Mode]
-			for i, t := range r.CompletionTimes {
-				if t > maxT {
-					break
-				}
-				px := plot.Min.X + int(t/maxT*float64(plot.Dx()))
-				py := plot.Max.Y - int(float64(i+1)/float64(w.total())*float64(plot.Dy()))
-				dot(img, px, py, c)
-			}
-			if n := len(r.CompletionTimes); n > 0 && r.CompletionTimes[n-1] > maxT {
-				label(img, plot.Min.X, plot.Max.Y+30+14*offPanel, fmt.Sprintf("%s: ends at %.0fs ->", r.Mode, r.CompletionTimes[n-1]))
-				offPanel++
-			}
+// succeededCurve is the fraction of a run's pods that had succeeded over
+// time, one point per success (thinned to at most 400 points).
+func succeededCurve(times []float64) plotter.XYs {
+	n := len(times)
+	step := max(1, n/400)
+	pts := plotter.XYs{{X: 0, Y: 0}}
+	for i := 0; i < n; i += step {
+		pts = append(pts, plotter.XY{X: times[i], Y: 100 * float64(i+1) / float64(n)})
+	}
+	if n > 0 {
+		pts = append(pts, plotter.XY{X: times[n-1], Y: 100})
+	}
+	return pts
+}
+
+// workloadPlot draws one workload's panel: the percentage of pods succeeded
+// over the seconds since the first create, a line per mode.
+func workloadPlot(w workload, results []result) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("%s: %s", w.Name, w.Desc)
+	p.X.Label.Text = "seconds since the first create"
+	p.Y.Label.Text = "pods succeeded (%)"
+	p.Y.Min, p.Y.Max = 0, 100
+	series, maxT := chartSeries(results, w.Name)
+	p.X.Min, p.X.Max = 0, maxT
+	p.Legend.Top, p.Legend.Left = false, false
+	p.Legend.XOffs, p.Legend.YOffs = -vg.Millimeter, vg.Millimeter*8
+	p.Add(plotter.NewGrid())
+	for _, r := range series {
+		if len(r.CompletionTimes) == 0 {
+			continue
 		}
+		pts := succeededCurve(r.CompletionTimes)
+		for i := range pts {
+			pts[i].X = min(pts[i].X, maxT) // a default-rate run ends off the panel
+		}
+		line, err := plotter.NewLine(pts)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", w.Name, r.Mode, err)
+		}
+		line.Color, line.Width = seriesColors[r.Mode], vg.Points(1.5)
+		if strings.Contains(r.Mode, "default") {
+			line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		}
+		p.Add(line)
+		p.Legend.Add(fmt.Sprintf("%s (last at %.0f s)", r.Mode, r.CompletionTimes[len(r.CompletionTimes)-1]), line)
 	}
-	// Legend.
-	x := 10
-	for _, m := range modeOrder {
-		c := seriesColors[m]
-		draw.Draw(img, image.Rect(x, panelH+55, x+14, panelH+65), &image.Uniform{C: c}, image.Point{}, draw.Src)
-		label(img, x+18, panelH+65, m)
-		x += 30 + 7*len(m)
-	}
-	label(img, 10, panelH+85, "pods succeeded over time (first completed repeat; a job is Complete once its controller records it); "+
-		"x: seconds since the first create")
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("creating the chart's directory: %w", err)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("creating the chart: %w", err)
-	}
-	defer func() { _ = f.Close() }()
-	if err := png.Encode(f, img); err != nil {
-		return fmt.Errorf("writing the chart: %w", err)
+	return p, nil
+}
+
+// writeChart draws, per workload side by side, pods succeeded over time of
+// the first repeat of every mode: a PNG at path and an SVG beside it.
+func writeChart(path string, ws []workload, results []result) error {
+	const panelW, panelH = 5 * vg.Inch, 3.6 * vg.Inch
+	cols := max(len(ws), 1)
+	width := panelW * vg.Length(cols)
+	svgPath := strings.TrimSuffix(path, filepath.Ext(path)) + ".svg"
+	for _, out := range []canvasOut{pngCanvas(path, width, panelH), svgCanvas(svgPath, width, panelH)} {
+		tiles := draw.Tiles{Rows: 1, Cols: cols, PadX: vg.Millimeter * 4, PadTop: vg.Millimeter * 2,
+			PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
+		for k, w := range ws {
+			p, err := workloadPlot(w, results)
+			if err != nil {
+				return err
+			}
+			p.Draw(tiles.At(out.canvas, k, 0))
+		}
+		if err := out.save(); err != nil {
+			return fmt.Errorf("writing %s: %w", out.path, err)
+		}
 	}
 	return nil
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-1] + "…"
+// canvasOut is a canvas and how to write it to its file.
+type canvasOut struct {
+	path   string
+	canvas draw.Canvas
+	save   func() error
 }
 
-func drawAxes(img *image.RGBA, r image.Rectangle) {
-	black := color.RGBA{0, 0, 0, 255}
-	for x := r.Min.X; x <= r.Max.X; x++ {
-		img.Set(x, r.Max.Y, black)
-	}
-	for y := r.Min.Y; y <= r.Max.Y; y++ {
-		img.Set(r.Min.X, y, black)
-	}
+func pngCanvas(path string, w, h vg.Length) canvasOut {
+	c := vgimg.New(w, h)
+	return canvasOut{path: path, canvas: draw.New(c), save: func() error {
+		return writeFile(path, vgimg.PngCanvas{Canvas: c})
+	}}
 }
 
-func dot(img *image.RGBA, x, y int, c color.RGBA) {
-	for dx := -1; dx <= 1; dx++ {
-		for dy := -1; dy <= 1; dy++ {
-			img.Set(x+dx, y+dy, c)
-		}
-	}
+func svgCanvas(path string, w, h vg.Length) canvasOut {
+	c := vgsvg.New(w, h)
+	return canvasOut{path: path, canvas: draw.New(c), save: func() error { return writeFile(path, c) }}
 }
 
-func label(img *image.RGBA, x, y int, s string) {
-	d := &font.Drawer{Dst: img, Src: image.Black, Face: basicfont.Face7x13, Dot: fixed.P(x, y)}
-	d.DrawString(s)
+func writeFile(path string, w io.WriterTo) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("creating the chart: %w", err)
+	}
+	if _, err := w.WriteTo(f); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("drawing the chart: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("closing the chart: %w", err)
+	}
+	return nil
 }

@@ -138,7 +138,7 @@ func main() {
 	var opArgs string
 	flag.StringVar(&opArgs, "operator-args", "", "extra flags for the operator, space separated")
 	flag.StringVar(&out, "out", "BENCHMARKS.md", "the Markdown report")
-	flag.StringVar(&chart, "chart", "docs/benchmarks.png", "the chart")
+	flag.StringVar(&chart, "chart", "docs/benchmarks.png", "the chart (PNG; an SVG of it is written beside it)")
 	flag.StringVar(&jsonOut, "json", "bench-results.json", "every run's raw results")
 	redraw := flag.Bool("redraw", false, "only redraw the chart from the raw results in -json (no runs)")
 	flag.Parse()

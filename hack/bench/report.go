@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
@@ -140,7 +141,8 @@ func report(o options, ws []workload, results []result, chart string, took time.
 		b.WriteString(writesTable(results, w.Name))
 		b.WriteString(cpuTable(results, w.Name))
 	}
-	fmt.Fprintf(&b, "![pods succeeded over time](%s)\n\n", chart)
+	svg := strings.TrimSuffix(chart, filepath.Ext(chart)) + ".svg"
+	fmt.Fprintf(&b, "![pods succeeded over time](%s)\n\n(The same chart as a bitmap: [%s](%s).)\n\n", svg, chart, chart)
 	fmt.Fprintf(&b, "Raw results of every run: `bench-results.json` (written next to this file by `make bench`).\n")
 	return b.String()
 }

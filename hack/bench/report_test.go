@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -84,5 +86,30 @@ func TestRecorderRecoversWhatTheWatchMissed(t *testing.T) {
 	}
 	if !r.succeeded["a"].Equal(finished) || !r.succeeded["c"].Equal(finished) || r.succeeded["b"].Equal(finished) {
 		t.Errorf("success times %v: recovered ones from the finish time, the watched one from the watch", r.succeeded)
+	}
+}
+
+// TestChartWritesPNGAndSVG draws the chart of two workloads from results.
+func TestChartWritesPNGAndSVG(t *testing.T) {
+	dir := t.TempDir()
+	ws := []workload{{Name: "W1", Desc: "one", Jobs: 2, Completions: 1}, {Name: "W2", Desc: "two", Jobs: 1, Completions: 2}}
+	var results []result
+	for _, w := range ws {
+		for _, m := range []string{modeLimit, modeBuiltin, modeSafeJob, modeBuiltinDefault} {
+			results = append(results, result{Workload: w.Name, Mode: m, Repeat: 1, CompletionTimes: []float64{1, 2.5}})
+		}
+	}
+	png := filepath.Join(dir, "chart.png")
+	if err := writeChart(png, ws, results); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{png, filepath.Join(dir, "chart.svg")} {
+		if st, err := os.Stat(f); err != nil || st.Size() < 1000 {
+			t.Errorf("%s: %v, %v", f, st, err)
+		}
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, "chart.svg"))
+	if err != nil || !strings.Contains(string(svg), "pods succeeded") || !strings.Contains(string(svg), "SafeJob") {
+		t.Errorf("the SVG lacks its axis label or legend (%v)", err)
 	}
 }
