@@ -352,6 +352,7 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
+	heapProfile(o, w, m, repeat)
 	res := measure(w, m, repeat, start, end, created, rec, before, after, cpuSeconds(ctrl)-cpu0, peakRSS(ctrl))
 	res.ClusterCPUSec = clusterCPU(c)
 	for k, v := range others0 {
@@ -486,6 +487,19 @@ func maybeProfile(o options, w workload, m mode, repeat int, cfg *rest.Config) f
 		_ = os.WriteFile(filepath.Join(o.profileDir, fmt.Sprintf("apiserver-%s-%s.pprof", m.Controller, w.Name)), raw, 0o644)
 	})
 	return wg.Wait
+}
+
+// heapProfile saves, with -profile, the operator's heap at the end of the
+// first repeat of a SafeJob run at the raised rate: what its caches hold
+// once every job is done.
+func heapProfile(o options, w workload, m mode, repeat int) {
+	if o.profileDir == "" || m.Controller != ctrlSafeJob || repeat != 1 || m.QPS == 0 {
+		return
+	}
+	out := filepath.Join(o.profileDir, fmt.Sprintf("safejob-heap-%s.pprof", w.Name))
+	if err := exec.Command("curl", "-s", "-o", out, "http://127.0.0.1:6065/debug/pprof/heap?gc=1").Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: heap profile of the operator: %v\n", err)
+	}
 }
 
 func podTemplate(duration string) corev1.PodTemplateSpec {
