@@ -86,6 +86,11 @@ test-e2e: ## Run only the end-to-end suite on the local cluster (quick fault var
 bench: build cluster-assets ## Benchmark SafeJob against the built-in Job controller and the limit: BENCHMARKS.md, docs/benchmarks.png (BENCH_ARGS=... to change).
 	go run ./hack/bench -manager bin/manager $(BENCH_ARGS)
 
+.PHONY: bench-scale
+bench-scale: build cluster-assets ## W1 and W2 at three sizes, W4, W5 at 1k/10k/100k completions: BENCHMARKS-scale.md, docs/benchmarks-scale*.svg (hours).
+	go run ./hack/bench -manager bin/manager -workloads W1,W2,W4,W5 -sizes "1,3,10 W4:1 W5:0.01,0.1,1" -repeats 1 \
+		-defaults=false -out BENCHMARKS-scale.md -json bench-scale-results.json -chart docs/benchmarks-scale.png $(BENCH_ARGS)
+
 .PHONY: bench-ledger
 bench-ledger: ## The ledger decision's cost per completion at 1k-100k completions, parallelism 100-2000: a section of BENCHMARKS.md.
 	go run ./hack/benchledger

@@ -162,3 +162,90 @@ func writeFile(path string, w io.WriterTo) error {
 	}
 	return nil
 }
+
+// sizeChartPath is where the chart by size goes, beside the main chart.
+func sizeChartPath(chart string) string {
+	return strings.TrimSuffix(chart, filepath.Ext(chart)) + "-sizes.png"
+}
+
+// sizeMetrics are the panels of the chart by size: a value per completion
+// of a mode's median run.
+var sizeMetrics = []struct {
+	label string
+	value func(s summary, completions int) float64
+}{
+	{"kube-apiserver CPU ms per completion", func(s summary, _ int) float64 { return s.apiCPU }},
+	{"completions per second", func(s summary, _ int) float64 { return s.perSec }},
+}
+
+// writeSizeChart draws, for every workload run at several sizes, the
+// kube-apiserver's CPU per completion and the throughput against the
+// number of completions (log scale), a line per mode: a PNG at path and an
+// SVG beside it. Without such a workload it writes nothing.
+func writeSizeChart(path string, results []result) error {
+	var ws []workload
+	seen := map[string]bool{}
+	for _, r := range results {
+		if r.Base != "" && !seen[r.Workload] {
+			seen[r.Workload] = true
+			ws = append(ws, workload{Name: r.Workload, Base: r.Base, Size: r.Size, Jobs: 1, Completions: int32(r.Completions)})
+		}
+	}
+	bases, groups := sizeGroups(ws)
+	if len(bases) == 0 {
+		return nil
+	}
+	const panelW, panelH = 4.5 * vg.Inch, 3.2 * vg.Inch
+	cols, rows := len(bases), len(sizeMetrics)
+	svgPath := strings.TrimSuffix(path, filepath.Ext(path)) + ".svg"
+	for _, out := range []canvasOut{pngCanvas(path, panelW*vg.Length(cols), panelH*vg.Length(rows)),
+		svgCanvas(svgPath, panelW*vg.Length(cols), panelH*vg.Length(rows))} {
+		tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
+			PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
+		for c, base := range bases {
+			for r, metric := range sizeMetrics {
+				p, err := sizePlot(base, groups[base], results, metric.label, metric.value)
+				if err != nil {
+					return err
+				}
+				p.Draw(tiles.At(out.canvas, c, r))
+			}
+		}
+		if err := out.save(); err != nil {
+			return fmt.Errorf("writing %s: %w", out.path, err)
+		}
+	}
+	return nil
+}
+
+// sizePlot draws one metric of one workload against its completions.
+func sizePlot(base string, sizes []workload, results []result, label string,
+	value func(summary, int) float64) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = base + " by size"
+	p.X.Label.Text = "completions (log scale)"
+	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+	p.Y.Label.Text = label
+	p.Y.Min = 0
+	p.Add(plotter.NewGrid())
+	for _, m := range []string{modeLimit, modeBuiltin, modeSafeJob} {
+		var pts plotter.XYs
+		for _, w := range sizes {
+			if s, ok := summarise(results, w.Name, m); ok {
+				pts = append(pts, plotter.XY{X: float64(w.total()), Y: value(s, w.total())})
+			}
+		}
+		if len(pts) == 0 {
+			continue
+		}
+		line, points, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", base, m, err)
+		}
+		line.Color, points.Color = seriesColors[m], seriesColors[m]
+		p.Add(line, points)
+		p.Legend.Add(m, line, points)
+	}
+	p.Legend.Top, p.Legend.Left = true, true
+	return p, nil
+}

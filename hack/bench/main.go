@@ -45,6 +45,13 @@ type workload struct {
 	Jobs                     int
 	Completions, Parallelism int32
 	Indexed                  bool
+	// Base and Size name a workload run at several sizes (-sizes): W1×3 is
+	// W1 at three times its size.
+	Base string
+	Size float64
+	// Quota, when set, queues every job through one Kueue LocalQueue that
+	// admits Quota pods at a time (queue.go).
+	Quota int
 }
 
 func (w workload) total() int { return w.Jobs * int(w.Completions) }
@@ -59,20 +66,32 @@ type mode struct {
 
 type result struct {
 	Workload, Mode string
-	Repeat         int
-	Completions    int
-	PodsCreated    int
-	ExtraPods      int
+	// Base and Size: see workload (empty and 0 for a workload at one size).
+	Base        string  `json:",omitempty"`
+	Size        float64 `json:",omitempty"`
+	Repeat      int
+	Completions int
+	PodsCreated int
+	ExtraPods   int
 	// Reported is the sum of the jobs' status.succeeded at the end, and
 	// PodsSucceeded the number of distinct pods the bench's own watch saw
 	// succeed (see noPod).
 	Reported      int
 	PodsSucceeded int
+	// Inexact says how the run broke exactness ("" when it did not): pods
+	// created beyond the completions, a completion counted without a pod
+	// that succeeded, fewer successes than completions, or a pod created
+	// that no watch or list ever showed.
+	Inexact string `json:",omitempty"`
 	// Recovered counts the pods and successes the watch had not delivered
 	// by the end and a final list of every pod found (recoverMissed);
 	// Unseen the pods the API server created that neither ever showed
 	// (created and deleted between the two).
 	Recovered, Unseen int
+	// PeakActivePods is the most pods that had been created and not ended
+	// at once; Quota the queue's, for a queued workload (0 otherwise).
+	PeakActivePods int
+	Quota          int `json:",omitempty"`
 	MakespanSec       float64
 	// SubmittedSec is when the last job's create returned.
 	SubmittedSec   float64
@@ -116,12 +135,17 @@ type options struct {
 	// rev is the commit the runs start from (the tree may move on while
 	// they run).
 	rev string
+	// args are the command's arguments, for the report.
+	args []string
 }
 
 func main() {
 	var o options
-	var workloads, out, chart, jsonOut string
-	flag.StringVar(&workloads, "workloads", "W1,W2,W3", "workloads to run")
+	var workloads, sizes, out, chart, jsonOut string
+	flag.StringVar(&workloads, "workloads", "W1,W2,W3", "workloads to run (W1-W5)")
+	flag.StringVar(&sizes, "sizes", "", "run each workload at each of these sizes, comma separated multiples of -scale "+
+		"(e.g. 1,3,10), or one workload at its own (W5:0.01,0.1,1), space separated; the report adds a section by size "+
+		"and a chart of cost against size")
 	flag.IntVar(&o.repeats, "repeats", 3, "repetitions of each pair (alternating order)")
 	flag.Float64Var(&o.scale, "scale", 1, "fraction of each workload's size (1 = as specified)")
 	flag.IntVar(&o.raisedQPS, "qps", 200, "the equal, raised client rate (QPS; burst is twice it) of both controllers")
@@ -144,23 +168,23 @@ func main() {
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard())
 	o.operatorArgs = strings.Fields(opArgs)
-	var err error
-	if o.root, err = os.Getwd(); err != nil {
+	root, err := os.Getwd()
+	if o.root = root; err != nil {
 		fail(err)
 	}
 	all := map[string]workload{
 		"W1": {Name: "W1", Desc: "1,000 jobs of one pod", Jobs: 1000, Completions: 1, Parallelism: 1},
 		"W2": {Name: "W2", Desc: "1 job, 5,000 completions, parallelism 200", Jobs: 1, Completions: 5000, Parallelism: 200},
 		"W3": {Name: "W3", Desc: "200 Indexed jobs, 20 completions, parallelism 5", Jobs: 200, Completions: 20, Parallelism: 5, Indexed: true},
+		"W4": {Name: "W4", Desc: "10,000 jobs of one pod, created at once", Jobs: 10000, Completions: 1, Parallelism: 1},
+		"W5": {Name: "W5", Desc: "1 Indexed job, 100,000 completions, parallelism 2,000", Jobs: 1, Completions: 100000,
+			Parallelism: 2000, Indexed: true},
+		"W6": {Name: "W6", Desc: "5,000 jobs of one pod through one Kueue LocalQueue, 500 pods admitted at a time", Jobs: 5000,
+			Completions: 1, Parallelism: 1, Quota: 500},
 	}
-	names := strings.Split(workloads, ",")
-	ws := make([]workload, 0, len(names))
-	for _, n := range names {
-		w, ok := all[n]
-		if !ok {
-			fail(fmt.Errorf("unknown workload %q", n))
-		}
-		ws = append(ws, scaled(w, o.scale))
+	ws, err := selectWorkloads(all, workloads, sizes, o.scale)
+	if err != nil {
+		fail(err)
 	}
 	if *redraw {
 		if err := redrawChart(jsonOut, chart, ws); err != nil {
@@ -169,8 +193,8 @@ func main() {
 		return
 	}
 	started := time.Now()
-	o.rev = gitRev()
-	results := runAll(o, ws)
+	o.rev, o.args = gitRev(), os.Args[1:]
+	results, failed := runAll(o, ws)
 	raw, _ := json.MarshalIndent(results, "", " ")
 	if err := os.WriteFile(jsonOut, raw, 0o644); err != nil {
 		fail(err)
@@ -178,7 +202,10 @@ func main() {
 	if err := writeChart(chart, ws, results); err != nil {
 		fail(err)
 	}
-	if err := os.WriteFile(out, []byte(report(o, ws, results, chart, time.Since(started))+keptSection(out)), 0o644); err != nil {
+	if err := writeSizeChart(sizeChartPath(chart), results); err != nil {
+		fail(err)
+	}
+	if err := os.WriteFile(out, []byte(report(o, ws, results, failed, chart, time.Since(started))+keptSection(out)), 0o644); err != nil {
 		fail(err)
 	}
 	fmt.Printf("==> Wrote %s, %s and %s\n", out, chart, jsonOut)
@@ -202,6 +229,47 @@ func fail(err error) {
 	os.Exit(1)
 }
 
+// selectWorkloads returns the named workloads at -scale, or, with sizes,
+// each at each of its sizes (multiples of scale), named W1×3 and so on.
+// sizes holds space-separated lists: "1,3,10" for every workload,
+// "W5:0.01,0.1,1" for one.
+func selectWorkloads(all map[string]workload, names, sizes string, scale float64) ([]workload, error) {
+	factors := map[string][]float64{"": {1}}
+	for _, list := range strings.Fields(sizes) {
+		name, values, ok := strings.Cut(list, ":")
+		if !ok {
+			name, values = "", list
+		}
+		factors[name] = nil
+		for _, f := range strings.Split(values, ",") {
+			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || v <= 0 {
+				return nil, fmt.Errorf("-sizes: %q is not a positive number", f)
+			}
+			factors[name] = append(factors[name], v)
+		}
+	}
+	var ws []workload
+	for _, n := range strings.Split(names, ",") {
+		w, ok := all[n]
+		if !ok {
+			return nil, fmt.Errorf("unknown workload %q", n)
+		}
+		fs, own := factors[n]
+		if !own {
+			fs = factors[""]
+		}
+		for _, f := range fs {
+			s := scaled(w, scale*f)
+			if len(fs) > 1 {
+				s.Name, s.Base, s.Size = fmt.Sprintf("%s×%g", w.Name, f), w.Name, f
+			}
+			ws = append(ws, s)
+		}
+	}
+	return ws, nil
+}
+
 func scaled(w workload, f float64) workload {
 	if f == 1 {
 		return w
@@ -212,6 +280,9 @@ func scaled(w workload, f float64) workload {
 		w.Completions = max(1, int32(float64(w.Completions)*f))
 		w.Parallelism = min(w.Parallelism, w.Completions)
 	}
+	if w.Quota > 0 {
+		w.Quota = max(1, int(float64(w.Quota)*f))
+	}
 	w.Desc += fmt.Sprintf(" (scaled %.2f: %d jobs × %d)", f, w.Jobs, w.Completions)
 	return w
 }
@@ -219,15 +290,19 @@ func scaled(w workload, f float64) workload {
 // runAll runs every workload: the limit once per repeat, each controller
 // pair at the raised rate per repeat in alternating order, and both at
 // their defaults once.
-func runAll(o options, ws []workload) []result {
+func runAll(o options, ws []workload) ([]result, []string) {
 	var results []result
+	var failed []string
 	for _, w := range ws {
 		for r := 1; r <= o.repeats; r++ {
 			pair := []mode{{modeBuiltin, ctrlBuiltin, o.raisedQPS}, {modeSafeJob, ctrlSafeJob, o.raisedQPS}}
 			if r%2 == 0 {
 				pair[0], pair[1] = pair[1], pair[0]
 			}
-			modes := append([]mode{{modeLimit, ctrlLimit, 0}}, pair...)
+			modes := pair
+			if w.Quota == 0 { // the limit has no queue
+				modes = append([]mode{{modeLimit, ctrlLimit, 0}}, pair...)
+			}
 			if r == 1 && o.defaults {
 				modes = append(modes, mode{modeBuiltinDefault, ctrlBuiltin, 0}, mode{modeSafeJobDefault, ctrlSafeJob, 0})
 			}
@@ -238,6 +313,7 @@ func runAll(o options, ws []workload) []result {
 				res, err := runOne(o, w, m, r)
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "bench: %s %s repeat %d: %v\n", w.Name, m.Name, r, err)
+					failed = append(failed, fmt.Sprintf("%s %s repeat %d: %v", w.Name, m.Name, r, err))
 					continue
 				}
 				fmt.Printf("==> %s %-24s repeat %d: %d completions in %.1fs (%.1f/s), first pod p50 %.2fs p99 %.2fs, "+
@@ -248,10 +324,36 @@ func runAll(o options, ws []workload) []result {
 					100*res.MachineBusy, res.ClusterCPUSec["kube-apiserver"], res.ClusterCPUSec["etcd"],
 					res.ClusterCPUSec["kube-scheduler"], res.ClusterCPUSec["kwok"])
 				results = append(results, res)
+				if res.Inexact != "" {
+					fmt.Fprintf(os.Stderr, "bench: %s %s repeat %d broke exactness: %s\n", w.Name, m.Name, r, res.Inexact)
+					failed = append(failed, fmt.Sprintf("%s %s repeat %d broke exactness: %s", w.Name, m.Name, r, res.Inexact))
+				}
 			}
 		}
 	}
-	return results
+	return results, failed
+}
+
+// exactness checks a run against the completions it was asked for: every
+// completion a pod that succeeded, no pod beyond them, every pod accounted.
+func (r result) exactness() string {
+	var broke []string
+	if r.ExtraPods > 0 {
+		broke = append(broke, fmt.Sprintf("%d extra pods", r.ExtraPods))
+	}
+	if n := r.noPod(); n > 0 {
+		broke = append(broke, fmt.Sprintf("%d completions counted without a pod that succeeded", n))
+	}
+	if r.PodsSucceeded < r.Completions {
+		broke = append(broke, fmt.Sprintf("%d of %d completions lost", r.Completions-r.PodsSucceeded, r.Completions))
+	}
+	if r.Unseen > 0 {
+		broke = append(broke, fmt.Sprintf("%d pods created that no watch or list showed", r.Unseen))
+	}
+	if r.Quota > 0 && r.PeakActivePods > r.Quota {
+		broke = append(broke, fmt.Sprintf("%d pods at once under a quota of %d", r.PeakActivePods, r.Quota))
+	}
+	return strings.Join(broke, ", ")
 }
 
 // noPod is the number of completions the controller counted without a pod
@@ -309,7 +411,7 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 		return result{}, err
 	}
 	defer removeDir()
-	copts := cluster.Options{Dir: dir, Root: o.root, Nodes: 4, ControllerManagerVerbosity: o.kcmVerbosity}
+	copts := cluster.Options{Dir: dir, Root: o.root, Nodes: 4, ControllerManagerVerbosity: o.kcmVerbosity, Kueue: w.Quota > 0}
 	if m.Controller == ctrlBuiltin && m.QPS > 0 {
 		copts.ControllerManagerQPS = m.QPS
 	}
@@ -331,6 +433,11 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	}
 	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		return result{}, err
+	}
+	if w.Quota > 0 {
+		if err := setUpQueue(ctx, cl, w); err != nil {
+			return result{}, err
+		}
 	}
 	rec, err := startRecorder(ctx, cfg, m.Controller)
 	if err != nil {
@@ -552,12 +659,21 @@ func jobObject(name string, w workload, m mode, d string) client.Object {
 		if w.Indexed {
 			job.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
 		}
+		if w.Quota > 0 {
+			// Created suspended, as Kueue asks where its webhook does not
+			// suspend Jobs itself; Kueue resumes each once admitted.
+			queueJob(job, &job.Spec.Template)
+			job.Spec.Suspend = ptr.To(true)
+		}
 		return job
 	}
 	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: batchv1alpha1.SafeJobSpec{
 		Template: podTemplate(d), Completions: ptr.To(w.Completions), Parallelism: ptr.To(w.Parallelism)}}
 	if w.Indexed {
 		sj.Spec.CompletionMode = batchv1alpha1.IndexedCompletion
+	}
+	if w.Quota > 0 {
+		queueJob(sj, &sj.Spec.Template)
 	}
 	return sj
 }
@@ -603,11 +719,16 @@ type recorder struct {
 	// scheduled and running hold when each pod was first seen bound to a
 	// node and Running.
 	scheduled, running map[string]time.Time
+	// active counts the pods the watch showed that it has not shown to end
+	// (counted), and peakActive its most: under a queue, never above its
+	// quota.
+	counted            map[string]bool
+	active, peakActive int
 }
 
 func startRecorder(ctx context.Context, cfg *rest.Config, controller string) (*recorder, error) {
 	r := &recorder{firstPod: map[string]time.Time{}, seen: map[string]time.Time{}, succeeded: map[string]time.Time{},
-		scheduled: map[string]time.Time{}, running: map[string]time.Time{}}
+		scheduled: map[string]time.Time{}, running: map[string]time.Time{}, counted: map[string]bool{}}
 	r.ownerLabel = map[string]string{ctrlBuiltin: "batch.kubernetes.io/job-name", ctrlSafeJob: batchv1alpha1.SafeJobNameLabel,
 		ctrlLimit: "bench/job"}[controller]
 	informers, err := cache.New(cfg, cache.Options{Scheme: cluster.Scheme(), DefaultNamespaces: map[string]cache.Config{ns: {}}})
@@ -759,6 +880,11 @@ func (r *recorder) seeAt(pod *corev1.Pod, now time.Time, recovered bool) {
 	missed := false
 	if _, ok := r.seen[uid]; !ok {
 		r.seen[uid], missed = now, recovered
+		if !recovered && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+			r.counted[uid] = true
+			r.active++
+			r.peakActive = max(r.peakActive, r.active)
+		}
 		owner := pod.Labels[r.ownerLabel]
 		if t, ok := r.firstPod[owner]; !ok || now.Before(t) {
 			r.firstPod[owner] = now
@@ -769,6 +895,10 @@ func (r *recorder) seeAt(pod *corev1.Pod, now time.Time, recovered bool) {
 	}
 	if _, ok := r.running[uid]; !ok && pod.Status.Phase == corev1.PodRunning {
 		r.running[uid] = now
+	}
+	if r.counted[uid] && (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) {
+		delete(r.counted, uid)
+		r.active--
 	}
 	newSuccess := false
 	if _, done := r.succeeded[uid]; !done && pod.Status.Phase == corev1.PodSucceeded {
@@ -867,7 +997,8 @@ func measure(w workload, m mode, repeat int, start, end time.Time, created map[s
 	before, after map[string]int, cpu, rss float64) result {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	res := result{Workload: w.Name, Mode: m.Name, Repeat: repeat, Completions: w.total(), PodsCreated: len(rec.seen),
+	res := result{Workload: w.Name, Base: w.Base, Size: w.Size, Mode: m.Name, Repeat: repeat, Completions: w.total(),
+		PodsCreated: len(rec.seen),
 		MakespanSec: end.Sub(start).Seconds(), CPUSec: cpu, PeakRSSMiB: rss, WritesByRes: map[string]int{}, ReadsByRes: map[string]int{}}
 	res.PerSecond = float64(res.Completions) / res.MakespanSec
 	for _, t := range created {
@@ -900,6 +1031,8 @@ func measure(w workload, m mode, repeat int, start, end time.Time, created map[s
 	res.ExtraPods = res.PodsCreated - res.Completions
 	res.PodsSucceeded = len(rec.succeeded)
 	res.Recovered, res.Unseen = rec.recovered, max(0, res.PodsCreated-len(rec.seen))
+	res.PeakActivePods, res.Quota = rec.peakActive, w.Quota
+	res.Inexact = res.exactness()
 	for _, n := range rec.reported {
 		res.Reported += n
 	}

@@ -93,14 +93,14 @@ const (
 
 var modeOrder = []string{modeLimit, modeBuiltin, modeSafeJob, modeBuiltinDefault, modeSafeJobDefault}
 
-func report(o options, ws []workload, results []result, chart string, took time.Duration) string {
+func report(o options, ws []workload, results []result, failed []string, chart string, took time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Benchmarks\n\nSafeJob against the built-in Job controller of kube-controller-manager, side by side on the same\n")
 	fmt.Fprintf(&b, "local cluster (real kube-apiserver, etcd, kube-scheduler and kube-controller-manager, KWOK nodes), and\n")
 	fmt.Fprintf(&b, "against **the limit**: a client that creates the same pods directly (no controller), keeping the same\n")
 	fmt.Fprintf(&b, "parallelism, and lets KWOK finish them. Every run gets a fresh cluster.\n\n")
-	fmt.Fprintf(&b, "Command: `make bench` (`go run ./hack/bench -repeats %d -scale %g -qps %d -pod-duration %s`), %s in all.\n\n",
-		o.repeats, o.scale, o.raisedQPS, o.podDuration, took.Round(time.Second))
+	fmt.Fprintf(&b, "Command: `go run ./hack/bench %s` (with -repeats %d -scale %g -qps %d -pod-duration %s), %s in all.\n\n",
+		strings.Join(o.args, " "), o.repeats, o.scale, o.raisedQPS, o.podDuration, took.Round(time.Second))
 	fmt.Fprintf(&b, "Machine: %s. Versions: Go %s, Kubernetes v1.35.4 (built from source), KWOK v0.7.0, SafeJob %s.\n\n",
 		machine(), strings.TrimPrefix(runtime.Version(), "go"), o.rev)
 	fmt.Fprintf(&b, "Rates: \"built-in\" and \"SafeJob\" run at the same raised client rate (%d QPS, burst %d); the\n",
@@ -141,6 +141,18 @@ func report(o options, ws []workload, results []result, chart string, took time.
 		b.WriteString(writesTable(results, w.Name))
 		b.WriteString(cpuTable(results, w.Name))
 	}
+	if len(failed) > 0 {
+		b.WriteString("## Failed runs\n\nA run that passes `-timeout` has no row above; one that breaks exactness is " +
+			"counted above but is a failed run, not a slow one.\n\n")
+		for _, f := range failed {
+			fmt.Fprintf(&b, "- %s\n", f)
+		}
+		b.WriteString("\n")
+	}
+	if sizes := sizeSection(ws, results); sizes != "" {
+		b.WriteString(sizes)
+		fmt.Fprintf(&b, "![cost per completion by size](%s)\n\n", strings.TrimSuffix(sizeChartPath(chart), ".png")+".svg")
+	}
 	svg := strings.TrimSuffix(chart, filepath.Ext(chart)) + ".svg"
 	fmt.Fprintf(&b, "![pods succeeded over time](%s)\n\n(The same chart as a bitmap: [%s](%s).)\n\n", svg, chart, chart)
 	fmt.Fprintf(&b, "Raw results of every run: `bench-results.json` (written next to this file by `make bench`).\n")
@@ -162,6 +174,11 @@ func verdict(results []result, w string) string {
 	if ok3 {
 		fmt.Fprintf(&b, "- SafeJob throughput / the limit: **%.0f%%** (goal ≥ 60%% on W1 and W2); built-in: %.0f%%\n",
 			100*sj.perSec/lim.perSec, 100*bi.perSec/lim.perSec)
+	}
+	for _, r := range results {
+		if r.Workload == w && r.Quota > 0 && (r.Mode == modeSafeJob || r.Mode == modeBuiltin) {
+			fmt.Fprintf(&b, "- %s repeat %d: at most %d pods at once under a quota of %d pods\n", r.Mode, r.Repeat, r.PeakActivePods, r.Quota)
+		}
 	}
 	fmt.Fprintf(&b, "- half the pods succeeded: SafeJob at %.1f s, built-in at %.1f s (target: SafeJob no later); "+
 		"the last pod: %.1f s and %.1f s\n", sj.half, bi.half, sj.last, bi.last)
@@ -310,4 +327,83 @@ func gitRev() string {
 		return "(unknown commit)"
 	}
 	return "commit " + strings.TrimSpace(string(out))
+}
+
+// sizeGroups lists, for every workload run at several sizes, its sizes in
+// order: base name -> workloads.
+func sizeGroups(ws []workload) (bases []string, groups map[string][]workload) {
+	groups = map[string][]workload{}
+	for _, w := range ws {
+		if w.Base == "" {
+			continue
+		}
+		if _, ok := groups[w.Base]; !ok {
+			bases = append(bases, w.Base)
+		}
+		groups[w.Base] = append(groups[w.Base], w)
+	}
+	for _, b := range bases {
+		sort.Slice(groups[b], func(i, j int) bool { return groups[b][i].Size < groups[b][j].Size })
+	}
+	return bases, groups
+}
+
+// controllerMS is a summary's controller CPU ms per completion.
+func (s summary) controllerMS(completions int) float64 {
+	return 1000 * s.cpu / float64(max(completions, 1))
+}
+
+// growth is the change from a to b in percent.
+func growth(a, b float64) string {
+	if a == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%+.0f%%", 100*(b-a)/a)
+}
+
+// sizeSection compares each workload run at several sizes: the cost per
+// completion and its growth from the smallest size to the largest, against
+// the targets.
+func sizeSection(ws []workload, results []result) string {
+	bases, groups := sizeGroups(ws)
+	var b strings.Builder
+	for _, base := range bases {
+		g := groups[base]
+		fmt.Fprintf(&b, "## %s by size\n\n", base)
+		b.WriteString("| size | completions | completions/s: limit / built-in / SafeJob | SafeJob ÷ built-in " +
+			"| half pods succeeded s: built-in / SafeJob | kube-apiserver ms/completion: limit / built-in / SafeJob " +
+			"| controller ms/completion: built-in / SafeJob | writes/completion: built-in / SafeJob | peak RSS MiB: built-in / SafeJob |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+		type row struct{ lim, bi, sj summary }
+		rows := make([]row, len(g))
+		for i, w := range g {
+			lim, _ := summarise(results, w.Name, modeLimit)
+			bi, _ := summarise(results, w.Name, modeBuiltin)
+			sj, _ := summarise(results, w.Name, modeSafeJob)
+			rows[i] = row{lim, bi, sj}
+			ratio := 0.0
+			if bi.perSec > 0 {
+				ratio = sj.perSec / bi.perSec
+			}
+			fmt.Fprintf(&b, "| ×%g | %d | %.1f / %.1f / %.1f | %.2f | %.1f / %.1f | %.1f / %.1f / %.1f | %.1f / %.1f | %.2f / %.2f | %.0f / %.0f |\n",
+				w.Size, w.total(), lim.perSec, bi.perSec, sj.perSec, ratio, bi.half, sj.half, lim.apiCPU, bi.apiCPU, sj.apiCPU,
+				bi.controllerMS(w.total()), sj.controllerMS(w.total()), bi.writes, sj.writes, bi.rss, sj.rss)
+		}
+		first, last := rows[0], rows[len(rows)-1]
+		fw, lw := g[0], g[len(g)-1]
+		fmt.Fprintf(&b, "\n- kube-apiserver CPU per completion from ×%g to ×%g: SafeJob %s, built-in %s, the limit %s "+
+			"(target: SafeJob at or below the built-in at every size, and growing no more than the limit)\n",
+			fw.Size, lw.Size, growth(first.sj.apiCPU, last.sj.apiCPU), growth(first.bi.apiCPU, last.bi.apiCPU),
+			growth(first.lim.apiCPU, last.lim.apiCPU))
+		fmt.Fprintf(&b, "- the controller's CPU per completion from ×%g to ×%g: SafeJob %s, kube-controller-manager %s "+
+			"(target: SafeJob within 10%%)\n", fw.Size, lw.Size, growth(first.sj.controllerMS(fw.total()), last.sj.controllerMS(lw.total())),
+			growth(first.bi.controllerMS(fw.total()), last.bi.controllerMS(lw.total())))
+		if jobs := lw.Jobs - fw.Jobs; jobs > 0 {
+			perJob := func(a, z summary) float64 { return (z.rss - a.rss) * 1024 / float64(jobs) }
+			fmt.Fprintf(&b, "- peak RSS per job added: SafeJob %.1f KiB, kube-controller-manager %.1f KiB (target: SafeJob below, "+
+				"aiming at half)\n", perJob(first.sj, last.sj), perJob(first.bi, last.bi))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }

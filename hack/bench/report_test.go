@@ -47,12 +47,14 @@ func TestReportShowsCPUByProcess(t *testing.T) {
 			ClusterCPUSec: map[string]float64{"kube-apiserver": api, "kube-controller-manager": 0.5, "bench": 0.1}}
 	}
 	results := []result{mk(modeLimit, 0, 1), mk(modeBuiltin, 0.5, 1.5), mk(modeSafeJob, 0.3, 2)}
-	out := report(options{repeats: 1, scale: 1, raisedQPS: 200, podDuration: "1s"}, []workload{w}, results, "c.png", time.Minute)
+	out := report(options{repeats: 1, scale: 1, raisedQPS: 200, podDuration: "1s"}, []workload{w}, results,
+		[]string{"W9 SafeJob repeat 2: timed out"}, "c.png", time.Minute)
 	for _, want := range []string{
 		"| all CPU ms/completion |",
 		"| controller | – | 5.00 | 3.00 |",
 		"| kube-controller-manager | 5.00 | – | 5.00 |",
 		"| **all** | 16.00 | 21.00 | 29.00 |",
+		"- W9 SafeJob repeat 2: timed out",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
@@ -65,7 +67,7 @@ func TestReportShowsCPUByProcess(t *testing.T) {
 // the pod's finish; what the watch had already seen is not counted again.
 func TestRecorderRecoversWhatTheWatchMissed(t *testing.T) {
 	r := &recorder{ownerLabel: "job", firstPod: map[string]time.Time{}, seen: map[string]time.Time{},
-		succeeded: map[string]time.Time{}, scheduled: map[string]time.Time{}, running: map[string]time.Time{}}
+		succeeded: map[string]time.Time{}, scheduled: map[string]time.Time{}, running: map[string]time.Time{}, counted: map[string]bool{}}
 	finished := time.Date(2026, 1, 1, 0, 0, 5, 0, time.UTC)
 	pod := func(uid string, phase corev1.PodPhase) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), Labels: map[string]string{"job": "j-" + uid}},
@@ -80,6 +82,9 @@ func TestRecorderRecoversWhatTheWatchMissed(t *testing.T) {
 	r.see(pod("b", corev1.PodSucceeded)) // seen whole
 	for _, p := range []*corev1.Pod{pod("a", corev1.PodSucceeded), pod("b", corev1.PodSucceeded), pod("c", corev1.PodSucceeded)} {
 		r.seeAt(p, finishedAt(p), true)
+	}
+	if r.peakActive != 1 || r.active != 0 {
+		t.Errorf("active %d, peak %d; want 0 and 1: a ran, then b was seen ended", r.active, r.peakActive)
 	}
 	if r.recovered != 2 || len(r.seen) != 3 || len(r.succeeded) != 3 {
 		t.Fatalf("recovered %d, seen %d, succeeded %d; want 2, 3, 3", r.recovered, len(r.seen), len(r.succeeded))
@@ -111,5 +116,85 @@ func TestChartWritesPNGAndSVG(t *testing.T) {
 	svg, err := os.ReadFile(filepath.Join(dir, "chart.svg"))
 	if err != nil || !strings.Contains(string(svg), "pods succeeded") || !strings.Contains(string(svg), "SafeJob") {
 		t.Errorf("the SVG lacks its axis label or legend (%v)", err)
+	}
+}
+
+// TestSizes: -sizes runs each workload at each size under its own name,
+// and the report and chart compare them against the targets.
+func TestSizes(t *testing.T) {
+	all := map[string]workload{"W1": {Name: "W1", Desc: "jobs", Jobs: 1000, Completions: 1, Parallelism: 1}}
+	ws, err := selectWorkloads(all, "W1", "1,10", 0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ws) != 2 || ws[0].Name != "W1×1" || ws[0].Jobs != 500 || ws[1].Name != "W1×10" || ws[1].Jobs != 5000 || ws[1].Base != "W1" {
+		t.Fatalf("workloads %+v", ws)
+	}
+	if _, err := selectWorkloads(all, "W1", "1,x", 1); err == nil {
+		t.Error("a size that is not a number accepted")
+	}
+	if one, _ := selectWorkloads(all, "W1", "", 1); len(one) != 1 || one[0].Name != "W1" || one[0].Base != "" {
+		t.Errorf("without -sizes: %+v", one)
+	}
+	all["W5"] = workload{Name: "W5", Jobs: 1, Completions: 100000, Parallelism: 2000}
+	mixed, err := selectWorkloads(all, "W1,W5", "1,3 W5:0.01,1", 1)
+	if err != nil || len(mixed) != 4 || mixed[2].Name != "W5×0.01" || mixed[2].Completions != 1000 || mixed[2].Parallelism != 1000 ||
+		mixed[3].Completions != 100000 || mixed[1].Name != "W1×3" {
+		t.Errorf("sizes of their own: %+v, %v", mixed, err)
+	}
+	mk := func(w workload, m string, api, ctl, rss float64) result {
+		return result{Workload: w.Name, Base: w.Base, Size: w.Size, Mode: m, Repeat: 1, Completions: w.total(), PerSecond: 50,
+			CPUSec: ctl * float64(w.total()) / 1000, PeakRSSMiB: rss, CompletionTimes: []float64{1, 2},
+			ClusterCPUSec: map[string]float64{"kube-apiserver": api * float64(w.total()) / 1000}}
+	}
+	results := []result{
+		mk(ws[0], modeLimit, 10, 0, 0), mk(ws[0], modeBuiltin, 20, 6, 100), mk(ws[0], modeSafeJob, 25, 4, 80),
+		mk(ws[1], modeLimit, 12, 0, 0), mk(ws[1], modeBuiltin, 22, 8, 220), mk(ws[1], modeSafeJob, 30, 4.2, 180),
+	}
+	out := sizeSection(ws, results)
+	for _, want := range []string{
+		"## W1 by size",
+		"| ×10 | 5000 |",
+		"SafeJob +20%, built-in +10%, the limit +20%",
+		"SafeJob +5%, kube-controller-manager +33%",
+		"SafeJob 22.8 KiB, kube-controller-manager 27.3 KiB",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("size section lacks %q:\n%s", want, out)
+		}
+	}
+	dir := t.TempDir()
+	path := sizeChartPath(filepath.Join(dir, "b.png"))
+	if err := writeSizeChart(path, results); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{path, strings.TrimSuffix(path, ".png") + ".svg"} {
+		if st, err := os.Stat(f); err != nil || st.Size() < 1000 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	if err := writeSizeChart(filepath.Join(dir, "none.png"), results[:0]); err != nil {
+		t.Errorf("no sizes: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "none.png")); err == nil {
+		t.Error("a chart by size written without sizes")
+	}
+}
+
+func TestExactness(t *testing.T) {
+	for _, c := range []struct {
+		r    result
+		want string
+	}{
+		{result{Completions: 10, PodsSucceeded: 10, Reported: 10}, ""},
+		{result{Completions: 10, PodsSucceeded: 10, Reported: 10, ExtraPods: 2}, "2 extra pods"},
+		{result{Completions: 10, PodsSucceeded: 9, Reported: 10}, "1 completions counted without a pod that succeeded, 1 of 10 completions lost"},
+		{result{Completions: 10, PodsSucceeded: 10, Reported: 10, Unseen: 1}, "1 pods created that no watch or list showed"},
+		{result{Completions: 10, PodsSucceeded: 10, Reported: 10, Quota: 5, PeakActivePods: 5}, ""},
+		{result{Completions: 10, PodsSucceeded: 10, Reported: 10, Quota: 5, PeakActivePods: 6}, "6 pods at once under a quota of 5"},
+	} {
+		if got := c.r.exactness(); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.r, got, c.want)
+		}
 	}
 }
