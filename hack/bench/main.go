@@ -92,7 +92,7 @@ type result struct {
 	// at once; Quota the queue's, for a queued workload (0 otherwise).
 	PeakActivePods int
 	Quota          int `json:",omitempty"`
-	MakespanSec       float64
+	MakespanSec    float64
 	// SubmittedSec is when the last job's create returned.
 	SubmittedSec   float64
 	PerSecond      float64
