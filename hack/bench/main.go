@@ -431,13 +431,8 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+	if err := prepare(ctx, cl, w); err != nil {
 		return result{}, err
-	}
-	if w.Quota > 0 {
-		if err := setUpQueue(ctx, cl, w); err != nil {
-			return result{}, err
-		}
 	}
 	rec, err := startRecorder(ctx, cfg, m.Controller)
 	if err != nil {
@@ -470,6 +465,17 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 		res.MachineBusy = (busy1[0] - busy0[0]) / total
 	}
 	return res, nil
+}
+
+// prepare creates the bench's namespace and, for a queued workload, its queue.
+func prepare(ctx context.Context, cl client.Client, w workload) error {
+	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return fmt.Errorf("creating the namespace: %w", err)
+	}
+	if w.Quota > 0 {
+		return setUpQueue(ctx, cl, w)
+	}
+	return nil
 }
 
 // finish waits for the end of the run, stops the profiles, recovers what
@@ -877,26 +883,14 @@ func finishedAt(pod *corev1.Pod) time.Time {
 func (r *recorder) seeAt(pod *corev1.Pod, now time.Time, recovered bool) {
 	r.mu.Lock()
 	uid := string(pod.UID)
+	ended := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 	missed := false
 	if _, ok := r.seen[uid]; !ok {
 		r.seen[uid], missed = now, recovered
-		if !recovered && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
-			r.counted[uid] = true
-			r.active++
-			r.peakActive = max(r.peakActive, r.active)
-		}
-		owner := pod.Labels[r.ownerLabel]
-		if t, ok := r.firstPod[owner]; !ok || now.Before(t) {
-			r.firstPod[owner] = now
-		}
+		r.first(pod, now, recovered || ended)
 	}
-	if _, ok := r.scheduled[uid]; !ok && pod.Spec.NodeName != "" && !recovered {
-		r.scheduled[uid] = now
-	}
-	if _, ok := r.running[uid]; !ok && pod.Status.Phase == corev1.PodRunning {
-		r.running[uid] = now
-	}
-	if r.counted[uid] && (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) {
+	r.steps(pod, now, recovered)
+	if r.counted[uid] && ended {
 		delete(r.counted, uid)
 		r.active--
 	}
@@ -912,6 +906,32 @@ func (r *recorder) seeAt(pod *corev1.Pod, now time.Time, recovered bool) {
 	r.mu.Unlock()
 	if newSuccess && cb != nil {
 		cb(pod)
+	}
+}
+
+// first records a pod seen for the first time: its job's first pod, and
+// a pod counted as active unless its life is not known (seen only once it
+// had ended, or only by the final list).
+func (r *recorder) first(pod *corev1.Pod, now time.Time, lifeUnknown bool) {
+	if !lifeUnknown {
+		r.counted[string(pod.UID)] = true
+		r.active++
+		r.peakActive = max(r.peakActive, r.active)
+	}
+	owner := pod.Labels[r.ownerLabel]
+	if t, ok := r.firstPod[owner]; !ok || now.Before(t) {
+		r.firstPod[owner] = now
+	}
+}
+
+// steps records when a pod was first seen scheduled and Running.
+func (r *recorder) steps(pod *corev1.Pod, now time.Time, recovered bool) {
+	uid := string(pod.UID)
+	if _, ok := r.scheduled[uid]; !ok && pod.Spec.NodeName != "" && !recovered {
+		r.scheduled[uid] = now
+	}
+	if _, ok := r.running[uid]; !ok && pod.Status.Phase == corev1.PodRunning {
+		r.running[uid] = now
 	}
 }
 

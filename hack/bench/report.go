@@ -175,11 +175,7 @@ func verdict(results []result, w string) string {
 		fmt.Fprintf(&b, "- SafeJob throughput / the limit: **%.0f%%** (goal ≥ 60%% on W1 and W2); built-in: %.0f%%\n",
 			100*sj.perSec/lim.perSec, 100*bi.perSec/lim.perSec)
 	}
-	for _, r := range results {
-		if r.Workload == w && r.Quota > 0 && (r.Mode == modeSafeJob || r.Mode == modeBuiltin) {
-			fmt.Fprintf(&b, "- %s repeat %d: at most %d pods at once under a quota of %d pods\n", r.Mode, r.Repeat, r.PeakActivePods, r.Quota)
-		}
-	}
+	b.WriteString(quotaLines(results, w))
 	fmt.Fprintf(&b, "- half the pods succeeded: SafeJob at %.1f s, built-in at %.1f s (target: SafeJob no later); "+
 		"the last pod: %.1f s and %.1f s\n", sj.half, bi.half, sj.last, bi.last)
 	for _, m := range modeOrder {
@@ -198,6 +194,18 @@ func verdict(results []result, w string) string {
 		fmt.Fprintf(&b, "- at default rates: SafeJob %.1f/s, built-in %.1f/s (ratio %.2f)\n", sjd.perSec, bid.perSec, sjd.perSec/bid.perSec)
 	}
 	b.WriteString("\n")
+	return b.String()
+}
+
+// quotaLines states, for a queued workload, the most pods each run had at
+// once against the queue's quota.
+func quotaLines(results []result, w string) string {
+	var b strings.Builder
+	for _, r := range results {
+		if r.Workload == w && r.Quota > 0 && (r.Mode == modeSafeJob || r.Mode == modeBuiltin) {
+			fmt.Fprintf(&b, "- %s repeat %d: at most %d pods at once under a quota of %d pods\n", r.Mode, r.Repeat, r.PeakActivePods, r.Quota)
+		}
+	}
 	return b.String()
 }
 
@@ -385,8 +393,9 @@ func sizeSection(ws []workload, results []result) string {
 			if bi.perSec > 0 {
 				ratio = sj.perSec / bi.perSec
 			}
-			fmt.Fprintf(&b, "| ×%g | %d | %.1f / %.1f / %.1f | %.2f | %.1f / %.1f | %.1f / %.1f / %.1f | %.1f / %.1f | %.2f / %.2f | %.0f / %.0f |\n",
-				w.Size, w.total(), lim.perSec, bi.perSec, sj.perSec, ratio, bi.half, sj.half, lim.apiCPU, bi.apiCPU, sj.apiCPU,
+			fmt.Fprintf(&b, "| ×%g | %d | %.1f / %.1f / %.1f | %.2f | %.1f / %.1f | %.1f / %.1f / %.1f | %.1f / %.1f "+
+				"| %.2f / %.2f | %.0f / %.0f |\n", w.Size, w.total(), lim.perSec, bi.perSec, sj.perSec, ratio, bi.half, sj.half,
+				lim.apiCPU, bi.apiCPU, sj.apiCPU,
 				bi.controllerMS(w.total()), sj.controllerMS(w.total()), bi.writes, sj.writes, bi.rss, sj.rss)
 		}
 		first, last := rows[0], rows[len(rows)-1]

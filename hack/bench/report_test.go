@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -119,28 +120,44 @@ func TestChartWritesPNGAndSVG(t *testing.T) {
 	}
 }
 
-// TestSizes: -sizes runs each workload at each size under its own name,
-// and the report and chart compare them against the targets.
-func TestSizes(t *testing.T) {
-	all := map[string]workload{"W1": {Name: "W1", Desc: "jobs", Jobs: 1000, Completions: 1, Parallelism: 1}}
-	ws, err := selectWorkloads(all, "W1", "1,10", 0.5)
-	if err != nil {
-		t.Fatal(err)
+// TestSelectWorkloads: -sizes runs each workload at each size under its
+// own name.
+func TestSelectWorkloads(t *testing.T) {
+	all := map[string]workload{"W1": {Name: "W1", Desc: "jobs", Jobs: 1000, Completions: 1, Parallelism: 1},
+		"W5": {Name: "W5", Jobs: 1, Completions: 100000, Parallelism: 2000}}
+	describe := func(ws []workload) string {
+		var out []string
+		for _, w := range ws {
+			out = append(out, fmt.Sprintf("%s(%s) %dx%d/%d", w.Name, w.Base, w.Jobs, w.Completions, w.Parallelism))
+		}
+		return strings.Join(out, ", ")
 	}
-	if len(ws) != 2 || ws[0].Name != "W1×1" || ws[0].Jobs != 500 || ws[1].Name != "W1×10" || ws[1].Jobs != 5000 || ws[1].Base != "W1" {
-		t.Fatalf("workloads %+v", ws)
+	for _, c := range []struct {
+		names, sizes string
+		scale        float64
+		want         string
+	}{
+		{"W1", "1,10", 0.5, "W1×1(W1) 500x1/1, W1×10(W1) 5000x1/1"},
+		{"W1", "", 1, "W1() 1000x1/1"},
+		{"W1,W5", "1,3 W5:0.01,1", 1, "W1×1(W1) 1000x1/1, W1×3(W1) 3000x1/1, W5×0.01(W5) 1x1000/1000, W5×1(W5) 1x100000/2000"},
+	} {
+		ws, err := selectWorkloads(all, c.names, c.sizes, c.scale)
+		if got := describe(ws); err != nil || got != c.want {
+			t.Errorf("%s at %q: %s, %v; want %s", c.names, c.sizes, got, err, c.want)
+		}
 	}
 	if _, err := selectWorkloads(all, "W1", "1,x", 1); err == nil {
 		t.Error("a size that is not a number accepted")
 	}
-	if one, _ := selectWorkloads(all, "W1", "", 1); len(one) != 1 || one[0].Name != "W1" || one[0].Base != "" {
-		t.Errorf("without -sizes: %+v", one)
-	}
-	all["W5"] = workload{Name: "W5", Jobs: 1, Completions: 100000, Parallelism: 2000}
-	mixed, err := selectWorkloads(all, "W1,W5", "1,3 W5:0.01,1", 1)
-	if err != nil || len(mixed) != 4 || mixed[2].Name != "W5×0.01" || mixed[2].Completions != 1000 || mixed[2].Parallelism != 1000 ||
-		mixed[3].Completions != 100000 || mixed[1].Name != "W1×3" {
-		t.Errorf("sizes of their own: %+v, %v", mixed, err)
+}
+
+// TestSizeSection: the report and chart compare a workload's sizes
+// against the targets.
+func TestSizeSection(t *testing.T) {
+	all := map[string]workload{"W1": {Name: "W1", Desc: "jobs", Jobs: 1000, Completions: 1, Parallelism: 1}}
+	ws, err := selectWorkloads(all, "W1", "1,10", 0.5)
+	if err != nil {
+		t.Fatal(err)
 	}
 	mk := func(w workload, m string, api, ctl, rss float64) result {
 		return result{Workload: w.Name, Base: w.Base, Size: w.Size, Mode: m, Repeat: 1, Completions: w.total(), PerSecond: 50,
