@@ -50,17 +50,8 @@ func TestReportShowsCPUByProcess(t *testing.T) {
 	results := []result{mk(modeLimit, 0, 1), mk(modeBuiltin, 0.5, 1.5), mk(modeSafeJob, 0.3, 2)}
 	out := report(options{repeats: 1, scale: 1, raisedQPS: 200, podDuration: "1s"}, []workload{w}, results,
 		[]string{"W9 SafeJob repeat 2: timed out"}, "c.png", time.Minute)
-	for _, want := range []string{
-		"| all CPU ms/completion |",
-		"| controller | – | 5.00 | 3.00 |",
-		"| kube-controller-manager | 5.00 | – | 5.00 |",
-		"| **all** | 16.00 | 21.00 | 29.00 |",
-		"- W9 SafeJob repeat 2: timed out",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("report lacks %q:\n%s", want, out)
-		}
-	}
+	wantLines(t, out, "| all CPU ms/completion |", "| controller | – | 5.00 | 3.00 |", "| kube-controller-manager | 5.00 | – | 5.00 |",
+		"| **all** | 16.00 | 21.00 | 29.00 |", "- W9 SafeJob repeat 2: timed out")
 }
 
 // TestRecorderRecoversWhatTheWatchMissed: the final list records a pod the
@@ -168,18 +159,8 @@ func TestSizeSection(t *testing.T) {
 		mk(ws[0], modeLimit, 10, 0, 0), mk(ws[0], modeBuiltin, 20, 6, 100), mk(ws[0], modeSafeJob, 25, 4, 80),
 		mk(ws[1], modeLimit, 12, 0, 0), mk(ws[1], modeBuiltin, 22, 8, 220), mk(ws[1], modeSafeJob, 30, 4.2, 180),
 	}
-	out := sizeSection(ws, results)
-	for _, want := range []string{
-		"## W1 by size",
-		"| ×10 | 5000 |",
-		"SafeJob +20%, built-in +10%, the limit +20%",
-		"SafeJob +5%, kube-controller-manager +33%",
-		"SafeJob 22.8 KiB, kube-controller-manager 27.3 KiB",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("size section lacks %q:\n%s", want, out)
-		}
-	}
+	wantLines(t, sizeSection(ws, results), "## W1 by size", "| ×10 | 5000 |", "SafeJob +20%, built-in +10%, the limit +20%",
+		"SafeJob +5%, kube-controller-manager +33%", "SafeJob 22.8 KiB, kube-controller-manager 27.3 KiB")
 	dir := t.TempDir()
 	path := sizeChartPath(filepath.Join(dir, "b.png"))
 	if err := writeSizeChart(path, results); err != nil {
@@ -212,6 +193,16 @@ func TestExactness(t *testing.T) {
 	} {
 		if got := c.r.exactness(); got != c.want {
 			t.Errorf("%+v: %q, want %q", c.r, got, c.want)
+		}
+	}
+}
+
+// wantLines fails the test for each text out lacks.
+func wantLines(t *testing.T, out string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("report lacks %q:\n%s", w, out)
 		}
 	}
 }
