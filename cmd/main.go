@@ -2,6 +2,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"flag"
 	"fmt"
@@ -9,7 +10,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -105,7 +108,8 @@ func run(s settings) error {
 		// authorizes (SubjectAccessReview) read the metrics.
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	ctx := ctrl.SetupSignalHandler()
+	mgr, withKueue, err := newManager(ctx, cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsOpts,
 		HealthProbeBindAddress:  s.probeAddr,
@@ -116,11 +120,7 @@ func run(s settings) error {
 		Cache:                   controller.CacheOptions(),
 	})
 	if err != nil {
-		return fmt.Errorf("creating manager: %w", err)
-	}
-	withKueue, err := controller.KueueServed(mgr.GetRESTMapper())
-	if err != nil {
-		return fmt.Errorf("checking for Kueue: %w", err)
+		return err
 	}
 	ctrl.Log.WithName("setup").Info("Queueing through Kueue", "enabled", withKueue)
 	m := controller.NewMetrics()
@@ -151,8 +151,53 @@ func run(s settings) error {
 		return fmt.Errorf("adding ready check: %w", err)
 	}
 	ctrl.Log.WithName("setup").Info("Starting manager")
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running manager: %w", err)
 	}
 	return nil
+}
+
+// startupBackoff is how the manager retries reaching the API server at
+// start, about two minutes in all: a connection cut, or an API server still
+// starting, fails the discovery that creating the manager needs, and
+// retrying in the process is quicker than a container restart, whose
+// back-off grows to minutes.
+var startupBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Steps: 8, Cap: 30 * time.Second}
+
+// newManager creates the manager and finds whether Kueue is served,
+// retrying both with startupBackoff.
+func newManager(ctx context.Context, cfg *rest.Config, opts ctrl.Options) (ctrl.Manager, bool, error) {
+	var mgr ctrl.Manager
+	var withKueue bool
+	err := retryStartup(ctx, startupBackoff, func() error {
+		m, err := ctrl.NewManager(cfg, opts)
+		if err != nil {
+			return fmt.Errorf("creating manager: %w", err)
+		}
+		k, err := controller.KueueServed(m.GetRESTMapper())
+		if err != nil {
+			return fmt.Errorf("checking for Kueue: %w", err)
+		}
+		mgr, withKueue = m, k
+		return nil
+	})
+	return mgr, withKueue, err
+}
+
+// retryStartup calls start until it succeeds, ctx ends or the backoff's
+// steps run out, and then returns start's last error.
+func retryStartup(ctx context.Context, b wait.Backoff, start func() error) error {
+	log := ctrl.Log.WithName("setup")
+	var last error
+	err := wait.ExponentialBackoffWithContext(ctx, b, func(context.Context) (bool, error) {
+		if last = start(); last != nil {
+			log.Error(last, "Could not start; retrying")
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil && last != nil {
+		return fmt.Errorf("giving up starting: %w", last)
+	}
+	return err //nolint:wrapcheck // the context's own error, or nil
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -29,9 +30,15 @@ type Proxy struct {
 // a random duration in [minDelay, maxDelay]; at random times, on average
 // every cutEvery (if > 0), one random open connection is closed.
 func StartProxy(target string, minDelay, maxDelay, cutEvery time.Duration) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return StartProxyAt("127.0.0.1:0", target, minDelay, maxDelay, cutEvery)
+}
+
+// StartProxyAt is StartProxy listening at addr: a client configured for
+// addr before anything listened there reaches target once it does.
+func StartProxyAt(addr, target string, minDelay, maxDelay, cutEvery time.Duration) (*Proxy, error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("listening at %s: %w", addr, err)
 	}
 	p := &Proxy{Addr: ln.Addr().String(), target: target, minDelay: minDelay, maxDelay: maxDelay, ln: ln,
 		conns: map[net.Conn]bool{}, stop: make(chan struct{})}

@@ -469,3 +469,50 @@ func checkNoForbidden(t *testing.T, e *env) {
 		t.Errorf("the leader election Lease: %v", err)
 	}
 }
+
+// TestOperatorWaitsForAPIServer: an operator started while the API server
+// cannot be reached (nothing listens yet at the address its kubeconfig
+// names) keeps trying to start instead of exiting, and runs SafeJobs once
+// it reaches the API server, in the same process.
+func TestOperatorWaitsForAPIServer(t *testing.T) {
+	e := newEnv(t, cluster.Options{})
+	cfg, err := clientcmd.LoadFromFile(e.c.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil { // reserved: nothing listens there until the proxy does
+		t.Fatal(err)
+	}
+	var target string
+	for _, kc := range cfg.Clusters {
+		target, kc.Server = strings.TrimPrefix(kc.Server, "https://"), "https://"+addr
+	}
+	e.kubeconfig = filepath.Join(e.dir, "kubeconfig-later")
+	if err := clientcmd.WriteToFile(*cfg, e.kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	e.startOperator()
+	op := e.ops[0]
+	waitUntil(t, time.Minute, "the operator to fail a first start", func() bool {
+		return strings.Contains(op.Tail(50), "Could not start; retrying")
+	})
+	if err := op.Exited(); err != nil {
+		t.Fatalf("the operator exited: %v\n%s", err, op.Tail(20))
+	}
+	p, err := cluster.StartProxyAt(addr, target, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	k := &kueueEnv{env: e, ctx: context.Background()}
+	k.create(t, plainSafeJob("late", 2, 2, "500ms"))
+	k.waitComplete(t, "late")
+	if err := op.Exited(); err != nil || len(e.ops) != 1 {
+		t.Errorf("the operator exited (%v) or another started (%d): the first one should have run it", err, len(e.ops))
+	}
+}
