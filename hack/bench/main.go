@@ -88,6 +88,9 @@ type result struct {
 	// Unseen the pods the API server created that neither ever showed
 	// (created and deleted between the two).
 	Recovered, Unseen int
+	// LargestStatusBytes is the largest status of a job the watch showed,
+	// as JSON: a SafeJob's ledger is in it.
+	LargestStatusBytes int
 	// PeakActivePods is the most pods that had been created and not ended
 	// at once; Quota the queue's, for a queued workload (0 otherwise).
 	PeakActivePods int
@@ -722,6 +725,9 @@ type recorder struct {
 	reported map[string]int
 	// recovered counts what the final list found that the watch missed.
 	recovered int
+	// largestStatus is the largest job status the watch showed, in bytes
+	// of JSON.
+	largestStatus int
 	// scheduled and running hold when each pod was first seen bound to a
 	// node and Running.
 	scheduled, running map[string]time.Time
@@ -810,9 +816,11 @@ func (r *recorder) watchJobs(ctx context.Context, informers cache.Cache, control
 	}
 	see := func(obj any) {
 		name, ok, succeeded := state(obj)
+		size := statusBytes(obj)
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.reported[name] = succeeded
+		r.largestStatus = max(r.largestStatus, size)
 		if _, seen := r.complete[name]; ok && !seen {
 			r.complete[name] = time.Now()
 		}
@@ -823,6 +831,24 @@ func (r *recorder) watchJobs(ctx context.Context, informers cache.Cache, control
 		return fmt.Errorf("watching jobs: %w", err)
 	}
 	return nil
+}
+
+// statusBytes is the size of a Job's or SafeJob's status as JSON.
+func statusBytes(obj any) int {
+	var status any
+	switch o := obj.(type) {
+	case *batchv1.Job:
+		status = &o.Status
+	case *batchv1alpha1.SafeJob:
+		status = &o.Status
+	default:
+		return 0
+	}
+	raw, err := json.Marshal(status)
+	if err != nil {
+		return 0
+	}
+	return len(raw)
 }
 
 // completeJobs is the number of complete jobs and when the last became so.
@@ -1051,7 +1077,7 @@ func measure(w workload, m mode, repeat int, start, end time.Time, created map[s
 	res.ExtraPods = res.PodsCreated - res.Completions
 	res.PodsSucceeded = len(rec.succeeded)
 	res.Recovered, res.Unseen = rec.recovered, max(0, res.PodsCreated-len(rec.seen))
-	res.PeakActivePods, res.Quota = rec.peakActive, w.Quota
+	res.PeakActivePods, res.Quota, res.LargestStatusBytes = rec.peakActive, w.Quota, rec.largestStatus
 	res.Inexact = res.exactness()
 	for _, n := range rec.reported {
 		res.Reported += n

@@ -176,6 +176,8 @@ func verdict(results []result, w string) string {
 			100*sj.perSec/lim.perSec, 100*bi.perSec/lim.perSec)
 	}
 	b.WriteString(quotaLines(results, w))
+	fmt.Fprintf(&b, "- largest status seen: SafeJob %s, built-in %s (target: at most 256 KiB at 100,000 completions)\n",
+		kib(largestStatus(results, w, modeSafeJob)), kib(largestStatus(results, w, modeBuiltin)))
 	fmt.Fprintf(&b, "- half the pods succeeded: SafeJob at %.1f s, built-in at %.1f s (target: SafeJob no later); "+
 		"the last pod: %.1f s and %.1f s\n", sj.half, bi.half, sj.last, bi.last)
 	for _, m := range modeOrder {
@@ -196,6 +198,19 @@ func verdict(results []result, w string) string {
 	b.WriteString("\n")
 	return b.String()
 }
+
+// largestStatus is the largest job status of a workload's runs in a mode.
+func largestStatus(results []result, w, m string) int {
+	largest := 0
+	for _, r := range results {
+		if r.Workload == w && r.Mode == m {
+			largest = max(largest, r.LargestStatusBytes)
+		}
+	}
+	return largest
+}
+
+func kib(n int) string { return fmt.Sprintf("%.1f KiB", float64(n)/1024) }
 
 // quotaLines states, for a queued workload, the most pods each run had at
 // once against the queue's quota.

@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 )
 
 func TestAllCPUCountsEachProcessOnce(t *testing.T) {
@@ -44,14 +47,14 @@ func TestAllCPUCountsEachProcessOnce(t *testing.T) {
 func TestReportShowsCPUByProcess(t *testing.T) {
 	w := workload{Name: "W9", Desc: "test", Jobs: 1, Completions: 100}
 	mk := func(m string, ctl, api float64) result {
-		return result{Workload: "W9", Mode: m, Repeat: 1, Completions: 100, PerSecond: 10, CPUSec: ctl,
+		return result{Workload: "W9", Mode: m, Repeat: 1, Completions: 100, PerSecond: 10, CPUSec: ctl, LargestStatusBytes: int(ctl * 2048),
 			ClusterCPUSec: map[string]float64{"kube-apiserver": api, "kube-controller-manager": 0.5, "bench": 0.1}}
 	}
 	results := []result{mk(modeLimit, 0, 1), mk(modeBuiltin, 0.5, 1.5), mk(modeSafeJob, 0.3, 2)}
 	out := report(options{repeats: 1, scale: 1, raisedQPS: 200, podDuration: "1s"}, []workload{w}, results,
 		[]string{"W9 SafeJob repeat 2: timed out"}, "c.png", time.Minute)
 	wantLines(t, out, "| all CPU ms/completion |", "| controller | – | 5.00 | 3.00 |", "| kube-controller-manager | 5.00 | – | 5.00 |",
-		"| **all** | 16.00 | 21.00 | 29.00 |", "- W9 SafeJob repeat 2: timed out")
+		"| **all** | 16.00 | 21.00 | 29.00 |", "- W9 SafeJob repeat 2: timed out", "largest status seen: SafeJob 0.6 KiB, built-in 1.0 KiB")
 }
 
 // TestRecorderRecoversWhatTheWatchMissed: the final list records a pod the
@@ -204,5 +207,17 @@ func wantLines(t *testing.T, out string, want ...string) {
 		if !strings.Contains(out, w) {
 			t.Errorf("report lacks %q:\n%s", w, out)
 		}
+	}
+}
+
+func TestStatusBytes(t *testing.T) {
+	sj := &batchv1alpha1.SafeJob{}
+	empty := statusBytes(sj)
+	sj.Status.Ledger.Entries = []batchv1alpha1.LedgerEntry{{Seq: 1, Type: batchv1alpha1.EntryLaunched, Pod: "j-0-0"}}
+	if grown := statusBytes(sj); empty <= 0 || grown <= empty {
+		t.Errorf("status bytes %d, then %d with a ledger entry", empty, grown)
+	}
+	if statusBytes(&batchv1.Job{}) <= 0 || statusBytes("not a job") != 0 {
+		t.Error("a Job's status has a size; anything else none")
 	}
 }
