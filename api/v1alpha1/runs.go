@@ -30,7 +30,7 @@ func (sj *SafeJob) Dispatched() bool {
 // its annotations name.
 func RunParent(run *SafeJob) *metav1.OwnerReference {
 	if ref := metav1.GetControllerOfNoCopy(run); ref != nil {
-		if ref.Kind == "SafeJob" && ref.APIVersion == GroupVersion.String() {
+		if IsSafeJobRef(ref) {
 			return ref
 		}
 		return nil
@@ -43,6 +43,11 @@ func RunParent(run *SafeJob) *metav1.OwnerReference {
 	return &metav1.OwnerReference{
 		APIVersion: GroupVersion.String(), Kind: "SafeJob", Name: name, UID: types.UID(uid), Controller: &controller,
 	}
+}
+
+// IsSafeJobRef reports whether an owner reference names a SafeJob.
+func IsSafeJobRef(ref *metav1.OwnerReference) bool {
+	return ref.Kind == "SafeJob" && ref.APIVersion == GroupVersion.String()
 }
 
 // IsRunOf reports whether parent controls run (RunParent).

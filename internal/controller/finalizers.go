@@ -74,7 +74,7 @@ func (r *SafeJobReconciler) releaseOrphans(ctx context.Context, ns, name string,
 		if !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) || (keep != "" && creatorUID(pod) == keep) {
 			continue
 		}
-		if ref := metav1.GetControllerOf(pod); ref != nil && isSafeJobRef(ref) && ref.Name != name {
+		if ref := metav1.GetControllerOf(pod); ref != nil && batchv1alpha1.IsSafeJobRef(ref) && ref.Name != name {
 			continue // another SafeJob's pod whose name label is shortened to the same
 		}
 		log.FromContext(ctx).V(1).Info("Releasing pod of deleted SafeJob", "pod", klog.KObj(pod), "creator", creatorUID(pod))
@@ -86,7 +86,7 @@ func (r *SafeJobReconciler) releaseOrphans(ctx context.Context, ns, name string,
 // creatorUID is the UID of the SafeJob that created a pod: its controller
 // reference, or else the controller-uid label ("" when it has neither).
 func creatorUID(pod *corev1.Pod) types.UID {
-	if ref := metav1.GetControllerOf(pod); ref != nil && isSafeJobRef(ref) {
+	if ref := metav1.GetControllerOf(pod); ref != nil && batchv1alpha1.IsSafeJobRef(ref) {
 		return ref.UID
 	}
 	return types.UID(pod.Labels[batchv1alpha1.ControllerUIDLabel])
@@ -218,7 +218,7 @@ func (r *SafeJobReconciler) releaseWorkloads(ctx context.Context, req reconcile.
 // after it, or made by MultiKueue and adopted by it (see adoptPrebuilt).
 func madeFor(wl *kueue.Workload, name string) bool {
 	ref := metav1.GetControllerOfNoCopy(wl)
-	return ref != nil && isSafeJobRef(ref) && ref.Name == name && ref.UID != "" &&
+	return ref != nil && batchv1alpha1.IsSafeJobRef(ref) && ref.Name == name && ref.UID != "" &&
 		wl.Labels[JobUIDLabel] == string(ref.UID) &&
 		(slices.Contains(jobs.WorkloadNames(ref.Name, ref.UID), wl.Name) || wl.Labels[kueue.MultiKueueOriginLabel] != "")
 }

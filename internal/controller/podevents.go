@@ -52,7 +52,7 @@ func (h *podHandler) Update(_ context.Context, e event.UpdateEvent, q workqueue.
 // controls.
 func stray(pod *corev1.Pod) bool {
 	ref := metav1.GetControllerOf(pod)
-	return (ref == nil || !isSafeJobRef(ref)) && slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer)
+	return (ref == nil || !batchv1alpha1.IsSafeJobRef(ref)) && slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer)
 }
 
 func (h *podHandler) Delete(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
@@ -67,7 +67,7 @@ func (h *podHandler) Generic(_ context.Context, e event.GenericEvent, q workqueu
 }
 
 func (h *podHandler) remember(pod *corev1.Pod) {
-	if ref := metav1.GetControllerOf(pod); ref != nil && isSafeJobRef(ref) {
+	if ref := metav1.GetControllerOf(pod); ref != nil && batchv1alpha1.IsSafeJobRef(ref) {
 		h.tracker.sawTerminal(types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}, ref.UID, pod)
 	}
 }
@@ -77,7 +77,7 @@ func (h *podHandler) remember(pod *corev1.Pod) {
 // Replace. Within the batch period of the first event, further events of the
 // same SafeJob join the pending request (the queue keeps the earliest time).
 func (h *podHandler) enqueueOwner(obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	if ref := metav1.GetControllerOf(obj); ref != nil && isSafeJobRef(ref) {
+	if ref := metav1.GetControllerOf(obj); ref != nil && batchv1alpha1.IsSafeJobRef(ref) {
 		key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: ref.Name}
 		q.AddAfter(reconcile.Request{NamespacedName: key}, h.batchFor(key))
 	}

@@ -6,6 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger/runs"
@@ -37,5 +38,13 @@ func TestNewRunParentReference(t *testing.T) {
 		if run.Spec.Schedule != nil || ptr.Deref(run.Spec.ManagedBy, "") != ptr.Deref(managedBy, "") {
 			t.Errorf("managedBy %v: run spec schedule %v managedBy %v", managedBy, run.Spec.Schedule, run.Spec.ManagedBy)
 		}
+	}
+}
+
+// TestMultiKueueManagedBy: the API's copy of Kueue's MultiKueue controller
+// name (the API package does not import Kueue) is Kueue's.
+func TestMultiKueueManagedBy(t *testing.T) {
+	if batchv1alpha1.MultiKueueManagedBy != kueue.MultiKueueControllerName {
+		t.Errorf("%q, Kueue's is %q", batchv1alpha1.MultiKueueManagedBy, kueue.MultiKueueControllerName)
 	}
 }

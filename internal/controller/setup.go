@@ -49,7 +49,7 @@ func indexActivePodController(obj client.Object) []string {
 }
 
 func indexController(obj client.Object) []string {
-	if ref := metav1.GetControllerOf(obj); ref != nil && isSafeJobRef(ref) {
+	if ref := metav1.GetControllerOf(obj); ref != nil && batchv1alpha1.IsSafeJobRef(ref) {
 		return []string{string(ref.UID)}
 	}
 	return nil
@@ -64,10 +64,6 @@ func indexRunParent(obj client.Object) []string {
 		}
 	}
 	return nil
-}
-
-func isSafeJobRef(ref *metav1.OwnerReference) bool {
-	return ref.Kind == "SafeJob" && ref.APIVersion == batchv1alpha1.GroupVersion.String()
 }
 
 // CacheOptions limits the pod cache to pods that carry the SafeJob label and
