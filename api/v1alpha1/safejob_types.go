@@ -368,10 +368,20 @@ type LedgerEntry struct {
 	// type is the kind of fact.
 	// +required
 	Type EntryType `json:"type"`
-	// pod is the name of the pod the fact is about (empty for run entries).
+	// pod is the name of the pod the fact is about (empty for run entries);
+	// on a Launched entry with count, the name of its first pod.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	Pod string `json:"pod,omitempty"`
+	// count is, on a Launched entry, the number of launches it stands for
+	// (1 when absent): launches committed in one write, of consecutive
+	// indexes from index and of the same attempt, whose seqs follow on from
+	// seq. Each pod's name is pod's with the "-<index>-<attempt>" suffix of
+	// its own index. It keeps the ledger small however many pods are open.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	Count int32 `json:"count,omitempty"`
 	// run is the name of the child SafeJob a run entry is about.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
@@ -409,6 +419,19 @@ type LedgerEntry struct {
 	// +kubebuilder:validation:MaxLength=128
 	UID string `json:"uid,omitempty"`
 }
+
+// Launches is the number of launches the entry stands for: its count on a
+// Launched entry with one, otherwise 1.
+func (e *LedgerEntry) Launches() int32 {
+	if e.Type == EntryLaunched && e.Count > 1 {
+		return e.Count
+	}
+	return 1
+}
+
+// LastSeq is the seq of the entry's last launch: its own seq unless it
+// stands for several launches.
+func (e *LedgerEntry) LastSeq() int64 { return e.Seq + int64(e.Launches()) - 1 }
 
 // IndexState keeps, for an index that is not finished, what folded entries said of it.
 type IndexState struct {

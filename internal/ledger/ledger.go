@@ -15,19 +15,20 @@ import (
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 )
 
-// Append assigns seqs to entries and appends them to a copy of l.
+// Append assigns seqs to entries and appends them to a copy of l. An entry
+// that stands for several launches takes as many seqs.
 func Append(l *batchv1alpha1.Ledger, entries []batchv1alpha1.LedgerEntry) batchv1alpha1.Ledger {
 	out := *l.DeepCopy()
 	for _, e := range entries {
-		out.Seq++
-		e.Seq = out.Seq
+		e.Seq = out.Seq + 1
+		out.Seq = e.LastSeq()
 		out.Entries = append(out.Entries, e)
 	}
 	return out
 }
 
 // Walk applies each listed entry of l in order, once it has checked that its
-// seq is above the one before, and finally that the ledger's seq is not
+// seqs are above the one before, and finally that the ledger's seq is not
 // below its last entry's or its checkpoint's. The error names the first
 // entry that breaks a rule, or that apply refused.
 func Walk(l *batchv1alpha1.Ledger, apply func(e *batchv1alpha1.LedgerEntry) error) error {
@@ -40,7 +41,10 @@ func Walk(l *batchv1alpha1.Ledger, apply func(e *batchv1alpha1.LedgerEntry) erro
 		if e.Seq <= prev {
 			return fmt.Errorf("entry %d: seq %d not above %d", k, e.Seq, prev)
 		}
-		prev, last = e.Seq, max(last, e.Seq)
+		if e.Count < 0 || (e.Count > 1 && e.Type != batchv1alpha1.EntryLaunched) {
+			return fmt.Errorf("entry %d (seq %d): count %d on a %s entry", k, e.Seq, e.Count, e.Type)
+		}
+		prev, last = e.LastSeq(), max(last, e.LastSeq())
 		if err := apply(e); err != nil {
 			return fmt.Errorf("entry %d (seq %d): %w", k, e.Seq, err)
 		}

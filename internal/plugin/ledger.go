@@ -69,7 +69,15 @@ func Ledger(sj *batchv1alpha1.SafeJob) (*LedgerView, error) {
 	if l.Checkpoint != nil {
 		v.Folded = &Folded{Seq: l.Checkpoint.Seq}
 	}
-	for _, e := range l.Entries {
+	entries := l.Entries
+	if sj.Spec.Schedule == nil {
+		// One row per launch, also where the ledger lists a write's launches as one entry.
+		var err error
+		if entries, err = jobs.Unpack(l.Entries); err != nil {
+			return nil, fmt.Errorf("the ledger of %s/%s does not read: %w", sj.Namespace, sj.Name, err)
+		}
+	}
+	for _, e := range entries {
 		out := Entry{Seq: e.Seq, Time: e.Time.UTC(), Type: string(e.Type), Index: e.Index, Attempt: e.Attempt, Pod: e.Pod,
 			Run: e.Run, Reason: e.Reason}
 		if e.ScheduledTime != nil {

@@ -60,6 +60,29 @@ func TestLedger(t *testing.T) {
 	}
 }
 
+// TestLedgerListsEveryLaunch: launches the ledger lists as one entry
+// with a count are shown one row per pod, each with its own seq.
+func TestLedgerListsEveryLaunch(t *testing.T) {
+	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "sj", Namespace: "ns"},
+		Spec: batchv1alpha1.SafeJobSpec{Completions: ptr.To[int32](3), Parallelism: ptr.To[int32](3)}}
+	three := entry(1, batchv1alpha1.EntryLaunched, 0, "", t0)
+	three.Count = 3
+	sj.Status.Ledger = batchv1alpha1.Ledger{Seq: 4, Entries: []batchv1alpha1.LedgerEntry{three,
+		entry(4, batchv1alpha1.EntrySucceeded, 1, "", t0.Add(time.Second))}}
+	v, err := Ledger(sj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	for _, e := range v.Entries {
+		rows = append(rows, fmt.Sprintf("%d %s %s", e.Seq, e.Type, e.Pod))
+	}
+	want := []string{"1 Launched sj-0-0", "2 Launched sj-1-0", "3 Launched sj-2-0", "4 Succeeded sj-1-0"}
+	if diff := cmp.Diff(want, rows); diff != "" || v.Totals.Open != 2 || v.Totals.Succeeded != 1 {
+		t.Errorf("rows (-want +got):\n%s\ntotals %+v", diff, v.Totals)
+	}
+}
+
 func TestWhy(t *testing.T) {
 	sj := failingSafeJob()
 	if v := Why(sj, t0.Add(5*time.Second)); v.State != StateWaiting || v.Reasons[0].Kind != "Backoff" ||

@@ -708,12 +708,14 @@ func (d *decision) closed(pod *corev1.Pod) bool {
 	return ok && d.st.IsClosed(ref)
 }
 
-// writeStatus derives the counters from the ledger and folds the outcomes
-// beyond the newest KeepOutcomes.
+// writeStatus derives the counters from the ledger, packs the launches it
+// appends, and folds the outcomes beyond the newest KeepOutcomes.
 func (d *decision) writeStatus() error {
 	s, st := &d.status, d.st
 	l := ledger.Append(&d.in.Status.Ledger, d.plan.Append)
-	if d.target == "" && len(st.Closed) > KeepOutcomes {
+	listed := len(d.in.Status.Ledger.Entries)
+	l.Entries = append(l.Entries[:listed], Pack(l.Entries[listed:])...) // the entries listed before stay as written
+	if len(st.Closed) > KeepOutcomes {
 		var err error
 		if l, err = Fold(&l, KeepOutcomes); err != nil {
 			return err

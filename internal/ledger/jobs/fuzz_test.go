@@ -17,6 +17,8 @@ func FuzzReplayFold(f *testing.F) {
 		{Seq: 9, Checkpoint: &batchv1alpha1.LedgerCheckpoint{Seq: 8, SucceededIndexes: "0-3", Failed: 2,
 			Indexes: []batchv1alpha1.IndexState{{Index: 4, Attempts: 2, Failures: 1}}},
 			Entries: []batchv1alpha1.LedgerEntry{launched(9, 4, 2)}},
+		{Seq: 5, Entries: Pack([]batchv1alpha1.LedgerEntry{launched(1, 0, 0), launched(2, 1, 0), launched(3, 2, 0),
+			outcome(4, batchv1alpha1.EntrySucceeded, 1, 0, ""), launched(5, 3, 0)})},
 	}
 	for _, s := range seeds {
 		raw, err := json.Marshal(s)

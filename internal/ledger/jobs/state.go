@@ -195,7 +195,7 @@ func (st *State) apply(e *batchv1alpha1.LedgerEntry) error {
 	}
 	switch e.Type {
 	case batchv1alpha1.EntryLaunched:
-		return st.applyLaunch(e)
+		return expand(e, st.applyLaunch)
 	case batchv1alpha1.EntryScheduled:
 		return fmt.Errorf("entry type Scheduled is not valid in a SafeJob without schedule")
 	}
@@ -313,23 +313,29 @@ func (st *State) IsClosed(ref PodRef) bool {
 
 // Fold moves every closed launch (its Launched entry and its outcome) into
 // the checkpoint, keeping the newest keep outcomes listed. Open launches stay
-// listed. The State of the result equals the State of l.
+// listed, packed (Pack) afresh: a launch entry with a count whose launches
+// have partly closed is split into the runs still open. The State of the
+// result equals the State of l.
 func Fold(l *batchv1alpha1.Ledger, keep int) (batchv1alpha1.Ledger, error) {
 	st, err := Replay(l)
 	if err != nil {
 		return batchv1alpha1.Ledger{}, err
 	}
+	entries, err := Unpack(l.Entries)
+	if err != nil {
+		return batchv1alpha1.Ledger{}, err
+	}
 	// Outcomes from the end that stay listed, with their Launched entries.
 	kept := map[string]bool{}
-	for k := len(l.Entries) - 1; k >= 0 && len(kept) < keep; k-- {
-		if e := l.Entries[k]; e.Type != batchv1alpha1.EntryLaunched && e.Type != batchv1alpha1.EntryStopping {
+	for k := len(entries) - 1; k >= 0 && len(kept) < keep; k-- {
+		if e := entries[k]; e.Type != batchv1alpha1.EntryLaunched && e.Type != batchv1alpha1.EntryStopping {
 			kept[e.Pod] = true
 		}
 	}
 	// Replay only the entries that fold, on top of the old checkpoint.
 	folded := &batchv1alpha1.Ledger{Checkpoint: l.Checkpoint}
 	out := batchv1alpha1.Ledger{Seq: l.Seq}
-	for _, e := range l.Entries {
+	for _, e := range entries {
 		if _, closed := st.Closed[e.Pod]; closed && !kept[e.Pod] {
 			folded.Entries = append(folded.Entries, e)
 			folded.Seq = e.Seq
@@ -350,6 +356,7 @@ func Fold(l *batchv1alpha1.Ledger, keep int) (batchv1alpha1.Ledger, error) {
 	}
 	out.Checkpoint = fst.checkpoint(cpSeq)
 	dropRelaunchedFailureTimes(out.Checkpoint, out.Entries)
+	out.Entries = Pack(out.Entries)
 	return out, nil
 }
 

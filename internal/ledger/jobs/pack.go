@@ -1,0 +1,115 @@
+package jobs
+
+import (
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+)
+
+// A SafeJob's listed ledger holds every open launch. Written one entry per
+// launch it would grow with parallelism (about 100 bytes of JSON each), and
+// every status write, hence every pod, would pay for it. Launches committed
+// in one write are mostly of consecutive indexes and the same attempt, so the
+// ledger lists each such run of launches as one Launched entry with a count.
+// Pack and Unpack convert between the two forms; they mean the same, and
+// Replay reads both.
+
+// podSuffix is the part of a pod's name that PodName derives from its index
+// and attempt.
+func podSuffix(index, attempt int32) string { return fmt.Sprintf("-%d-%d", index, attempt) }
+
+// launchPrefix is the name of e's first pod without its index and attempt,
+// and whether that name ends as PodName makes it.
+func launchPrefix(e *batchv1alpha1.LedgerEntry) (string, bool) {
+	return strings.CutSuffix(e.Pod, podSuffix(e.Index, e.Attempt))
+}
+
+// launchAt is the k-th launch a Launched entry stands for, as a single entry.
+func launchAt(e *batchv1alpha1.LedgerEntry, prefix string, k int32) batchv1alpha1.LedgerEntry {
+	one := *e
+	one.Count = 0
+	one.Seq = e.Seq + int64(k)
+	one.Index = e.Index + k
+	one.Pod = prefix + podSuffix(one.Index, e.Attempt)
+	return one
+}
+
+// expand calls each with every launch e stands for, in seq order. Only an
+// entry with a count is checked here: its first pod's name must end as
+// PodName makes it, so that the names of the others can be derived.
+func expand(e *batchv1alpha1.LedgerEntry, each func(one *batchv1alpha1.LedgerEntry) error) error {
+	n := e.Launches()
+	if n == 1 {
+		return each(e)
+	}
+	prefix, ok := launchPrefix(e)
+	if !ok {
+		return fmt.Errorf("launch of %d pods from %s does not name its first pod %q", n, e.Pod, "<name>"+podSuffix(e.Index, e.Attempt))
+	}
+	if n > maxLaunches || int64(e.Index)+int64(n) > int64(^uint32(0)>>1) {
+		return fmt.Errorf("launch of %d pods from index %d overflows", n, e.Index)
+	}
+	for k := range n {
+		one := launchAt(e, prefix, k)
+		if err := each(&one); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Unpack returns entries with every Launched entry that has a count written
+// as one entry per launch.
+func Unpack(entries []batchv1alpha1.LedgerEntry) ([]batchv1alpha1.LedgerEntry, error) {
+	out := make([]batchv1alpha1.LedgerEntry, 0, len(entries))
+	for k := range entries {
+		err := expand(&entries[k], func(one *batchv1alpha1.LedgerEntry) error {
+			out = append(out, *one)
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("entry %d (seq %d): %w", k, entries[k].Seq, err)
+		}
+	}
+	return out, nil
+}
+
+// Pack returns entries with each run of adjacent Launched entries that
+// follow on from one another (consecutive seqs and indexes, and otherwise
+// equal: one attempt, one time, pods named as PodName makes them from one
+// SafeJob's name) written as one entry with a count. Other entries are kept
+// as they are; Unpack gives back exactly the entries packed.
+func Pack(entries []batchv1alpha1.LedgerEntry) []batchv1alpha1.LedgerEntry {
+	out := make([]batchv1alpha1.LedgerEntry, 0, len(entries))
+	var prefix string // of the last entry of out, when it is a launch that may grow
+	for _, e := range entries {
+		if k := len(out) - 1; k >= 0 && prefix != "" && follows(&out[k], prefix, &e) {
+			out[k].Count = out[k].Launches() + e.Launches()
+			continue
+		}
+		out = append(out, e)
+		prefix = ""
+		if p, named := launchPrefix(&e); named && e.Type == batchv1alpha1.EntryLaunched {
+			prefix = p
+		}
+	}
+	return out
+}
+
+// follows reports whether the launches of e are the next ones of last, whose
+// pods' names start with prefix, and may join it.
+func follows(last *batchv1alpha1.LedgerEntry, prefix string, e *batchv1alpha1.LedgerEntry) bool {
+	if e.Type != batchv1alpha1.EntryLaunched || int64(last.Launches())+int64(e.Launches()) > maxLaunches {
+		return false
+	}
+	next := launchAt(last, prefix, last.Launches())
+	first := *e
+	first.Count = 0
+	return equality.Semantic.DeepEqual(&next, &first)
+}
+
+// maxLaunches bounds the count of one entry (the API's maximum).
+const maxLaunches = 100000

@@ -1,0 +1,170 @@
+package jobs
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
+)
+
+// named is the first launch of index i of a SafeJob called job.
+func named(job string, seq int64, i int32) batchv1alpha1.LedgerEntry {
+	e := launched(seq, i, 0)
+	e.Pod = PodName(job, i, 0)
+	return e
+}
+
+func TestPackRoundTrip(t *testing.T) {
+	long := strings.Repeat("x", 60) // its pods' names are shortened, differently from index 10 on
+	later := launched(4, 3, 0)
+	later.Time = metav1.NewTime(t0.Add(time.Second))
+	cases := map[string]struct {
+		entries []batchv1alpha1.LedgerEntry
+		want    int // entries once packed
+	}{
+		"one write's launches": {entries: []batchv1alpha1.LedgerEntry{launched(1, 0, 0), launched(2, 1, 0), launched(3, 2, 0)}, want: 1},
+		"an index skipped":     {entries: []batchv1alpha1.LedgerEntry{launched(1, 0, 0), launched(2, 2, 0), launched(3, 3, 0)}, want: 2},
+		"a seq skipped":        {entries: []batchv1alpha1.LedgerEntry{launched(1, 0, 0), launched(3, 1, 0)}, want: 2},
+		"another attempt": {entries: []batchv1alpha1.LedgerEntry{launched(1, 0, 0), outcome(2, batchv1alpha1.EntryFailed, 0, 0, batchv1alpha1.FailReasonCounted),
+			launched(3, 0, 1), launched(4, 1, 0)}, want: 4},
+		"another write's time":  {entries: []batchv1alpha1.LedgerEntry{launched(1, 0, 0), launched(2, 1, 0), launched(3, 2, 0), later}, want: 2},
+		"another SafeJob's pod": {entries: []batchv1alpha1.LedgerEntry{launched(1, 0, 0), named("other", 2, 1)}, want: 2},
+		"an outcome between": {entries: []batchv1alpha1.LedgerEntry{launched(1, 0, 0), outcome(2, batchv1alpha1.EntrySucceeded, 0, 0, ""),
+			launched(3, 1, 0), launched(4, 2, 0)}, want: 3},
+		"a Stopping entry is never packed": {entries: []batchv1alpha1.LedgerEntry{launched(1, 0, 0), launched(2, 1, 0),
+			outcome(3, batchv1alpha1.EntryStopping, 0, 0, EvictReasonSuspended), outcome(4, batchv1alpha1.EntryStopping, 1, 0, EvictReasonSuspended)}, want: 3},
+		"a shortened name, across its change of length": {entries: []batchv1alpha1.LedgerEntry{named(long, 1, 8), named(long, 2, 9),
+			named(long, 3, 10), named(long, 4, 11)}, want: 2},
+		"nothing": {want: 0},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			packed := Pack(tc.entries)
+			if len(packed) != tc.want {
+				t.Errorf("packed into %d entries, want %d: %+v", len(packed), tc.want, packed)
+			}
+			back, err := Unpack(packed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.entries, back, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("Unpack(Pack(entries)) differs (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(Pack(packed), packed, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("packing twice differs:\n%s", diff)
+			}
+			if len(tc.entries) == 0 {
+				return
+			}
+			l := ledgerOf(tc.entries...)
+			pl := batchv1alpha1.Ledger{Seq: l.Seq, Entries: packed}
+			if diff := cmp.Diff(mustReplay(t, &l), mustReplay(t, &pl), cmpopts.IgnoreUnexported(State{}),
+				cmp.Comparer(func(a, b ledger.IndexSet) bool { return a.String() == b.String() })); diff != "" {
+				t.Errorf("packed ledger means something else:\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestReplayRejectsBadCounts(t *testing.T) {
+	three := launched(1, 0, 0)
+	three.Count = 3
+	cases := map[string]struct {
+		ledger  batchv1alpha1.Ledger
+		wantErr string
+	}{
+		"a count on an outcome": {
+			ledger: ledgerOf(launched(1, 0, 0), func() batchv1alpha1.LedgerEntry {
+				e := outcome(2, batchv1alpha1.EntrySucceeded, 0, 0, "")
+				e.Count = 2
+				return e
+			}()),
+			wantErr: "count 2 on a Succeeded entry",
+		},
+		"a first pod not named by its index": {
+			ledger: ledgerOf(func() batchv1alpha1.LedgerEntry {
+				e := three
+				e.Pod = "sj-7-0"
+				return e
+			}()),
+			wantErr: "does not name its first pod",
+		},
+		"seqs overlapping the next entry": {
+			ledger:  batchv1alpha1.Ledger{Seq: 4, Entries: []batchv1alpha1.LedgerEntry{three, launched(3, 5, 0)}},
+			wantErr: "seq 3 not above 3",
+		},
+		"ledger seq below its last launch": {
+			ledger:  batchv1alpha1.Ledger{Seq: 2, Entries: []batchv1alpha1.LedgerEntry{three}},
+			wantErr: "below its last entry 3",
+		},
+		"an index launched twice": {
+			ledger: ledgerOf(launched(1, 1, 0), func() batchv1alpha1.LedgerEntry {
+				e := three
+				e.Seq = 2
+				return e
+			}()),
+			wantErr: "launch of index 1 attempt 0, want attempt 1",
+		},
+		"a count above the maximum": {
+			ledger: batchv1alpha1.Ledger{Seq: 1 << 40, Entries: []batchv1alpha1.LedgerEntry{func() batchv1alpha1.LedgerEntry {
+				e := three
+				e.Count = 1 << 30
+				return e
+			}()}},
+			wantErr: "overflows",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := Replay(&tc.ledger)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestLedgerSizeIndependentOfParallelism drives the largest parallelism
+// with pods that end in launch order, as a steady stream of equal pods
+// does: the listed ledger holds a few entries per status write in flight,
+// not one per open pod, and stays a few KiB where one entry per launch
+// needed about 100 bytes per open pod.
+func TestLedgerSizeIndependentOfParallelism(t *testing.T) {
+	const par, completions = 2000, 10000
+	dr := newDriver(indexedSpec(par, completions))
+	var largest, largestEntries int
+	for step := 0; !findTrue(dr.status.Conditions, batchv1alpha1.ConditionComplete) || hasHeldPod(dr.pods); step++ {
+		if step > 400 {
+			t.Fatalf("not complete after %d steps: succeeded %d", step, dr.status.Succeeded)
+		}
+		dr.step(t, t0.Add(time.Duration(step)*time.Second))
+		raw, err := json.Marshal(dr.status)
+		if err != nil {
+			t.Fatal(err)
+		}
+		largest, largestEntries = max(largest, len(raw)), max(largestEntries, len(dr.status.Ledger.Entries))
+		// The oldest 300 running pods succeed: about one wave's worth per write.
+		ended := 0
+		for k, p := range dr.pods {
+			if p.Status.Phase == corev1.PodRunning && ended < 300 {
+				dr.pods[k] = withPhase(p, corev1.PodSucceeded, 0)
+				ended++
+			}
+		}
+	}
+	if dr.status.Succeeded != completions {
+		t.Fatalf("succeeded %d, want %d", dr.status.Succeeded, completions)
+	}
+	if largestEntries > 2*par/WaveSize+8 || largest > 8<<10 {
+		t.Errorf("largest status %d bytes with %d entries listed, want at most 8 KiB and %d entries", largest, largestEntries, 2*par/WaveSize+8)
+	}
+	t.Logf("largest status %d bytes, %d entries listed, parallelism %d", largest, largestEntries, par)
+}
