@@ -112,7 +112,7 @@ fuzz: ## Fuzz the ledger's decoding and folding for a minute.
 
 .PHONY: build
 build: manifests generate fmt vet ## Build the manager binary.
-	go build -o bin/manager ./cmd
+	go build -buildvcs=auto -o bin/manager ./cmd # records the commit, which the benchmark report names
 
 .PHONY: run
 run: build ## Run SafeJob: against $$KUBECONFIG (or ~/.kube/config) if there is one, else on a local cluster with the samples (MULTIKUEUE=1: a manager and a worker cluster).

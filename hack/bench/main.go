@@ -196,7 +196,8 @@ func main() {
 		return
 	}
 	started := time.Now()
-	o.rev, o.args = gitRev(), os.Args[1:]
+	o.rev, o.args = operatorRev(o.manager, gitRev()), os.Args[1:]
+	fmt.Fprintf(os.Stderr, "operator under test: %s\n", o.rev)
 	results, failed := runAll(o, ws)
 	raw, _ := json.MarshalIndent(results, "", " ")
 	if err := os.WriteFile(jsonOut, raw, 0o644); err != nil {

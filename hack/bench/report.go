@@ -1,6 +1,7 @@
 package main
 
 import (
+	"debug/buildinfo"
 	"fmt"
 	"os"
 	"os/exec"
@@ -345,11 +346,39 @@ func machine() string {
 }
 
 func gitRev() string {
-	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
 	if err != nil {
-		return "(unknown commit)"
+		return ""
 	}
-	return "commit " + strings.TrimSpace(string(out))
+	return strings.TrimSpace(string(out))
+}
+
+// operatorRev names the commit the operator binary was built from, as its
+// build information records it, and says so when that is not the tree's
+// (a binary left from an earlier build measures other code).
+func operatorRev(binary, head string) string {
+	info, err := buildinfo.ReadFile(binary)
+	if err != nil {
+		return fmt.Sprintf("(operator binary %s unreadable: %v)", binary, err)
+	}
+	var rev, modified string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value
+		}
+	}
+	switch {
+	case rev == "":
+		return fmt.Sprintf("(operator binary %s records no commit)", binary)
+	case modified == "true":
+		return fmt.Sprintf("commit %.7s with uncommitted changes", rev)
+	case head != "" && rev != head:
+		return fmt.Sprintf("commit %.7s (the operator binary's; the tree is at %.7s: rebuild it to measure the tree)", rev, head)
+	}
+	return fmt.Sprintf("commit %.7s", rev)
 }
 
 // sizeGroups lists, for every workload run at several sizes, its sizes in

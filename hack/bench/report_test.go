@@ -221,3 +221,18 @@ func TestStatusBytes(t *testing.T) {
 		t.Error("a Job's status has a size; anything else none")
 	}
 }
+
+// TestOperatorRev: a binary that cannot be read, or records no commit, is
+// said to be so in the report rather than taken for the tree's commit.
+func TestOperatorRev(t *testing.T) {
+	if got := operatorRev(filepath.Join(t.TempDir(), "none"), "abc"); !strings.Contains(got, "unreadable") {
+		t.Errorf("missing binary: %q", got)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := operatorRev(exe, "abc"); strings.HasPrefix(got, "commit abc") {
+		t.Errorf("the test binary read as the tree's commit: %q", got)
+	}
+}
