@@ -402,11 +402,13 @@ func (c *Cluster) Stop() {
 // children with the same command lines, so that they die with us even when
 // we are killed and can be stopped and restarted by PID.
 func (c *Cluster) adopt(ctx context.Context) error {
-	api, err := c.killChild("kube-apiserver")
+	// Other clusters of this process run the same binaries: each of this
+	// one's is told apart by the directory envtest gave it.
+	api, err := c.killChild("kube-apiserver", "--cert-dir="+c.env.ControlPlane.APIServer.CertDir)
 	if err != nil {
 		return err
 	}
-	etcd, err := c.killChild("etcd")
+	etcd, err := c.killChild("etcd", "--data-dir="+c.env.ControlPlane.Etcd.DataDir)
 	if err != nil {
 		return err
 	}
@@ -437,10 +439,10 @@ func (c *Cluster) rerun(args []string, name string) error {
 	return err
 }
 
-// killChild SIGKILLs our child running the named binary, waits for it to be
-// gone and returns its command line.
-func (c *Cluster) killChild(name string) ([]string, error) {
-	pid, args, err := childProcess(name)
+// killChild SIGKILLs our child running the named binary with arg on its
+// command line, waits for it to be gone and returns its command line.
+func (c *Cluster) killChild(name, arg string) ([]string, error) {
+	pid, args, err := childProcess(name, arg)
 	if err != nil {
 		return nil, err
 	}
@@ -499,9 +501,10 @@ func withCodec(cfg *rest.Config) *rest.Config {
 	return cfg
 }
 
-// childProcess finds this process's child running the named binary and
-// returns its PID and command line.
-func childProcess(name string) (int, []string, error) {
+// childProcess finds this process's child running the named binary, with
+// arg on its command line unless arg is empty, and returns its PID and
+// command line.
+func childProcess(name, arg string) (int, []string, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, nil, fmt.Errorf("reading /proc: %w", err)
@@ -526,14 +529,18 @@ func childProcess(name string) (int, []string, error) {
 		if err != nil {
 			return 0, nil, fmt.Errorf("reading command line of %s: %w", name, err)
 		}
-		return pid, strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00"), nil
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		if arg != "" && !slices.Contains(args, arg) {
+			continue
+		}
+		return pid, args, nil
 	}
-	return 0, nil, fmt.Errorf("no running %s started by this process", name)
+	return 0, nil, fmt.Errorf("no running %s %s started by this process", name, arg)
 }
 
 // ChildPID is the PID of this process's child running the named binary.
 func ChildPID(name string) (int, error) {
-	pid, _, err := childProcess(name)
+	pid, _, err := childProcess(name, "")
 	return pid, err
 }
 

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 )
 
@@ -125,6 +126,8 @@ func (c *Cluster) startKueue(bin string) error {
 // ensureKueueMetricsCert puts a certificate where Kueue insists on reading
 // one. The directory is outside the work directory; a certificate already
 // there is kept.
+// Clusters started at once, in this process or another, take a lock so that
+// the pair is written once, whole.
 func ensureKueueMetricsCert(from string) error {
 	if _, err := os.Stat(filepath.Join(kueueMetricsCertDir, "tls.key")); err == nil {
 		return nil
@@ -133,6 +136,18 @@ func ensureKueueMetricsCert(from string) error {
 		return fmt.Errorf("kueue v0.16.6 reads %s/tls.{crt,key} and it cannot be created (run as root or create it): %w",
 			kueueMetricsCertDir, err)
 	}
+	lock, err := os.OpenFile(filepath.Join(kueueMetricsCertDir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("locking the Kueue metrics certificate: %w", err)
+	}
+	defer func() { _ = lock.Close() }() // closing releases the lock
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("locking the Kueue metrics certificate: %w", err)
+	}
+	if _, err := os.Stat(filepath.Join(kueueMetricsCertDir, "tls.key")); err == nil {
+		return nil // written by another cluster meanwhile
+	}
+	// The key goes last: once it is there, the pair is whole.
 	for _, f := range []string{"tls.crt", "tls.key"} {
 		raw, err := os.ReadFile(filepath.Join(from, f))
 		if err != nil {
