@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -96,9 +98,103 @@ func (r *SafeJobReconciler) newQueue(mgr manager.Manager) func(string, workqueue
 			o.RateLimiter = rl
 		})
 		r.waiting = q.Len
-		return q
+		return &stoppableQueue{PriorityQueue: q, done: make(chan struct{})}
 	}
 }
+
+// stoppableQueue is the priority queue with a shutdown that always
+// returns. controller-runtime v0.23's priority queue can hand an item to a
+// worker that has just returned on shutdown: the hand-over then blocks for
+// ever holding the queue's lock, and every worker's next call (Done, Add,
+// Get) blocks on that lock, so the manager's stop waits out its whole grace
+// period (kubernetes-sigs/controller-runtime#3538, fixed upstream in later
+// minor releases). The race needs the queue's own shutdown, so this one
+// never shuts it down: workers wait on the queue and on this shutdown, and
+// after it get nothing more and add nothing more. The inner queue's few
+// goroutines then idle until the process ends.
+type stoppableQueue struct {
+	priorityqueue.PriorityQueue[reconcile.Request]
+	done chan struct{}
+	once sync.Once
+}
+
+type gotItem struct {
+	req      reconcile.Request
+	priority int
+	shutdown bool
+}
+
+func (q *stoppableQueue) stopped() bool {
+	select {
+	case <-q.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// GetWithPriority returns the next item, or shutdown as soon as the queue
+// is shut down. An item the queue hands over after that is dropped with
+// the rest of the queue.
+func (q *stoppableQueue) GetWithPriority() (reconcile.Request, int, bool) {
+	if q.stopped() {
+		return reconcile.Request{}, 0, true
+	}
+	got := make(chan gotItem, 1)
+	go func() {
+		req, priority, shutdown := q.PriorityQueue.GetWithPriority()
+		got <- gotItem{req, priority, shutdown}
+	}()
+	select {
+	case g := <-got:
+		return g.req, g.priority, g.shutdown
+	case <-q.done:
+		return reconcile.Request{}, 0, true
+	}
+}
+
+// Get is GetWithPriority without the priority.
+func (q *stoppableQueue) Get() (reconcile.Request, bool) {
+	req, _, shutdown := q.GetWithPriority()
+	return req, shutdown
+}
+
+// AddWithOpts adds items until the shutdown.
+func (q *stoppableQueue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Request) {
+	if !q.stopped() {
+		q.PriorityQueue.AddWithOpts(o, items...)
+	}
+}
+
+// Add adds an item until the shutdown.
+func (q *stoppableQueue) Add(item reconcile.Request) {
+	if !q.stopped() {
+		q.PriorityQueue.Add(item)
+	}
+}
+
+// AddAfter adds an item after a delay, until the shutdown.
+func (q *stoppableQueue) AddAfter(item reconcile.Request, d time.Duration) {
+	if !q.stopped() {
+		q.PriorityQueue.AddAfter(item, d)
+	}
+}
+
+// AddRateLimited adds an item after its backoff, until the shutdown.
+func (q *stoppableQueue) AddRateLimited(item reconcile.Request) {
+	if !q.stopped() {
+		q.PriorityQueue.AddRateLimited(item)
+	}
+}
+
+// ShutDown releases every waiting worker; see the type's comment.
+func (q *stoppableQueue) ShutDown() { q.once.Do(func() { close(q.done) }) }
+
+// ShutDownWithDrain is ShutDown: controller-runtime does not drain.
+func (q *stoppableQueue) ShutDownWithDrain() { q.ShutDown() }
+
+// ShuttingDown reports whether ShutDown was called.
+func (q *stoppableQueue) ShuttingDown() bool { return q.stopped() }
 
 // SetupWithManager registers the controller and its pod index.
 func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
