@@ -63,10 +63,18 @@ func scenarios() []scenario {
 // and prints the table. SafeJob must create no extra pod, lose no completion
 // and leave no job stuck, in every scenario.
 func TestFaults(t *testing.T) {
+	t.Parallel() // its own cluster: runs beside the other tests
 	var mu sync.Mutex
 	var rows []result
+	t.Cleanup(func() { // after every scenario, which run in parallel
+		t.Log(report(t, rows))
+		if soak {
+			_ = os.WriteFile(os.Getenv("SAFEJOB_CHAOS"), []byte(report(t, rows)), 0o600)
+		}
+	})
 	for _, sc := range scenarios() {
 		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel() // each scenario has its own cluster
 			w, timeout := sc.quick, 3*time.Minute
 			if soak {
 				w, timeout = sc.long, 15*time.Minute
@@ -105,10 +113,6 @@ func TestFaults(t *testing.T) {
 			}
 			t.Log(report(t, got))
 		})
-	}
-	t.Log(report(t, rows))
-	if soak {
-		_ = os.WriteFile(os.Getenv("SAFEJOB_CHAOS"), []byte(report(t, rows)), 0o600)
 	}
 }
 

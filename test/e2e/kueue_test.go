@@ -29,6 +29,7 @@ import (
 // local cluster: quota, preemption, a missing LocalQueue, flavors and a
 // queued schedule with its teardown.
 func TestKueue(t *testing.T) {
+	t.Parallel() // its own cluster: runs beside the other tests
 	e := newEnv(t, cluster.Options{Kueue: true})
 	e.startOperator()
 	k := &kueueEnv{env: e, ctx: context.Background()}
@@ -622,6 +623,7 @@ func (k *kueueEnv) testPartialAdmission(t *testing.T) {
 // deactivated by Kueue (DeactivatedDueToRequeuingLimitExceeded): it stops,
 // counts nothing as failed, says why, and leaves the Workload inactive.
 func TestKueueRequeuingLimit(t *testing.T) {
+	t.Parallel() // its own cluster: runs beside the other tests
 	e := newEnv(t, cluster.Options{Kueue: true, KueuePodsReadyTimeout: 5 * time.Second})
 	e.startOperator()
 	k := &kueueEnv{env: e, ctx: context.Background()}

@@ -29,6 +29,7 @@ import (
 // reaches the worker with a token of a ServiceAccount bound to exactly
 // config/multikueue/worker's role.
 func TestMultiKueue(t *testing.T) {
+	t.Parallel() // its own cluster: runs beside the other tests
 	worker := &kueueEnv{env: newEnv(t, cluster.Options{Kueue: true}), ctx: context.Background()}
 	manager := &kueueEnv{env: newEnv(t, cluster.Options{Kueue: true, MultiKueue: true, KueueOrigin: "manager"}),
 		ctx: context.Background()}
@@ -213,6 +214,7 @@ func testScheduledDispatched(t *testing.T, manager, worker *kueueEnv) {
 // from an empty ledger: the completions the lost worker recorded are run
 // again there, and the SafeJob completes with the new worker's count.
 func TestMultiKueueWorkerLost(t *testing.T) {
+	t.Parallel() // its own cluster: runs beside the other tests
 	manager, workers, proxies := partitionableMultiKueue(t, "worker-a", "worker-b")
 	manager.create(t, dispatchedJob("mk-lost", 6, true, "3s"))
 	var lost string

@@ -65,6 +65,7 @@ type replica struct {
 // authorised reader only; SIGKILLed, the leader is replaced within the
 // lease duration, with no extra pod and no lost completion.
 func TestOperatorAsShipped(t *testing.T) {
+	t.Parallel() // its own cluster: runs beside the other tests
 	e := newEnv(t, cluster.Options{Kueue: true})
 	ctx := context.Background()
 	e.installOperatorObjects(t)
@@ -475,6 +476,7 @@ func checkNoForbidden(t *testing.T, e *env) {
 // names) keeps trying to start instead of exiting, and runs SafeJobs once
 // it reaches the API server, in the same process.
 func TestOperatorWaitsForAPIServer(t *testing.T) {
+	t.Parallel() // its own cluster: runs beside the other tests
 	e := newEnv(t, cluster.Options{})
 	cfg, err := clientcmd.LoadFromFile(e.c.Kubeconfig)
 	if err != nil {

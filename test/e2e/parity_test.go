@@ -220,6 +220,7 @@ func parityCases() map[string]parityCase {
 // one local cluster, with the same scripted fate for the n-th pod of each
 // index; then compares how both ended. Any difference fails the test.
 func TestParity(t *testing.T) {
+	t.Parallel() // its own cluster: runs beside the other tests
 	e := newEnv(t, cluster.Options{})
 	e.startOperator()
 	d := startFateDriver(t, e)
@@ -484,6 +485,7 @@ func (d *fateDriver) pods(owner types.UID) (running, unended int, name string) {
 // finished SafeJob alike, and their pods with them, no sooner than the TTL
 // after they finished.
 func TestParityTTL(t *testing.T) {
+	t.Parallel() // its own cluster: runs beside the other tests
 	e := newEnv(t, cluster.Options{})
 	e.startOperator()
 	d := startFateDriver(t, e)

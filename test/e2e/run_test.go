@@ -20,6 +20,7 @@ import (
 // Ctrl-C (SIGINT) stops everything, and the command exits 0, as `make run`
 // needs to end without an error.
 func TestRunCommand(t *testing.T) {
+	t.Parallel() // its own cluster: runs beside the other tests
 	out := runLocalCluster(t)
 	for _, want := range []string{`safejob-sample\s+5/5 .*Complete`, `safejob-indexed\s+8/8 .*Complete`, `safejob-scheduled .*last run OK`,
 		"Every sample finished", "kubectl get sj", "==> Stopped"} {
@@ -34,6 +35,7 @@ func TestRunCommand(t *testing.T) {
 // dispatched from the manager completes on the worker, and Ctrl-C stops
 // everything with exit 0.
 func TestRunCommandMultiKueue(t *testing.T) {
+	t.Parallel() // its own cluster: runs beside the other tests
 	out := runLocalCluster(t, "-multikueue")
 	for _, want := range []string{`dispatched\s+6/6 .*Complete`, "finished on the worker", "==> Stopped"} {
 		if !regexp.MustCompile(want).MatchString(out) {

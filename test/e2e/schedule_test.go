@@ -24,6 +24,7 @@ import (
 // times between two runs are counted. Then the parent is deleted: no run is
 // created after it is gone, and its runs and their pods go.
 func TestScheduleUnderKills(t *testing.T) {
+	t.Parallel() // its own cluster: runs beside the other tests
 	e := newEnv(t, cluster.Options{})
 	ctx := context.Background()
 	e.startOperator()
