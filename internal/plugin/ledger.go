@@ -44,7 +44,7 @@ type Totals struct {
 	CompletedIndexes string `json:"completedIndexes,omitempty"`
 	FailedIndexes    string `json:"failedIndexes,omitempty"`
 	// Attempts is the number of pods launched, folded ones included.
-	Attempts int32 `json:"attempts"`
+	Attempts int64 `json:"attempts"`
 	// Open is the number of launches whose outcome is not recorded.
 	Open int `json:"open"`
 }
@@ -101,9 +101,7 @@ func Ledger(sj *batchv1alpha1.SafeJob) (*LedgerView, error) {
 	if sj.Spec.BackoffLimitPerIndex != nil {
 		t.FailedIndexes = st.FailedIndexes.String()
 	}
-	for _, n := range st.Attempts {
-		t.Attempts += n
-	}
+	t.Attempts = st.Launched()
 	v.Totals = t
 	return v, nil
 }

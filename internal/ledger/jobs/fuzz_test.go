@@ -50,8 +50,8 @@ func FuzzReplayFold(f *testing.F) {
 		if err := before.Covers(after); err != nil {
 			t.Fatalf("fold invented a fact: %v", err)
 		}
-		if len(after.Open) != len(before.Open) || folded.Seq != l.Seq {
-			t.Fatalf("fold changed open launches or seq")
+		if len(after.Open) != len(before.Open) || folded.Seq != l.Seq || after.Launched() != before.Launched() {
+			t.Fatalf("fold changed open launches, seq or the launches counted")
 		}
 	})
 }

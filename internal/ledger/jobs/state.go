@@ -297,6 +297,16 @@ func (st *State) applyFailure(e *batchv1alpha1.LedgerEntry) error {
 	return nil
 }
 
+// Launched is the number of launches ever committed, folded ones included:
+// every closed launch has exactly one outcome, and a finished index is never
+// launched again, so it is the outcomes counted plus the launches open.
+// (Attempts alone does not say it: a checkpoint keeps the attempt counts of
+// unfinished indexes only.)
+func (st *State) Launched() int64 {
+	return int64(st.Succeeded.Len()) + int64(st.Failed) + int64(st.Ignored) + int64(st.Lost) + int64(st.Evicted) +
+		int64(len(st.Open))
+}
+
 // IsClosed reports whether the pod of ref has a recorded outcome, whether
 // listed or folded into the checkpoint.
 func (st *State) IsClosed(ref PodRef) bool {

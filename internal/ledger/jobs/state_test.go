@@ -109,6 +109,9 @@ func TestFoldKeepsMeaning(t *testing.T) {
 	if err := before.Covers(after); err != nil {
 		t.Errorf("fold invented a fact: %v", err)
 	}
+	if before.Launched() != after.Launched() || before.Launched() != 40+14 {
+		t.Errorf("launches %d before the fold and %d after, want %d", before.Launched(), after.Launched(), 40+14)
+	}
 	if diff := cmp.Diff(before.Open, after.Open, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("open launches (-before,+after):\n%s", diff)
 	}
