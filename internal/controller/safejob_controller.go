@@ -117,7 +117,8 @@ func (r *SafeJobReconciler) pass(ctx context.Context, req reconcile.Request) (re
 
 // DefaultPodBatchPeriod is the operator's PodBatchPeriod: half the Job
 // controller's second, which saves few writes more and leaves a large
-// SafeJob's pods waiting on the batch (BENCHMARKS.md, "Why the defaults").
+// SafeJob's pods waiting on the batch (docs/performance.md, "Why the
+// defaults").
 const DefaultPodBatchPeriod = 500 * time.Millisecond
 
 // DefaultReadyBatchPeriod is the operator's ReadyBatchPeriod: a second, as
@@ -126,8 +127,8 @@ const DefaultReadyBatchPeriod = time.Second
 
 // DefaultReadyBusyPeriod is the operator's ReadyBusyPeriod: it covers the
 // few seconds a busy cluster's pods stay ready before they end, so that
-// their ready counts travel with their outcomes (BENCHMARKS.md, "Why the
-// defaults").
+// their ready counts travel with their outcomes (docs/performance.md, "Why
+// the defaults").
 const DefaultReadyBusyPeriod = 5 * time.Second
 
 // FollowUpWait bounds how long a worker waits for the informer to deliver

@@ -70,8 +70,9 @@ func indexRunParent(obj client.Object) []string {
 
 // CacheOptions limits the pod cache to pods that carry the SafeJob label and
 // leaves managedFields out of every cached object: nothing here reads them,
-// they are a large part of every cached object's bytes (BENCHMARKS.md), and
-// a status write sent without them leaves the server's copy as it is.
+// they are a large part of every cached object's bytes (docs/performance.md,
+// "Why the defaults"), and a status write sent without them leaves the
+// server's copy as it is.
 func CacheOptions() cache.Options {
 	sel := labels.NewSelector()
 	req, err := labels.NewRequirement(batchv1alpha1.SafeJobNameLabel, selection.Exists, nil)

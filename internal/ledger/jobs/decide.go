@@ -23,8 +23,8 @@ const (
 	// keeps listed, each with its launch. A write that would list more folds
 	// the older ones into the checkpoint; open launches always stay listed.
 	// The API server decodes, validates and encodes every listed entry on
-	// every status write, and every watcher decodes it again (BENCHMARKS.md,
-	// "Why the defaults"). So the ledger lists what is in flight and the
+	// every status write, and every watcher decodes it again
+	// (docs/performance.md, "Why the defaults"). So the ledger lists what is in flight and the
 	// latest outcome, not the whole history.
 	KeepOutcomes = 1
 	// WaveSize bounds the Launched entries, and the Stopping entries, one
