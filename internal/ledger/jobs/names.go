@@ -1,8 +1,6 @@
 package jobs
 
 import (
-	"fmt"
-
 	"github.com/safejob/safejob/internal/ledger"
 )
 
@@ -11,7 +9,7 @@ import (
 // of it added when the result would be too long. A repeated create of the
 // same launch collides with AlreadyExists instead of duplicating.
 func PodName(safeJob string, index, attempt int32) string {
-	suffix := fmt.Sprintf("-%d-%d", index, attempt)
+	suffix := podSuffix(index, attempt)
 	if len(safeJob)+len(suffix) <= ledger.MaxNameLen {
 		return safeJob + suffix
 	}

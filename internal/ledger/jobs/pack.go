@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
 )
 
 // A SafeJob's listed ledger holds every open launch. Written one entry per
@@ -49,7 +50,7 @@ func expand(e *batchv1alpha1.LedgerEntry, each func(one *batchv1alpha1.LedgerEnt
 	if !ok {
 		return fmt.Errorf("launch of %d pods from %s does not name its first pod %q", n, e.Pod, "<name>"+podSuffix(e.Index, e.Attempt))
 	}
-	if n > maxLaunches || int64(e.Index)+int64(n) > int64(^uint32(0)>>1) {
+	if n > ledger.MaxCompletions || int64(e.Index)+int64(n) > int64(^uint32(0)>>1) {
 		return fmt.Errorf("launch of %d pods from index %d overflows", n, e.Index)
 	}
 	for k := range n {
@@ -102,7 +103,7 @@ func Pack(entries []batchv1alpha1.LedgerEntry) []batchv1alpha1.LedgerEntry {
 // follows reports whether the launches of e are the next ones of last, whose
 // pods' names start with prefix, and may join it.
 func follows(last *batchv1alpha1.LedgerEntry, prefix string, e *batchv1alpha1.LedgerEntry) bool {
-	if e.Type != batchv1alpha1.EntryLaunched || int64(last.Launches())+int64(e.Launches()) > maxLaunches {
+	if e.Type != batchv1alpha1.EntryLaunched || int64(last.Launches())+int64(e.Launches()) > ledger.MaxCompletions {
 		return false
 	}
 	next := launchAt(last, prefix, last.Launches())
@@ -110,6 +111,3 @@ func follows(last *batchv1alpha1.LedgerEntry, prefix string, e *batchv1alpha1.Le
 	first.Count = 0
 	return equality.Semantic.DeepEqual(&next, &first)
 }
-
-// maxLaunches bounds the count of one entry (the API's maximum).
-const maxLaunches = 100000
