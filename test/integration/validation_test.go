@@ -304,6 +304,41 @@ func TestMalformedLedger(t *testing.T) {
 	waitForEvent(t, h.ns, "malformed", batchv1alpha1.ReasonLedgerCorrupt)
 }
 
+// TestLedgerCountBounds edits a ledger by hand with a packed launch's count
+// at and past its bounds: the API server takes the largest (100,000) and
+// refuses what lies outside, naming the field.
+func TestLedgerCountBounds(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	sj := testutil.MakeSafeJob("count", ns).Suspend(true).Indexed().Completions(maxCompletions).Obj()
+	if err := k8s.Create(context.Background(), sj); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		count   int32
+		wantErr string
+	}{
+		{count: 100001, wantErr: "should be less than or equal to 100000"},
+		{count: -1, wantErr: "should be greater than or equal to 1"},
+		{count: 100000},
+	} {
+		edited := sj.DeepCopy()
+		edited.Status.Ledger = batchv1alpha1.Ledger{Seq: 100000, Entries: []batchv1alpha1.LedgerEntry{{
+			Seq: 1, Type: batchv1alpha1.EntryLaunched, Pod: "count-0-0", Count: tc.count, Time: metav1.Now(),
+		}}}
+		err := k8s.Status().Update(context.Background(), edited)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("count %d refused: %v", tc.count, err)
+		case tc.wantErr != "" && err == nil:
+			t.Errorf("count %d accepted; want the API server to refuse it", tc.count)
+		case tc.wantErr != "" && !strings.Contains(err.Error(), "status.ledger.entries[0].count") ||
+			tc.wantErr != "" && !strings.Contains(err.Error(), tc.wantErr):
+			t.Errorf("count %d: error %q does not name status.ledger.entries[0].count and %q", tc.count, err, tc.wantErr)
+		}
+	}
+}
+
 // TestSamplesValid sends every manifest of config/samples to the API server
 // as a dry run: the samples users start from are always accepted.
 func TestSamplesValid(t *testing.T) {
