@@ -454,7 +454,7 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	end, after, err := finish(ctx, w, m, rec, cl, cfg, stopProfile)
+	end, after, err := finish(ctx, w, m, rec, cl, cfg, start, stopProfile)
 	if err != nil {
 		return result{}, err
 	}
@@ -485,8 +485,8 @@ func prepare(ctx context.Context, cl client.Client, w workload) error {
 // finish waits for the end of the run, stops the profiles, recovers what
 // the pod watch missed and reads the API server's settled write counts.
 func finish(ctx context.Context, w workload, m mode, rec *recorder, cl client.Client, cfg *rest.Config,
-	stopProfile func()) (time.Time, map[string]int, error) {
-	end, err := waitDone(ctx, w, m, rec)
+	start time.Time, stopProfile func()) (time.Time, map[string]int, error) {
+	end, err := waitDone(ctx, w, m, rec, start)
 	if err != nil {
 		return time.Time{}, nil, err
 	}
@@ -690,7 +690,7 @@ func jobObject(name string, w workload, m mode, d string) client.Object {
 
 // waitDone waits until every job reports itself complete (the limit: until
 // every pod succeeded).
-func waitDone(ctx context.Context, w workload, m mode, rec *recorder) (time.Time, error) {
+func waitDone(ctx context.Context, w workload, m mode, rec *recorder, start time.Time) (time.Time, error) {
 	for {
 		var done int
 		var last time.Time
@@ -704,7 +704,7 @@ func waitDone(ctx context.Context, w workload, m mode, rec *recorder) (time.Time
 		}
 		select {
 		case <-ctx.Done():
-			return time.Time{}, fmt.Errorf("%d of %d jobs complete: %w", done, w.Jobs, ctx.Err())
+			return time.Time{}, fmt.Errorf("%d of %d jobs complete, %s: %w", done, w.Jobs, rec.progress(start), ctx.Err())
 		case <-time.After(50 * time.Millisecond): // polling interval of the in-memory count
 		}
 	}
@@ -960,6 +960,22 @@ func (r *recorder) steps(pod *corev1.Pod, now time.Time, recovered bool) {
 	if _, ok := r.running[uid]; !ok && pod.Status.Phase == corev1.PodRunning {
 		r.running[uid] = now
 	}
+}
+
+// progress says how far a run got, for one that did not finish: a run that
+// times out keeps no row in the report, but its rate and status size so far
+// still say where the limit of a size lies.
+func (r *recorder) progress(start time.Time) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var reported int
+	for _, n := range r.reported {
+		reported += n
+	}
+	elapsed := time.Since(start)
+	return fmt.Sprintf("after %s %d pods seen succeeding (%.1f/s), %d completions reported, largest status %.1f KiB",
+		elapsed.Round(time.Second), len(r.succeeded), float64(len(r.succeeded))/elapsed.Seconds(), reported,
+		float64(r.largestStatus)/1024)
 }
 
 func (r *recorder) succeededCount() int {
