@@ -373,11 +373,12 @@ type LedgerEntry struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	Pod string `json:"pod,omitempty"`
-	// count is, on a Launched entry, the number of launches it stands for
-	// (1 when absent): launches committed in one write, of consecutive
-	// indexes from index and of the same attempt, whose seqs follow on from
-	// seq. Each pod's name is pod's with the "-<index>-<attempt>" suffix of
-	// its own index. It keeps the ledger small however many pods are open.
+	// count is, on a Launched or Stopping entry, the number of pods it
+	// stands for (1 when absent): entries of one type committed in one write,
+	// of consecutive indexes from index and of the same attempt (and reason),
+	// whose seqs follow on from seq. Each pod's name is pod's with the
+	// "-<index>-<attempt>" suffix of its own index. It keeps the ledger small
+	// however many pods are open or being stopped.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100000
@@ -420,18 +421,21 @@ type LedgerEntry struct {
 	UID string `json:"uid,omitempty"`
 }
 
-// Launches is the number of launches the entry stands for: its count on a
-// Launched entry with one, otherwise 1.
-func (e *LedgerEntry) Launches() int32 {
-	if e.Type == EntryLaunched && e.Count > 1 {
+// Pods is the number of pods the entry stands for: its count on a Launched
+// or Stopping entry with one, otherwise 1.
+func (e *LedgerEntry) Pods() int32 {
+	if e.Count > 1 && e.Countable() {
 		return e.Count
 	}
 	return 1
 }
 
-// LastSeq is the seq of the entry's last launch: its own seq unless it
-// stands for several launches.
-func (e *LedgerEntry) LastSeq() int64 { return e.Seq + int64(e.Launches()) - 1 }
+// Countable reports whether the entry's type may stand for several pods.
+func (e *LedgerEntry) Countable() bool { return e.Type == EntryLaunched || e.Type == EntryStopping }
+
+// LastSeq is the seq of the entry's last pod: its own seq unless it stands
+// for several pods.
+func (e *LedgerEntry) LastSeq() int64 { return e.Seq + int64(e.Pods()) - 1 }
 
 // IndexState keeps, for an index that is not finished, what folded entries said of it.
 type IndexState struct {

@@ -41,7 +41,7 @@ func Walk(l *batchv1alpha1.Ledger, apply func(e *batchv1alpha1.LedgerEntry) erro
 		if e.Seq <= prev {
 			return fmt.Errorf("entry %d: seq %d not above %d", k, e.Seq, prev)
 		}
-		if e.Count < 0 || (e.Count > 1 && e.Type != batchv1alpha1.EntryLaunched) {
+		if e.Count < 0 || (e.Count > 1 && !e.Countable()) {
 			return fmt.Errorf("entry %d (seq %d): count %d on a %s entry", k, e.Seq, e.Count, e.Type)
 		}
 		prev, last = e.LastSeq(), max(last, e.LastSeq())

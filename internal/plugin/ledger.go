@@ -71,7 +71,7 @@ func Ledger(sj *batchv1alpha1.SafeJob) (*LedgerView, error) {
 	}
 	entries := l.Entries
 	if sj.Spec.Schedule == nil {
-		// One row per launch, also where the ledger lists a write's launches as one entry.
+		// One row per pod, also where the ledger lists a write's launches, or stops, as one entry.
 		var err error
 		if entries, err = jobs.Unpack(l.Entries); err != nil {
 			return nil, fmt.Errorf("the ledger of %s/%s does not read: %w", sj.Namespace, sj.Name, err)

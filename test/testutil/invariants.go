@@ -159,7 +159,7 @@ func (w *LedgerWatch) seeJob(sj *batchv1alpha1.SafeJob) {
 		launched := 0
 		for _, e := range sj.Status.Ledger.Entries {
 			if e.Seq > prev.Seq && e.Type == batchv1alpha1.EntryLaunched {
-				launched += int(e.Launches())
+				launched += int(e.Pods())
 			}
 		}
 		if launched > jobs.WaveSize {

@@ -19,6 +19,9 @@ func FuzzReplayFold(f *testing.F) {
 			Entries: []batchv1alpha1.LedgerEntry{launched(9, 4, 2)}},
 		{Seq: 5, Entries: Pack([]batchv1alpha1.LedgerEntry{launched(1, 0, 0), launched(2, 1, 0), launched(3, 2, 0),
 			outcome(4, batchv1alpha1.EntrySucceeded, 1, 0, ""), launched(5, 3, 0)})},
+		{Seq: 7, Entries: Pack([]batchv1alpha1.LedgerEntry{launched(1, 0, 0), launched(2, 1, 0), launched(3, 2, 0),
+			stopping(4, 0, EvictReasonSuspended), stopping(5, 1, EvictReasonSuspended), stopping(6, 2, EvictReasonSuspended),
+			outcome(7, batchv1alpha1.EntryEvicted, 1, 0, EvictReasonSuspended)})},
 	}
 	for _, s := range seeds {
 		raw, err := json.Marshal(s)

@@ -10,13 +10,14 @@ import (
 	"github.com/safejob/safejob/internal/ledger"
 )
 
-// A SafeJob's listed ledger holds every open launch. Written one entry per
-// launch it would grow with parallelism (about 100 bytes of JSON each), and
-// every status write, hence every pod, would pay for it. Launches committed
-// in one write are mostly of consecutive indexes and the same attempt, so the
-// ledger lists each such run of launches as one Launched entry with a count.
-// Pack and Unpack convert between the two forms; they mean the same, and
-// Replay reads both.
+// A SafeJob's listed ledger holds every open launch, and a Stopping entry
+// for each of them whose pod is being stopped. Written one entry per pod it
+// would grow with parallelism (about 100 bytes of JSON each), and every
+// status write, hence every pod, would pay for it. The launches committed in
+// one write, and the stops, are mostly of consecutive indexes and the same
+// attempt, so the ledger lists each such run as one entry with a count. Pack
+// and Unpack convert between the two forms; they mean the same, and Replay
+// reads both.
 
 // podSuffix is the part of a pod's name that PodName derives from its index
 // and attempt.
@@ -28,7 +29,8 @@ func launchPrefix(e *batchv1alpha1.LedgerEntry) (string, bool) {
 	return strings.CutSuffix(e.Pod, podSuffix(e.Index, e.Attempt))
 }
 
-// launchAt is the k-th launch a Launched entry stands for, as a single entry.
+// launchAt is the k-th pod's entry of an entry with a count, as a single
+// entry.
 func launchAt(e *batchv1alpha1.LedgerEntry, prefix string, k int32) batchv1alpha1.LedgerEntry {
 	one := *e
 	one.Count = 0
@@ -38,20 +40,20 @@ func launchAt(e *batchv1alpha1.LedgerEntry, prefix string, k int32) batchv1alpha
 	return one
 }
 
-// expand calls each with every launch e stands for, in seq order. Only an
-// entry with a count is checked here: its first pod's name must end as
+// expand calls each with every pod's entry e stands for, in seq order. Only
+// an entry with a count is checked here: its first pod's name must end as
 // PodName makes it, so that the names of the others can be derived.
 func expand(e *batchv1alpha1.LedgerEntry, each func(one *batchv1alpha1.LedgerEntry) error) error {
-	n := e.Launches()
+	n := e.Pods()
 	if n == 1 {
 		return each(e)
 	}
 	prefix, ok := launchPrefix(e)
 	if !ok {
-		return fmt.Errorf("launch of %d pods from %s does not name its first pod %q", n, e.Pod, "<name>"+podSuffix(e.Index, e.Attempt))
+		return fmt.Errorf("%s of %d pods from %s does not name its first pod %q", e.Type, n, e.Pod, "<name>"+podSuffix(e.Index, e.Attempt))
 	}
 	if n > ledger.MaxCompletions || int64(e.Index)+int64(n) > int64(^uint32(0)>>1) {
-		return fmt.Errorf("launch of %d pods from index %d overflows", n, e.Index)
+		return fmt.Errorf("%s of %d pods from index %d overflows", e.Type, n, e.Index)
 	}
 	for k := range n {
 		one := launchAt(e, prefix, k)
@@ -62,8 +64,8 @@ func expand(e *batchv1alpha1.LedgerEntry, each func(one *batchv1alpha1.LedgerEnt
 	return nil
 }
 
-// Unpack returns entries with every Launched entry that has a count written
-// as one entry per launch.
+// Unpack returns entries with every entry that has a count written as one
+// entry per pod.
 func Unpack(entries []batchv1alpha1.LedgerEntry) ([]batchv1alpha1.LedgerEntry, error) {
 	out := make([]batchv1alpha1.LedgerEntry, 0, len(entries))
 	for k := range entries {
@@ -78,35 +80,37 @@ func Unpack(entries []batchv1alpha1.LedgerEntry) ([]batchv1alpha1.LedgerEntry, e
 	return out, nil
 }
 
-// Pack returns entries with each run of adjacent Launched entries that
-// follow on from one another (consecutive seqs and indexes, and otherwise
-// equal: one attempt, one time, pods named as PodName makes them from one
-// SafeJob's name) written as one entry with a count. Other entries are kept
-// as they are; Unpack gives back exactly the entries packed.
+// Pack returns entries with each run of adjacent Launched entries, or
+// Stopping entries, that follow on from one another (consecutive seqs and
+// indexes, and otherwise equal: one type, attempt, time and reason, pods
+// named as PodName makes them from one SafeJob's name) written as one entry
+// with a count. Other entries are kept as they are; Unpack gives back
+// exactly the entries packed.
 func Pack(entries []batchv1alpha1.LedgerEntry) []batchv1alpha1.LedgerEntry {
 	out := make([]batchv1alpha1.LedgerEntry, 0, len(entries))
-	var prefix string // of the last entry of out, when it is a launch that may grow
+	var prefix string // of the last entry of out, when it may grow
 	for _, e := range entries {
 		if k := len(out) - 1; k >= 0 && prefix != "" && follows(&out[k], prefix, &e) {
-			out[k].Count = out[k].Launches() + e.Launches()
+			out[k].Count = out[k].Pods() + e.Pods()
 			continue
 		}
 		out = append(out, e)
 		prefix = ""
-		if p, named := launchPrefix(&e); named && e.Type == batchv1alpha1.EntryLaunched {
+		if p, named := launchPrefix(&e); named && e.Countable() {
 			prefix = p
 		}
 	}
 	return out
 }
 
-// follows reports whether the launches of e are the next ones of last, whose
-// pods' names start with prefix, and may join it.
+// follows reports whether the pods of e are the next ones of last, whose
+// pods' names start with prefix, and e may join it (equal but for its seq,
+// index and pod, so of the same type).
 func follows(last *batchv1alpha1.LedgerEntry, prefix string, e *batchv1alpha1.LedgerEntry) bool {
-	if e.Type != batchv1alpha1.EntryLaunched || int64(last.Launches())+int64(e.Launches()) > ledger.MaxCompletions {
+	if int64(last.Pods())+int64(e.Pods()) > ledger.MaxCompletions {
 		return false
 	}
-	next := launchAt(last, prefix, last.Launches())
+	next := launchAt(last, prefix, last.Pods())
 	first := *e
 	first.Count = 0
 	return equality.Semantic.DeepEqual(&next, &first)

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger"
@@ -20,6 +21,11 @@ func named(job string, seq int64, i int32) batchv1alpha1.LedgerEntry {
 	e := launched(seq, i, 0)
 	e.Pod = PodName(job, i, 0)
 	return e
+}
+
+// stopping is the Stopping entry of index i's first launch.
+func stopping(seq int64, i int32, reason string) batchv1alpha1.LedgerEntry {
+	return outcome(seq, batchv1alpha1.EntryStopping, i, 0, reason)
 }
 
 func TestPackRoundTrip(t *testing.T) {
@@ -39,8 +45,12 @@ func TestPackRoundTrip(t *testing.T) {
 		"another SafeJob's pod": {entries: []batchv1alpha1.LedgerEntry{launched(1, 0, 0), named("other", 2, 1)}, want: 2},
 		"an outcome between": {entries: []batchv1alpha1.LedgerEntry{launched(1, 0, 0), outcome(2, batchv1alpha1.EntrySucceeded, 0, 0, ""),
 			launched(3, 1, 0), launched(4, 2, 0)}, want: 3},
-		"a Stopping entry is never packed": {entries: []batchv1alpha1.LedgerEntry{launched(1, 0, 0), launched(2, 1, 0),
-			outcome(3, batchv1alpha1.EntryStopping, 0, 0, EvictReasonSuspended), outcome(4, batchv1alpha1.EntryStopping, 1, 0, EvictReasonSuspended)}, want: 3},
+		"one write's stops": {entries: []batchv1alpha1.LedgerEntry{launched(1, 0, 0), launched(2, 1, 0), launched(3, 2, 0),
+			stopping(4, 0, EvictReasonSuspended), stopping(5, 1, EvictReasonSuspended), stopping(6, 2, EvictReasonSuspended)}, want: 2},
+		"stops for another reason": {entries: []batchv1alpha1.LedgerEntry{launched(1, 0, 0), launched(2, 1, 0),
+			stopping(3, 0, EvictReasonSuspended), stopping(4, 1, "Other")}, want: 3},
+		"a stop never joins a launch": {entries: []batchv1alpha1.LedgerEntry{launched(1, 1, 0), launched(2, 0, 0),
+			stopping(3, 1, EvictReasonSuspended)}, want: 3},
 		"a shortened name, across its change of length": {entries: []batchv1alpha1.LedgerEntry{named(long, 1, 8), named(long, 2, 9),
 			named(long, 3, 10), named(long, 4, 11)}, want: 2},
 		"nothing": {want: 0},
@@ -113,6 +123,14 @@ func TestReplayRejectsBadCounts(t *testing.T) {
 			}()),
 			wantErr: "launch of index 1 attempt 0, want attempt 1",
 		},
+		"a stop of pods not all open": {
+			ledger: ledgerOf(three, func() batchv1alpha1.LedgerEntry {
+				e := stopping(4, 1, EvictReasonSuspended)
+				e.Count = 3
+				return e
+			}()),
+			wantErr: "Stopping for pod sj-3-0 that is not open",
+		},
 		"a count above the maximum": {
 			ledger: batchv1alpha1.Ledger{Seq: 1 << 40, Entries: []batchv1alpha1.LedgerEntry{func() batchv1alpha1.LedgerEntry {
 				e := three
@@ -167,4 +185,56 @@ func TestLedgerSizeIndependentOfParallelism(t *testing.T) {
 		t.Errorf("largest status %d bytes with %d entries listed, want at most 8 KiB and %d entries", largest, largestEntries, 2*par/WaveSize+8)
 	}
 	t.Logf("largest status %d bytes, %d entries listed, parallelism %d", largest, largestEntries, par)
+}
+
+// TestStopsListedAsRuns suspends a SafeJob of the largest parallelism with
+// every pod running: the ledger lists the stops of each wave as one entry,
+// as it lists launches, so its size stays a few KiB while 2,000 pods are
+// being stopped (about 200 KiB written one entry per pod) and after.
+func TestStopsListedAsRuns(t *testing.T) {
+	const par, completions = 2000, 10000
+	dr := newDriver(indexedSpec(par, completions))
+	now := t0
+	step := func() {
+		t.Helper()
+		now = now.Add(time.Second)
+		dr.step(t, now)
+	}
+	for len(dr.pods) < par {
+		if now.Sub(t0) > 20*time.Second {
+			t.Fatalf("%d pods created, want %d", len(dr.pods), par)
+		}
+		step()
+	}
+	dr.spec.Suspend = ptr.To(true)
+	var largest int
+	for stopping := 0; stopping < par; stopping = len(mustReplay(t, &dr.status.Ledger).Stopping) {
+		if now.Sub(t0) > 60*time.Second {
+			t.Fatalf("%d pods being stopped, want %d", stopping, par)
+		}
+		step()
+		raw, err := json.Marshal(dr.status)
+		if err != nil {
+			t.Fatal(err)
+		}
+		largest = max(largest, len(raw))
+	}
+	if n := len(dr.status.Ledger.Entries); n > 2*par/WaveSize+4 || largest > 8<<10 {
+		t.Errorf("%d pods being stopped: largest status %d bytes, %d entries listed; want at most 8 KiB and %d entries",
+			par, largest, n, 2*par/WaveSize+4)
+	}
+	for k, p := range dr.pods {
+		dr.pods[k] = withPhase(p, corev1.PodFailed, 137)
+	}
+	for hasHeldPod(dr.pods) {
+		if now.Sub(t0) > 90*time.Second {
+			t.Fatal("pods still held after they ended")
+		}
+		step()
+	}
+	st := mustReplay(t, &dr.status.Ledger)
+	if len(st.Open) != 0 || st.Evicted != par || st.Succeeded.Len() != 0 {
+		t.Errorf("after the stop: %d open, %d evicted, %d succeeded; want 0, %d, 0", len(st.Open), st.Evicted, st.Succeeded.Len(), par)
+	}
+	t.Logf("largest status %d bytes while %d pods were being stopped", largest, par)
 }

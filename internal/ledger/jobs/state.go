@@ -196,9 +196,17 @@ func (st *State) apply(e *batchv1alpha1.LedgerEntry) error {
 	switch e.Type {
 	case batchv1alpha1.EntryLaunched:
 		return expand(e, st.applyLaunch)
+	case batchv1alpha1.EntryStopping:
+		return expand(e, st.applyEnd)
 	case batchv1alpha1.EntryScheduled:
 		return fmt.Errorf("entry type Scheduled is not valid in a SafeJob without schedule")
 	}
+	return st.applyEnd(e)
+}
+
+// applyEnd adds an entry about one open launch: that its pod is being
+// stopped, or how it ended.
+func (st *State) applyEnd(e *batchv1alpha1.LedgerEntry) error {
 	ref, ok := st.Open[e.Pod]
 	if !ok {
 		return fmt.Errorf("%s for pod %s that is not open", e.Type, e.Pod)
