@@ -3,7 +3,9 @@
 // a bare kube-apiserver and etcd (envtest, KUBEBUILDER_ASSETS), installs the
 // SafeJob CRD, and for each object makes the same status write (the ready
 // count flipping) many times over, reading the CPU time of kube-apiserver and
-// etcd from /proc before and after.
+// etcd from /proc before and after. -variants repeats it with parts of the
+// CRD's validation taken out (its CEL rules, the pod template's schema), each
+// on a fresh API server, to tell what each part costs.
 //
 //	make bench-writes    # or, with KUBEBUILDER_ASSETS set: go run ./hack/writecost -h
 package main
@@ -15,12 +17,16 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -29,6 +35,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/yaml"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger"
@@ -37,23 +45,70 @@ import (
 )
 
 func main() {
-	writes := flag.Int("writes", 400, "status writes measured per object")
+	writes := flag.Int("writes", 400, "status writes measured per object and round")
+	rounds := flag.Int("rounds", 3, "rounds, each measuring every object in turn (the median is printed, and the range)")
 	sizes := flag.String("entries", "0,2,10,20,40,80,200", "ledger lengths to measure, comma-separated")
 	crdDir := flag.String("crd-dir", "config/crd/bases", "directory of the SafeJob CRD")
-	profile := flag.String("profile", "", "write a CPU profile of kube-apiserver, taken while the last length is measured, to this file")
+	profile := flag.String("profile", "", "write a CPU profile of kube-apiserver, taken while the last length is measured in the last round, to this file")
+	variants := flag.String("variants", variantAsIs, "the CRD's variants to measure, comma-separated, each on its own API server: "+
+		strings.Join(variantNames, ", ")+" (what its validation costs a status write)")
 	flag.Parse()
-	if err := run(*writes, *sizes, *crdDir, *profile); err != nil {
+	logf.SetLogger(logr.Discard()) // envtest's own messages
+	if err := run(*writes, *rounds, *sizes, *crdDir, *profile, *variants); err != nil {
 		fmt.Fprintf(os.Stderr, "writecost: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(writes int, sizes, crdDir, profile string) error {
+// The CRD's variants: as installed, and with parts of its validation taken
+// out, to tell what each part costs a status write. Only the first is a CRD
+// to run SafeJob with.
+const (
+	variantAsIs       = "as-is"
+	variantNoRules    = "no-cel-rules"
+	variantNoTemplate = "no-template-schema"
+	variantBare       = "neither"
+)
+
+var variantNames = []string{variantAsIs, variantNoRules, variantNoTemplate, variantBare}
+
+func run(writes, rounds int, sizes, crdDir, profile, variants string) error {
 	lengths, err := parseLengths(sizes)
 	if err != nil {
 		return err
 	}
-	env := &envtest.Environment{CRDDirectoryPaths: []string{crdDir}, ErrorIfCRDPathMissing: true}
+	if writes < 1 || rounds < 1 {
+		return fmt.Errorf("-writes %d and -rounds %d must be at least 1", writes, rounds)
+	}
+	crd, err := loadCRD(crdDir)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%-20s %-22s %10s %22s %10s %8s\n", "CRD", "object", "JSON bytes", "apiserver ms (range)", "etcd ms", "÷ Job")
+	names := strings.Split(variants, ",")
+	for _, v := range names {
+		v = strings.TrimSpace(v)
+		modified, err := variant(crd, v)
+		if err != nil {
+			return err
+		}
+		path := profile
+		if profile != "" && len(names) > 1 {
+			path = profile + "." + v // one profile per variant
+		}
+		if err := runVariant(v, modified, writes, rounds, lengths, path); err != nil {
+			return fmt.Errorf("CRD %s: %w", v, err)
+		}
+	}
+	return nil
+}
+
+// runVariant starts an API server with the CRD and measures a Job's status
+// write and a SafeJob's at each ledger length, in rounds that take each
+// object in turn, so that what else the machine does falls on all of them;
+// it prints the median of the rounds.
+func runVariant(name string, crd *apiextensionsv1.CustomResourceDefinition, writes, rounds int, lengths []int, profile string) error {
+	env := &envtest.Environment{CRDs: []*apiextensionsv1.CustomResourceDefinition{crd}}
 	cfg, err := env.Start()
 	if err != nil {
 		return fmt.Errorf("starting kube-apiserver and etcd: %w", err)
@@ -71,7 +126,6 @@ func run(writes int, sizes, crdDir, profile string) error {
 	ctx := context.Background()
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
 
-	fmt.Printf("%-24s %10s %12s %12s\n", "object", "JSON bytes", "apiserver ms", "etcd ms")
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: "default"}, Spec: batchv1.JobSpec{
 		Template: template(), Completions: ptr.To[int32](20), Parallelism: ptr.To[int32](5), Suspend: ptr.To(true),
 		CompletionMode: ptr.To(batchv1.IndexedCompletion)}}
@@ -79,29 +133,151 @@ func run(writes int, sizes, crdDir, profile string) error {
 		return fmt.Errorf("creating Job: %w", err)
 	}
 	job.Status = batchv1.JobStatus{StartTime: &now, Active: 5, Succeeded: 10, CompletedIndexes: "0-9"}
-	if err := measure(ctx, c, ps, "Job", job, writes, func(i int) { job.Status.Ready = ptr.To(int32(i % 2)) }); err != nil {
-		return err
-	}
-	for k, n := range lengths {
-		if profile != "" && k == len(lengths)-1 {
-			done, err := startProfile(ctx, cfg, profile)
-			if err != nil {
-				return err
-			}
-			defer func() { <-done }()
-		}
+	objects := []measured{{label: "Job", obj: job, change: func(i int) { job.Status.Ready = ptr.To(int32(i % 2)) }}}
+	for _, n := range lengths {
 		sj := safeJob(n, now)
 		status := sj.Status
 		if err := c.Create(ctx, sj); err != nil {
 			return fmt.Errorf("creating SafeJob: %w", err)
 		}
 		sj.Status = status
-		label := fmt.Sprintf("SafeJob, %d entries", n)
-		if err := measure(ctx, c, ps, label, sj, writes, func(i int) { sj.Status.Ready = int32(i % 2) }); err != nil {
+		objects = append(objects, measured{label: fmt.Sprintf("SafeJob, %d entries", n), obj: sj,
+			change: func(i int) { sj.Status.Ready = int32(i % 2) }})
+	}
+	for r := range rounds {
+		for k := range objects {
+			if profile != "" && r == rounds-1 && k == len(objects)-1 {
+				done, err := startProfile(ctx, cfg, profile)
+				if err != nil {
+					return err
+				}
+				defer func() { <-done }()
+			}
+			if err := objects[k].measure(ctx, c, ps, writes); err != nil {
+				return err
+			}
+		}
+	}
+	jobMs := median(objects[0].api)
+	for _, o := range objects {
+		raw, err := json.Marshal(o.obj)
+		if err != nil {
+			return fmt.Errorf("%s: encoding: %w", o.label, err)
+		}
+		api := median(o.api)
+		fmt.Printf("%-20s %-22s %10d %8.2f (%.2f-%.2f) %10.2f %8.2f\n", name, o.label, len(raw), api,
+			slices.Min(o.api), slices.Max(o.api), median(o.etcd), api/jobMs)
+	}
+	return nil
+}
+
+// measured is an object whose status writes are measured, and what they
+// cost in each round: kube-apiserver's and etcd's CPU ms per write.
+type measured struct {
+	label     string
+	obj       client.Object
+	change    func(int)
+	api, etcd []float64
+}
+
+// measure makes writes status writes of the object (after a few to warm
+// up) and records the CPU they cost kube-apiserver and etcd, per write.
+func (m *measured) measure(ctx context.Context, c client.Client, pids pids, writes int) error {
+	write := func(i int) error {
+		m.change(i)
+		if err := c.Status().Update(ctx, m.obj); err != nil {
+			return fmt.Errorf("%s: status write: %w", m.label, err)
+		}
+		return nil
+	}
+	for i := range 20 {
+		if err := write(i); err != nil {
 			return err
 		}
 	}
+	api0, etcd0 := cluster.CPUSeconds(pids.apiserver), cluster.CPUSeconds(pids.etcd)
+	for i := range writes {
+		if err := write(i); err != nil {
+			return err
+		}
+	}
+	api1, etcd1 := cluster.CPUSeconds(pids.apiserver), cluster.CPUSeconds(pids.etcd)
+	m.api = append(m.api, 1000*(api1-api0)/float64(writes))
+	m.etcd = append(m.etcd, 1000*(etcd1-etcd0)/float64(writes))
 	return nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// loadCRD reads the SafeJob CRD from dir.
+func loadCRD(dir string) (*apiextensionsv1.CustomResourceDefinition, error) {
+	path := filepath.Join(dir, "batch.safejob.dev_safejobs.yaml")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the CRD: %w", err)
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.UnmarshalStrict(raw, crd); err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", path, err)
+	}
+	return crd, nil
+}
+
+// variant returns a copy of the CRD with the named part of its validation
+// taken out: every CEL rule (x-kubernetes-validations), or the pod
+// template's schema (kept as an object of any fields, and the rules that
+// read it with it).
+func variant(crd *apiextensionsv1.CustomResourceDefinition, name string) (*apiextensionsv1.CustomResourceDefinition, error) {
+	out := crd.DeepCopy()
+	noRules, noTemplate := false, false
+	switch name {
+	case variantAsIs:
+	case variantNoRules:
+		noRules = true
+	case variantNoTemplate:
+		noTemplate = true
+	case variantBare:
+		noRules, noTemplate = true, true
+	default:
+		return nil, fmt.Errorf("unknown CRD variant %q (want one of %s)", name, strings.Join(variantNames, ", "))
+	}
+	for i := range out.Spec.Versions {
+		root := out.Spec.Versions[i].Schema.OpenAPIV3Schema
+		if noRules {
+			dropRules(root)
+		}
+		if noTemplate {
+			spec := root.Properties["spec"]
+			spec.Properties["template"] = apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr.To(true)}
+			spec.XValidations = nil // some read the template
+			root.Properties["spec"] = spec
+		}
+	}
+	return out, nil
+}
+
+// dropRules removes every CEL rule from a schema and the schemas within it.
+func dropRules(s *apiextensionsv1.JSONSchemaProps) {
+	if s == nil {
+		return
+	}
+	s.XValidations = nil
+	for k, p := range s.Properties {
+		dropRules(&p)
+		s.Properties[k] = p
+	}
+	if s.Items != nil {
+		dropRules(s.Items.Schema)
+	}
+	if s.AdditionalProperties != nil {
+		dropRules(s.AdditionalProperties.Schema)
+	}
 }
 
 // parseLengths reads the comma-separated ledger lengths of -entries.
@@ -172,37 +348,6 @@ func startProfile(ctx context.Context, cfg *rest.Config, path string) (<-chan st
 }
 
 type pids struct{ apiserver, etcd int }
-
-// measure makes writes status writes of obj (after a few to warm up) and
-// prints the CPU they cost kube-apiserver and etcd, per write.
-func measure(ctx context.Context, c client.Client, pids pids, label string, obj client.Object, writes int, change func(int)) error {
-	write := func(i int) error {
-		change(i)
-		if err := c.Status().Update(ctx, obj); err != nil {
-			return fmt.Errorf("%s: status write: %w", label, err)
-		}
-		return nil
-	}
-	for i := range 20 {
-		if err := write(i); err != nil {
-			return err
-		}
-	}
-	api0, etcd0 := cluster.CPUSeconds(pids.apiserver), cluster.CPUSeconds(pids.etcd)
-	for i := range writes {
-		if err := write(i); err != nil {
-			return err
-		}
-	}
-	api1, etcd1 := cluster.CPUSeconds(pids.apiserver), cluster.CPUSeconds(pids.etcd)
-	raw, err := json.Marshal(obj)
-	if err != nil {
-		return fmt.Errorf("%s: encoding: %w", label, err)
-	}
-	fmt.Printf("%-24s %10d %12.2f %12.2f\n", label, len(raw),
-		1000*(api1-api0)/float64(writes), 1000*(etcd1-etcd0)/float64(writes))
-	return nil
-}
 
 // safeJob is an Indexed SafeJob like the benchmark's W3 jobs, whose ledger
 // lists n entries: launches and successes of consecutive indexes.
