@@ -419,6 +419,13 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	if m.Controller == ctrlBuiltin && m.QPS > 0 {
 		copts.ControllerManagerQPS = m.QPS
 	}
+	if m.QPS > 0 {
+		// Through a queue, Kueue's Job integration does part of the built-in
+		// controller's work (a Workload per Job, the Job unsuspended on
+		// admission), and its admissions serve both: it runs at the same
+		// raised rate in either mode.
+		copts.KueueQPS = m.QPS
+	}
 	c, err := cluster.Start(ctx, copts)
 	if err != nil {
 		return result{}, fmt.Errorf("starting the local cluster: %w", err)

@@ -104,8 +104,9 @@ func report(o options, ws []workload, results []result, failed []string, chart s
 		strings.Join(o.args, " "), o.repeats, o.scale, o.raisedQPS, o.podDuration, took.Round(time.Second))
 	fmt.Fprintf(&b, "Machine: %s. Versions: Go %s, Kubernetes v1.35.4 (built from source), KWOK v0.7.0, SafeJob %s.\n\n",
 		machine(), strings.TrimPrefix(runtime.Version(), "go"), o.rev)
-	fmt.Fprintf(&b, "Rates: \"built-in\" and \"SafeJob\" run at the same raised client rate (%d QPS, burst %d); the\n",
+	fmt.Fprintf(&b, "Rates: \"built-in\" and \"SafeJob\" run at the same raised client rate (%d QPS, burst %d; through a\n",
 		o.raisedQPS, 2*o.raisedQPS)
+	fmt.Fprintf(&b, "queue, Kueue's manager too, whose Job integration does part of the built-in's work); the\n")
 	fmt.Fprintf(&b, "\"default rate\" rows keep each controller's own default (kube-controller-manager 20 QPS / 30 burst,\n")
 	fmt.Fprintf(&b, "SafeJob 100 / 200) and ran once. Medians over %d repeats, the pair alternating which goes first.\n\n", o.repeats)
 	fmt.Fprintf(&b, "Columns: makespan from the first create to the last job `Complete`; first-pod latency from a job's\n")

@@ -56,6 +56,9 @@ type Options struct {
 	Progress io.Writer
 	// Kueue installs Kueue's CRDs and runs the Kueue manager (pinned v0.16.6).
 	Kueue bool
+	// KueueQPS sets the Kueue manager's client rate, burst twice it
+	// (default: its own default, 20 and burst 30).
+	KueueQPS int
 	// MultiKueue makes Kueue a MultiKueue manager that dispatches SafeJobs
 	// (multiKueue.externalFrameworks), with KueueOrigin as its origin.
 	MultiKueue  bool

@@ -97,6 +97,9 @@ func (c *Cluster) startKueue(bin string) error {
 	if c.opts.KueuePodsReadyTimeout > 0 {
 		config += fmt.Sprintf(waitForPodsReadyConfig, c.opts.KueuePodsReadyTimeout)
 	}
+	if c.opts.KueueQPS > 0 {
+		config += fmt.Sprintf("clientConnection:\n  qps: %d\n  burst: %d\n", c.opts.KueueQPS, 2*c.opts.KueueQPS)
+	}
 	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
 		return fmt.Errorf("writing Kueue configuration: %w", err)
 	}
