@@ -369,16 +369,16 @@ type LedgerEntry struct {
 	// +required
 	Type EntryType `json:"type"`
 	// pod is the name of the pod the fact is about (empty for run entries);
-	// on a Launched entry with count, the name of its first pod.
+	// on an entry with count, the name of its first pod.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	Pod string `json:"pod,omitempty"`
 	// count is, on a Launched or Stopping entry, the number of pods it
-	// stands for (1 when absent): entries of one type committed in one write,
-	// of consecutive indexes from index and of the same attempt (and reason),
-	// whose seqs follow on from seq. Each pod's name is pod's with the
-	// "-<index>-<attempt>" suffix of its own index. It keeps the ledger small
-	// however many pods are open or being stopped.
+	// stands for (1 when absent): entries of one type, attempt, time and
+	// reason, of consecutive indexes from index, whose seqs follow on from
+	// seq. Each pod's name is pod's with the "-<index>-<attempt>" suffix of
+	// its own index. It keeps the ledger small however many pods are open or
+	// being stopped.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100000

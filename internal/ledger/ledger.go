@@ -16,7 +16,7 @@ import (
 )
 
 // Append assigns seqs to entries and appends them to a copy of l. An entry
-// that stands for several launches takes as many seqs.
+// that stands for several pods takes as many seqs.
 func Append(l *batchv1alpha1.Ledger, entries []batchv1alpha1.LedgerEntry) batchv1alpha1.Ledger {
 	out := *l.DeepCopy()
 	for _, e := range entries {

@@ -708,8 +708,8 @@ func (d *decision) closed(pod *corev1.Pod) bool {
 	return ok && d.st.IsClosed(ref)
 }
 
-// writeStatus derives the counters from the ledger, packs the launches it
-// appends, and folds the outcomes beyond the newest KeepOutcomes.
+// writeStatus derives the counters from the ledger, packs the launches and
+// stops it appends, and folds the outcomes beyond the newest KeepOutcomes.
 func (d *decision) writeStatus() error {
 	s, st := &d.status, d.st
 	l := ledger.Append(&d.in.Status.Ledger, d.plan.Append)

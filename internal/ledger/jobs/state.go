@@ -329,10 +329,10 @@ func (st *State) IsClosed(ref PodRef) bool {
 	return st.done(ref.Index) || ref.Attempt < st.Attempts[ref.Index]
 }
 
-// Fold moves every closed launch (its Launched entry and its outcome) into
-// the checkpoint, keeping the newest keep outcomes listed. Open launches stay
-// listed, packed (Pack) afresh: a launch entry with a count whose launches
-// have partly closed is split into the runs still open. The State of the
+// Fold moves every closed launch (its Launched and Stopping entries and its
+// outcome) into the checkpoint, keeping the newest keep outcomes listed. Open
+// launches stay listed, packed (Pack) afresh: an entry with a count whose
+// pods have partly closed is split into the runs still open. The State of the
 // result equals the State of l.
 func Fold(l *batchv1alpha1.Ledger, keep int) (batchv1alpha1.Ledger, error) {
 	st, err := Replay(l)
