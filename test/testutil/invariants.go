@@ -158,8 +158,10 @@ func (w *LedgerWatch) seeJob(sj *batchv1alpha1.SafeJob) {
 		}
 		launched := 0
 		for _, e := range sj.Status.Ledger.Entries {
-			if e.Seq > prev.Seq && e.Type == batchv1alpha1.EntryLaunched {
-				launched += int(e.Pods())
+			if e.LastSeq() > prev.Seq && e.Type == batchv1alpha1.EntryLaunched {
+				// The launches after prev: a fold may have joined them to
+				// launches listed before it, in one entry with a count.
+				launched += int(min(int64(e.Pods()), e.LastSeq()-prev.Seq))
 			}
 		}
 		if launched > jobs.WaveSize {

@@ -357,10 +357,11 @@ func (w *world) rescale() {
 	w.spec.Parallelism = ptr.To(int32(w.rng.IntN(int(w.parallelism) + 1)))
 }
 
-// launchedSince reports whether l has a Launched entry after seq.
+// launchedSince reports whether l has a launch after seq (also within an
+// entry with a count that a fold has joined to launches before it).
 func launchedSince(l *batchv1alpha1.Ledger, seq int64) bool {
 	for _, e := range l.Entries {
-		if e.Seq > seq && e.Type == batchv1alpha1.EntryLaunched {
+		if e.LastSeq() > seq && e.Type == batchv1alpha1.EntryLaunched {
 			return true
 		}
 	}
