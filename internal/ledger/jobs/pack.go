@@ -23,15 +23,15 @@ import (
 // and attempt.
 func podSuffix(index, attempt int32) string { return fmt.Sprintf("-%d-%d", index, attempt) }
 
-// launchPrefix is the name of e's first pod without its index and attempt,
+// runPrefix is the name of e's first pod without its index and attempt,
 // and whether that name ends as PodName makes it.
-func launchPrefix(e *batchv1alpha1.LedgerEntry) (string, bool) {
+func runPrefix(e *batchv1alpha1.LedgerEntry) (string, bool) {
 	return strings.CutSuffix(e.Pod, podSuffix(e.Index, e.Attempt))
 }
 
-// launchAt is the k-th pod's entry of an entry with a count, as a single
+// podAt is the k-th pod's entry of an entry with a count, as a single
 // entry.
-func launchAt(e *batchv1alpha1.LedgerEntry, prefix string, k int32) batchv1alpha1.LedgerEntry {
+func podAt(e *batchv1alpha1.LedgerEntry, prefix string, k int32) batchv1alpha1.LedgerEntry {
 	one := *e
 	one.Count = 0
 	one.Seq = e.Seq + int64(k)
@@ -48,7 +48,7 @@ func expand(e *batchv1alpha1.LedgerEntry, each func(one *batchv1alpha1.LedgerEnt
 	if n == 1 {
 		return each(e)
 	}
-	prefix, ok := launchPrefix(e)
+	prefix, ok := runPrefix(e)
 	if !ok {
 		return fmt.Errorf("%s of %d pods from %s does not name its first pod %q", e.Type, n, e.Pod, "<name>"+podSuffix(e.Index, e.Attempt))
 	}
@@ -56,7 +56,7 @@ func expand(e *batchv1alpha1.LedgerEntry, each func(one *batchv1alpha1.LedgerEnt
 		return fmt.Errorf("%s of %d pods from index %d overflows", e.Type, n, e.Index)
 	}
 	for k := range n {
-		one := launchAt(e, prefix, k)
+		one := podAt(e, prefix, k)
 		if err := each(&one); err != nil {
 			return err
 		}
@@ -96,7 +96,7 @@ func Pack(entries []batchv1alpha1.LedgerEntry) []batchv1alpha1.LedgerEntry {
 		}
 		out = append(out, e)
 		prefix = ""
-		if p, named := launchPrefix(&e); named && e.Countable() {
+		if p, named := runPrefix(&e); named && e.Countable() {
 			prefix = p
 		}
 	}
@@ -110,7 +110,7 @@ func follows(last *batchv1alpha1.LedgerEntry, prefix string, e *batchv1alpha1.Le
 	if int64(last.Pods())+int64(e.Pods()) > ledger.MaxCompletions {
 		return false
 	}
-	next := launchAt(last, prefix, last.Pods())
+	next := podAt(last, prefix, last.Pods())
 	first := *e
 	first.Count = 0
 	return equality.Semantic.DeepEqual(&next, &first)
