@@ -49,7 +49,8 @@ func main() {
 	rounds := flag.Int("rounds", 3, "rounds, each measuring every object in turn (the median is printed, and the range)")
 	sizes := flag.String("entries", "0,2,10,20,40,80,200", "ledger lengths to measure, comma-separated")
 	crdDir := flag.String("crd-dir", "config/crd/bases", "directory of the SafeJob CRD")
-	profile := flag.String("profile", "", "write a CPU profile of kube-apiserver, taken while the last length is measured in the last round, to this file")
+	profile := flag.String("profile", "",
+		"write a CPU profile of kube-apiserver, taken while the last length is measured in the last round, to this file")
 	variants := flag.String("variants", variantAsIs, "the CRD's variants to measure, comma-separated, each on its own API server: "+
 		strings.Join(variantNames, ", ")+" (what its validation costs a status write)")
 	flag.Parse()
@@ -124,25 +125,9 @@ func runVariant(name string, crd *apiextensionsv1.CustomResourceDefinition, writ
 		return err
 	}
 	ctx := context.Background()
-	now := metav1.NewTime(time.Now().Truncate(time.Second))
-
-	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: "default"}, Spec: batchv1.JobSpec{
-		Template: template(), Completions: ptr.To[int32](20), Parallelism: ptr.To[int32](5), Suspend: ptr.To(true),
-		CompletionMode: ptr.To(batchv1.IndexedCompletion)}}
-	if err := c.Create(ctx, job); err != nil {
-		return fmt.Errorf("creating Job: %w", err)
-	}
-	job.Status = batchv1.JobStatus{StartTime: &now, Active: 5, Succeeded: 10, CompletedIndexes: "0-9"}
-	objects := []measured{{label: "Job", obj: job, change: func(i int) { job.Status.Ready = ptr.To(int32(i % 2)) }}}
-	for _, n := range lengths {
-		sj := safeJob(n, now)
-		status := sj.Status
-		if err := c.Create(ctx, sj); err != nil {
-			return fmt.Errorf("creating SafeJob: %w", err)
-		}
-		sj.Status = status
-		objects = append(objects, measured{label: fmt.Sprintf("SafeJob, %d entries", n), obj: sj,
-			change: func(i int) { sj.Status.Ready = int32(i % 2) }})
+	objects, err := createObjects(ctx, c, lengths)
+	if err != nil {
+		return err
 	}
 	for r := range rounds {
 		for k := range objects {
@@ -169,6 +154,31 @@ func runVariant(name string, crd *apiextensionsv1.CustomResourceDefinition, writ
 			slices.Min(o.api), slices.Max(o.api), median(o.etcd), api/jobMs)
 	}
 	return nil
+}
+
+// createObjects creates the Job and a SafeJob of each ledger length whose
+// status writes are measured.
+func createObjects(ctx context.Context, c client.Client, lengths []int) ([]measured, error) {
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: "default"}, Spec: batchv1.JobSpec{
+		Template: template(), Completions: ptr.To[int32](20), Parallelism: ptr.To[int32](5), Suspend: ptr.To(true),
+		CompletionMode: ptr.To(batchv1.IndexedCompletion)}}
+	if err := c.Create(ctx, job); err != nil {
+		return nil, fmt.Errorf("creating Job: %w", err)
+	}
+	job.Status = batchv1.JobStatus{StartTime: &now, Active: 5, Succeeded: 10, CompletedIndexes: "0-9"}
+	objects := []measured{{label: "Job", obj: job, change: func(i int) { job.Status.Ready = ptr.To(int32(i % 2)) }}}
+	for _, n := range lengths {
+		sj := safeJob(n, now)
+		status := sj.Status
+		if err := c.Create(ctx, sj); err != nil {
+			return nil, fmt.Errorf("creating SafeJob: %w", err)
+		}
+		sj.Status = status
+		objects = append(objects, measured{label: fmt.Sprintf("SafeJob, %d entries", n), obj: sj,
+			change: func(i int) { sj.Status.Ready = int32(i % 2) }})
+	}
+	return objects, nil
 }
 
 // measured is an object whose status writes are measured, and what they

@@ -86,21 +86,7 @@ func (c *Cluster) startKueue(bin string) error {
 		return err
 	}
 	cfg := filepath.Join(c.opts.Dir, "kueue-config.yaml")
-	config := fmt.Sprintf(kueueConfig, health, webhook, certDir)
-	if c.opts.MultiKueue {
-		lost := c.opts.KueueWorkerLostTimeout
-		if lost == 0 {
-			lost = 15 * time.Minute // Kueue's default
-		}
-		config += fmt.Sprintf(multiKueueConfig, c.opts.KueueOrigin, lost)
-	}
-	if c.opts.KueuePodsReadyTimeout > 0 {
-		config += fmt.Sprintf(waitForPodsReadyConfig, c.opts.KueuePodsReadyTimeout)
-	}
-	if c.opts.KueueQPS > 0 {
-		config += fmt.Sprintf("clientConnection:\n  qps: %d\n  burst: %d\n", c.opts.KueueQPS, 2*c.opts.KueueQPS)
-	}
-	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(c.kueueConfig(health, webhook, certDir)), 0o600); err != nil {
 		return fmt.Errorf("writing Kueue configuration: %w", err)
 	}
 	if err := c.run(bin, "kueue", "--config="+cfg, "--kubeconfig="+c.Kubeconfig, "--zap-log-level=2"); err != nil {
@@ -124,6 +110,25 @@ func (c *Cluster) startKueue(bin string) error {
 		}
 		time.Sleep(200 * time.Millisecond) // polling interval of the readiness probe
 	}
+}
+
+// kueueConfig is the Kueue manager's configuration for the cluster's options.
+func (c *Cluster) kueueConfig(health, webhook int, certDir string) string {
+	config := fmt.Sprintf(kueueConfig, health, webhook, certDir)
+	if c.opts.MultiKueue {
+		lost := c.opts.KueueWorkerLostTimeout
+		if lost == 0 {
+			lost = 15 * time.Minute // Kueue's default
+		}
+		config += fmt.Sprintf(multiKueueConfig, c.opts.KueueOrigin, lost)
+	}
+	if c.opts.KueuePodsReadyTimeout > 0 {
+		config += fmt.Sprintf(waitForPodsReadyConfig, c.opts.KueuePodsReadyTimeout)
+	}
+	if c.opts.KueueQPS > 0 {
+		config += fmt.Sprintf("clientConnection:\n  qps: %d\n  burst: %d\n", c.opts.KueueQPS, 2*c.opts.KueueQPS)
+	}
+	return config
 }
 
 // ensureKueueMetricsCert puts a certificate where Kueue insists on reading
