@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -121,6 +122,14 @@ type result struct {
 	// scheduled to Running, Running to Succeeded (the pods run
 	// -pod-duration: the rest is the cluster's delay).
 	PodStepsP50 map[string]float64
+	// Run names the command and operator build that measured this result,
+	// and Spec its workload, so a report can merge the raw results of
+	// runs made apart (-merge).
+	Run  string    `json:",omitempty"`
+	Spec *workload `json:",omitempty"`
+	// Failed says why the run has no figures (it passed -timeout or could
+	// not start); such a result is listed, never summarised.
+	Failed string `json:",omitempty"`
 }
 
 type options struct {
@@ -140,6 +149,8 @@ type options struct {
 	rev string
 	// args are the command's arguments, for the report.
 	args []string
+	// earlier names the runs whose raw results were merged (-merge).
+	earlier []string
 }
 
 func main() {
@@ -168,6 +179,9 @@ func main() {
 	flag.StringVar(&chart, "chart", "docs/benchmarks.png", "the chart (PNG; an SVG of it is written beside it)")
 	flag.StringVar(&jsonOut, "json", "bench-results.json", "every run's raw results")
 	redraw := flag.Bool("redraw", false, "only redraw the chart from the raw results in -json (no runs)")
+	var merge string
+	flag.StringVar(&merge, "merge", "", "raw results (-json files of earlier runs, comma separated) to report beside this run's: "+
+		"a set too long for one sitting, run in parts")
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard())
 	o.operatorArgs = strings.Fields(opArgs)
@@ -198,11 +212,22 @@ func main() {
 	started := time.Now()
 	o.rev, o.args = operatorRev(o.manager, gitRev()), os.Args[1:]
 	fmt.Fprintf(os.Stderr, "operator under test: %s\n", o.rev)
-	results, failed := runAll(o, ws)
-	raw, _ := json.MarshalIndent(results, "", " ")
+	results, failedRuns := runAll(o, ws)
+	for i := range results {
+		results[i].Run = o.runName()
+	}
+	if merge != "" {
+		var err error
+		if ws, results, failedRuns, err = mergeEarlier(strings.Split(merge, ","), all, ws, results, failedRuns); err != nil {
+			fail(err)
+		}
+	}
+	raw, _ := json.MarshalIndent(append(slices.Clone(results), failedRuns...), "", " ")
 	if err := os.WriteFile(jsonOut, raw, 0o644); err != nil {
 		fail(err)
 	}
+	failed := failedLines(results, failedRuns)
+	o.earlier = earlierRuns(o, results, failedRuns)
 	if err := writeChart(chart, ws, results); err != nil {
 		fail(err)
 	}
@@ -294,9 +319,7 @@ func scaled(w workload, f float64) workload {
 // runAll runs every workload: the limit once per repeat, each controller
 // pair at the raised rate per repeat in alternating order, and both at
 // their defaults once.
-func runAll(o options, ws []workload) ([]result, []string) {
-	var results []result
-	var failed []string
+func runAll(o options, ws []workload) (results, failed []result) {
 	for _, w := range ws {
 		for r := 1; r <= o.repeats; r++ {
 			pair := []mode{{modeBuiltin, ctrlBuiltin, o.raisedQPS}, {modeSafeJob, ctrlSafeJob, o.raisedQPS}}
@@ -317,7 +340,8 @@ func runAll(o options, ws []workload) ([]result, []string) {
 				res, err := runOne(o, w, m, r)
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "bench: %s %s repeat %d: %v\n", w.Name, m.Name, r, err)
-					failed = append(failed, fmt.Sprintf("%s %s repeat %d: %v", w.Name, m.Name, r, err))
+					failed = append(failed, result{Workload: w.Name, Mode: m.Name, Base: w.Base, Size: w.Size, Repeat: r,
+						Run: o.runName(), Spec: &w, Failed: err.Error()})
 					continue
 				}
 				fmt.Printf("==> %s %-24s repeat %d: %d completions in %.1fs (%.1f/s), first pod p50 %.2fs p99 %.2fs, "+
@@ -327,10 +351,10 @@ func runAll(o options, ws []workload) ([]result, []string) {
 				fmt.Printf("    machine %.0f%% busy; CPU s: apiserver %.1f, etcd %.1f, scheduler %.1f, kwok %.1f\n",
 					100*res.MachineBusy, res.ClusterCPUSec["kube-apiserver"], res.ClusterCPUSec["etcd"],
 					res.ClusterCPUSec["kube-scheduler"], res.ClusterCPUSec["kwok"])
+				res.Spec = &w
 				results = append(results, res)
 				if res.Inexact != "" {
 					fmt.Fprintf(os.Stderr, "bench: %s %s repeat %d broke exactness: %s\n", w.Name, m.Name, r, res.Inexact)
-					failed = append(failed, fmt.Sprintf("%s %s repeat %d broke exactness: %s", w.Name, m.Name, r, res.Inexact))
 				}
 			}
 		}

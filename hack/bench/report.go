@@ -104,6 +104,9 @@ func report(o options, ws []workload, results []result, failed []string, chart s
 		strings.Join(o.args, " "), o.repeats, o.scale, o.raisedQPS, o.podDuration, took.Round(time.Second))
 	fmt.Fprintf(&b, "Machine: %s. Versions: Go %s, Kubernetes v1.35.4 (built from source), KWOK v0.7.0, SafeJob %s.\n\n",
 		machine(), strings.TrimPrefix(runtime.Version(), "go"), o.rev)
+	if len(o.earlier) > 0 {
+		fmt.Fprintf(&b, "Merged (`-merge`) with the raw results of runs made apart, each on the same machine and harness: %s.\n\n", strings.Join(o.earlier, "; "))
+	}
 	fmt.Fprintf(&b, "Rates: \"built-in\" and \"SafeJob\" run at the same raised client rate (%d QPS, burst %d; through a\n",
 		o.raisedQPS, 2*o.raisedQPS)
 	fmt.Fprintf(&b, "queue, Kueue's manager too, whose Job integration does part of the built-in's work); the\n")

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestMergeEarlier(t *testing.T) {
+	all := map[string]workload{
+		"W1": {Name: "W1", Desc: "1,000 jobs of one pod", Jobs: 1000, Completions: 1, Parallelism: 1},
+		"W5": {Name: "W5", Desc: "one big job", Jobs: 1, Completions: 100000, Parallelism: 2000, Indexed: true},
+	}
+	o := options{args: []string{"-workloads", "W1"}, rev: "commit abc"}
+	w1 := all["W1"]
+	mine := []result{{Workload: "W1", Mode: modeSafeJob, Repeat: 1, Completions: 1000, Run: o.runName(), Spec: &w1}}
+	earlier := []result{
+		// Results that predate Spec and Run: their workload is rebuilt from Base and Size.
+		{Workload: "W5×0.2", Base: "W5", Size: 0.2, Mode: modeSafeJob, Repeat: 1, Completions: 20000},
+		{Workload: "W5×0.5", Base: "W5", Size: 0.5, Mode: modeBuiltin, Repeat: 1, Failed: "timed out"},
+		{Workload: "W5×0.2", Base: "W5", Size: 0.2, Mode: modeLimit, Repeat: 1, Completions: 20000, Inexact: "1 extra pod"},
+		// This run measured it again: its own result stays, the earlier one goes.
+		{Workload: "W1", Mode: modeSafeJob, Repeat: 1, Completions: 999},
+	}
+	raw, err := json.Marshal(earlier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "earlier.json")
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ws, results, failed, err := mergeEarlier([]string{path}, all, []workload{w1}, mine, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, w := range ws {
+		names = append(names, w.Name)
+	}
+	if want := []string{"W1", "W5×0.2", "W5×0.5"}; !slices.Equal(names, want) {
+		t.Errorf("workloads %v, want %v", names, want)
+	}
+	if ws[1].Completions != 20000 || ws[1].Parallelism != 2000 || !ws[1].Indexed {
+		t.Errorf("W5×0.2 rebuilt as %+v", ws[1])
+	}
+	if len(results) != 3 || results[0].Completions != 1000 {
+		t.Errorf("results %+v: want this run's W1 and the two earlier W5×0.2", results)
+	}
+	if len(failed) != 1 || failed[0].Workload != "W5×0.5" {
+		t.Errorf("failed %+v, want the earlier W5×0.5 run", failed)
+	}
+	lines := failedLines(results, failed)
+	if len(lines) != 2 || !strings.Contains(lines[0], "timed out") || !strings.Contains(lines[1], "broke exactness: 1 extra pod") {
+		t.Errorf("failed lines %q", lines)
+	}
+	runs := earlierRuns(o, results, failed)
+	if len(runs) != 1 || !strings.Contains(runs[0], path) {
+		t.Errorf("earlier runs %q, want one naming %s", runs, path)
+	}
+	// A report of the merge summarises no failed run and lists it instead.
+	o.earlier = runs
+	doc := report(o, ws, results, lines, "chart.png", 0)
+	for _, want := range []string{"## W5×0.2", "## W5×0.5", "W5×0.5 built-in repeat 1: timed out", "Merged (`-merge`)"} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}
