@@ -259,7 +259,9 @@ func fail(err error) {
 }
 
 // selectWorkloads returns the named workloads at -scale, or, with sizes,
-// each at each of its sizes (multiples of scale), named W1×3 and so on.
+// each at each of its sizes (multiples of scale), named W1×3 and so on
+// (a workload at one size other than 1 too, so that a set run in parts
+// keeps its names).
 // sizes holds space-separated lists: "1,3,10" for every workload,
 // "W5:0.01,0.1,1" for one.
 func selectWorkloads(all map[string]workload, names, sizes string, scale float64) ([]workload, error) {
@@ -290,7 +292,7 @@ func selectWorkloads(all map[string]workload, names, sizes string, scale float64
 		}
 		for _, f := range fs {
 			s := scaled(w, scale*f)
-			if len(fs) > 1 {
+			if len(fs) > 1 || f != 1 { // one of several sizes, or a size apart (-merge joins it to the rest)
 				s.Name, s.Base, s.Size = fmt.Sprintf("%s×%g", w.Name, f), w.Name, f
 			}
 			ws = append(ws, s)

@@ -118,6 +118,7 @@ func TestChartWritesPNGAndSVG(t *testing.T) {
 // own name.
 func TestSelectWorkloads(t *testing.T) {
 	all := map[string]workload{"W1": {Name: "W1", Desc: "jobs", Jobs: 1000, Completions: 1, Parallelism: 1},
+		"W4": {Name: "W4", Jobs: 1000, Completions: 1, Parallelism: 1},
 		"W5": {Name: "W5", Jobs: 1, Completions: 100000, Parallelism: 2000}}
 	describe := func(ws []workload) string {
 		var out []string
@@ -133,6 +134,7 @@ func TestSelectWorkloads(t *testing.T) {
 	}{
 		{"W1", "1,10", 0.5, "W1×1(W1) 500x1/1, W1×10(W1) 5000x1/1"},
 		{"W1", "", 1, "W1() 1000x1/1"},
+		{"W1,W4", "W1:10 W4:1", 1, "W1×10(W1) 10000x1/1, W4() 1000x1/1"},
 		{"W1,W5", "1,3 W5:0.01,1", 1, "W1×1(W1) 1000x1/1, W1×3(W1) 3000x1/1, W5×0.01(W5) 1x1000/1000, W5×1(W5) 1x100000/2000"},
 	} {
 		ws, err := selectWorkloads(all, c.names, c.sizes, c.scale)
