@@ -87,8 +87,8 @@ bench: build cluster-assets ## Benchmark SafeJob against the built-in Job contro
 	go run ./hack/bench -manager bin/manager $(BENCH_ARGS)
 
 .PHONY: bench-scale
-bench-scale: build cluster-assets ## W1 and W2 at three sizes, W4, W5 at 1k/10k/100k completions: BENCHMARKS-scale.md, docs/benchmarks-scale*.svg (hours).
-	go run ./hack/bench -manager bin/manager -workloads W1,W2,W4,W5 -sizes "1,3,10 W4:1 W5:0.01,0.1,1" -repeats 1 \
+bench-scale: build cluster-assets ## W1 and W2 at three sizes, W4, W5 at 1k/10k/100k completions, W6 (Kueue): BENCHMARKS-scale.md, docs/benchmarks-scale*.svg (hours; run in parts with BENCH_ARGS="-workloads ... -sizes ... -merge FILE.json").
+	go run ./hack/bench -manager bin/manager -workloads W1,W2,W4,W5,W6 -sizes "1,3,10 W4:1 W5:0.01,0.1,1 W6:1" -repeats 1 \
 		-defaults=false -out BENCHMARKS-scale.md -json bench-scale-results.json -chart docs/benchmarks-scale.png $(BENCH_ARGS)
 
 .PHONY: bench-ledger

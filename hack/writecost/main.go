@@ -30,6 +30,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -53,9 +54,12 @@ func main() {
 		"write a CPU profile of kube-apiserver, taken while the last length is measured in the last round, to this file")
 	variants := flag.String("variants", variantAsIs, "the CRD's variants to measure, comma-separated, each on its own API server: "+
 		strings.Join(variantNames, ", ")+" (what its validation costs a status write)")
+	untracked := flag.Bool("untracked", false, "also measure a twin of each object whose managedFields were stripped "+
+		"(the API server then tracks no fields on its updates): what field tracking costs a status write")
 	flag.Parse()
 	logf.SetLogger(logr.Discard()) // envtest's own messages
-	if err := run(*writes, *rounds, *sizes, *crdDir, *profile, *variants); err != nil {
+	c := config{writes: *writes, rounds: *rounds, profile: *profile, untracked: *untracked}
+	if err := run(c, *sizes, *crdDir, *variants); err != nil {
 		fmt.Fprintf(os.Stderr, "writecost: %v\n", err)
 		os.Exit(1)
 	}
@@ -73,19 +77,27 @@ const (
 
 var variantNames = []string{variantAsIs, variantNoRules, variantNoTemplate, variantBare}
 
-func run(writes, rounds int, sizes, crdDir, profile, variants string) error {
-	lengths, err := parseLengths(sizes)
-	if err != nil {
+// config is what every variant measures, and how.
+type config struct {
+	writes, rounds int
+	lengths        []int
+	profile        string
+	untracked      bool
+}
+
+func run(c config, sizes, crdDir, variants string) error {
+	var err error
+	if c.lengths, err = parseLengths(sizes); err != nil {
 		return err
 	}
-	if writes < 1 || rounds < 1 {
-		return fmt.Errorf("-writes %d and -rounds %d must be at least 1", writes, rounds)
+	if c.writes < 1 || c.rounds < 1 {
+		return fmt.Errorf("-writes %d and -rounds %d must be at least 1", c.writes, c.rounds)
 	}
 	crd, err := loadCRD(crdDir)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%-20s %-22s %10s %22s %10s %8s\n", "CRD", "object", "JSON bytes", "apiserver ms (range)", "etcd ms", "÷ Job")
+	fmt.Printf("%-20s %-32s %10s %22s %10s %8s\n", "CRD", "object", "JSON bytes", "apiserver ms (range)", "etcd ms", "÷ Job")
 	names := strings.Split(variants, ",")
 	for _, v := range names {
 		v = strings.TrimSpace(v)
@@ -93,11 +105,11 @@ func run(writes, rounds int, sizes, crdDir, profile, variants string) error {
 		if err != nil {
 			return err
 		}
-		path := profile
-		if profile != "" && len(names) > 1 {
-			path = profile + "." + v // one profile per variant
+		vc := c
+		if c.profile != "" && len(names) > 1 {
+			vc.profile = c.profile + "." + v // one profile per variant
 		}
-		if err := runVariant(v, modified, writes, rounds, lengths, path); err != nil {
+		if err := runVariant(v, modified, vc); err != nil {
 			return fmt.Errorf("CRD %s: %w", v, err)
 		}
 	}
@@ -108,7 +120,7 @@ func run(writes, rounds int, sizes, crdDir, profile, variants string) error {
 // write and a SafeJob's at each ledger length, in rounds that take each
 // object in turn, so that what else the machine does falls on all of them;
 // it prints the median of the rounds.
-func runVariant(name string, crd *apiextensionsv1.CustomResourceDefinition, writes, rounds int, lengths []int, profile string) error {
+func runVariant(name string, crd *apiextensionsv1.CustomResourceDefinition, vc config) error {
 	env := &envtest.Environment{CRDs: []*apiextensionsv1.CustomResourceDefinition{crd}}
 	cfg, err := env.Start()
 	if err != nil {
@@ -125,20 +137,20 @@ func runVariant(name string, crd *apiextensionsv1.CustomResourceDefinition, writ
 		return err
 	}
 	ctx := context.Background()
-	objects, err := createObjects(ctx, c, lengths)
+	objects, err := createObjects(ctx, c, vc.lengths, vc.untracked)
 	if err != nil {
 		return err
 	}
-	for r := range rounds {
+	for r := range vc.rounds {
 		for k := range objects {
-			if profile != "" && r == rounds-1 && k == len(objects)-1 {
-				done, err := startProfile(ctx, cfg, profile)
+			if vc.profile != "" && r == vc.rounds-1 && k == len(objects)-1 {
+				done, err := startProfile(ctx, cfg, vc.profile)
 				if err != nil {
 					return err
 				}
 				defer func() { <-done }()
 			}
-			if err := objects[k].measure(ctx, c, ps, writes); err != nil {
+			if err := objects[k].measure(ctx, c, ps, vc.writes); err != nil {
 				return err
 			}
 		}
@@ -150,15 +162,16 @@ func runVariant(name string, crd *apiextensionsv1.CustomResourceDefinition, writ
 			return fmt.Errorf("%s: encoding: %w", o.label, err)
 		}
 		api := median(o.api)
-		fmt.Printf("%-20s %-22s %10d %8.2f (%.2f-%.2f) %10.2f %8.2f\n", name, o.label, len(raw), api,
+		fmt.Printf("%-20s %-32s %10d %8.2f (%.2f-%.2f) %10.2f %8.2f\n", name, o.label, len(raw), api,
 			slices.Min(o.api), slices.Max(o.api), median(o.etcd), api/jobMs)
 	}
 	return nil
 }
 
 // createObjects creates the Job and a SafeJob of each ledger length whose
-// status writes are measured.
-func createObjects(ctx context.Context, c client.Client, lengths []int) ([]measured, error) {
+// status writes are measured; untracked adds a twin of each whose
+// managedFields were stripped.
+func createObjects(ctx context.Context, c client.Client, lengths []int, untracked bool) ([]measured, error) {
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: "default"}, Spec: batchv1.JobSpec{
 		Template: template(), Completions: ptr.To[int32](20), Parallelism: ptr.To[int32](5), Suspend: ptr.To(true),
@@ -178,7 +191,52 @@ func createObjects(ctx context.Context, c client.Client, lengths []int) ([]measu
 		objects = append(objects, measured{label: fmt.Sprintf("SafeJob, %d entries", n), obj: sj,
 			change: func(i int) { sj.Status.Ready = int32(i % 2) }})
 	}
+	if !untracked {
+		return objects, nil
+	}
+	for _, o := range slices.Clone(objects) {
+		twin, err := untrackedTwin(ctx, c, o)
+		if err != nil {
+			return nil, err
+		}
+		objects = append(objects, twin)
+	}
 	return objects, nil
+}
+
+// untrackedTwin creates a copy of a measured object and strips its
+// managedFields (an update that sets them to one empty entry): the API
+// server tracks no fields on later updates of an object that has none, so
+// the twin's writes cost what field tracking leaves out.
+func untrackedTwin(ctx context.Context, c client.Client, o measured) (measured, error) {
+	obj := o.obj.DeepCopyObject().(client.Object)
+	obj.SetName(obj.GetName() + "-untracked")
+	obj.SetResourceVersion("")
+	obj.SetUID("")
+	obj.SetManagedFields(nil)
+	switch t := obj.(type) { // created without status, as every object is
+	case *batchv1.Job:
+		t.Status = batchv1.JobStatus{}
+	case *batchv1alpha1.SafeJob:
+		t.Status = batchv1alpha1.SafeJobStatus{}
+	}
+	if err := c.Create(ctx, obj); err != nil {
+		return measured{}, fmt.Errorf("creating the untracked twin of %s: %w", o.label, err)
+	}
+	strip := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"managedFields":[{}]}}`))
+	if err := c.Patch(ctx, obj, strip); err != nil {
+		return measured{}, fmt.Errorf("stripping managedFields of %s: %w", o.label, err)
+	}
+	twin := measured{label: o.label + ", untracked", obj: obj}
+	switch t := obj.(type) {
+	case *batchv1.Job:
+		t.Status = *o.obj.(*batchv1.Job).Status.DeepCopy()
+		twin.change = func(i int) { t.Status.Ready = ptr.To(int32(i % 2)) }
+	case *batchv1alpha1.SafeJob:
+		t.Status = *o.obj.(*batchv1alpha1.SafeJob).Status.DeepCopy()
+		twin.change = func(i int) { t.Status.Ready = int32(i % 2) }
+	}
+	return twin, nil
 }
 
 // measured is an object whose status writes are measured, and what they
@@ -195,8 +253,12 @@ type measured struct {
 func (m *measured) measure(ctx context.Context, c client.Client, pids pids, writes int) error {
 	write := func(i int) error {
 		m.change(i)
+		m.obj.SetManagedFields(nil) // as the operator writes: its cache keeps none
 		if err := c.Status().Update(ctx, m.obj); err != nil {
 			return fmt.Errorf("%s: status write: %w", m.label, err)
+		}
+		if strings.HasSuffix(m.label, "untracked") && len(m.obj.GetManagedFields()) > 0 {
+			return fmt.Errorf("%s: the API server tracked fields again (%d entries)", m.label, len(m.obj.GetManagedFields()))
 		}
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -72,7 +73,9 @@ func indexRunParent(obj client.Object) []string {
 // leaves managedFields out of every cached object: nothing here reads them,
 // they are a large part of every cached object's bytes (docs/performance.md,
 // "Why the defaults"), and a status write sent without them leaves the
-// server's copy as it is.
+// server's copy as it is. Cached SafeJobs and pods also go without the
+// annotation in which `kubectl apply` keeps a whole copy of the object
+// (stripForCache).
 func CacheOptions() cache.Options {
 	sel := labels.NewSelector()
 	req, err := labels.NewRequirement(batchv1alpha1.SafeJobNameLabel, selection.Exists, nil)
@@ -82,9 +85,33 @@ func CacheOptions() cache.Options {
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: sel.Add(*req)},
+			&corev1.Pod{}:            {Label: sel.Add(*req), Transform: stripForCache},
+			&batchv1alpha1.SafeJob{}: {Transform: stripForCache},
 		},
 	}
+}
+
+// stripForCache leaves out of a cached object its managedFields and the
+// last configuration `kubectl apply` recorded on it, which can be as large
+// as the object itself. Only objects this controller never writes whole are
+// cached so: it writes a SafeJob's status (the API server keeps the rest of
+// the stored object) and patches metadata, and it patches pods; an update
+// built from a stripped copy would drop the annotation from the server's.
+func stripForCache(in any) (any, error) {
+	obj, err := meta.Accessor(in)
+	if err != nil {
+		return in, nil // a tombstone: nothing of it is kept
+	}
+	if obj.GetManagedFields() != nil {
+		obj.SetManagedFields(nil)
+	}
+	if a := obj.GetAnnotations(); a != nil {
+		if _, ok := a[corev1.LastAppliedConfigAnnotation]; ok {
+			delete(a, corev1.LastAppliedConfigAnnotation)
+			obj.SetAnnotations(a) // a copy, for an unstructured object
+		}
+	}
+	return in, nil
 }
 
 // queue is the controller's work queue type.

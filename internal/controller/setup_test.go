@@ -6,6 +6,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
@@ -56,5 +58,33 @@ func TestIndexActivePodOwner(t *testing.T) {
 	other.OwnerReferences = nil
 	if got := indexActivePodController(other); got != nil {
 		t.Errorf("a pod no SafeJob controls is indexed under %v", got)
+	}
+}
+
+// TestStripForCache: a cached SafeJob or pod keeps every annotation but
+// kubectl apply's copy of the object, and no managedFields.
+func TestStripForCache(t *testing.T) {
+	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "a",
+		Annotations:   map[string]string{corev1.LastAppliedConfigAnnotation: `{"kind":"SafeJob"}`, "team": "batch"},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}}
+	out, err := stripForCache(sj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*batchv1alpha1.SafeJob)
+	if diff := cmp.Diff(map[string]string{"team": "batch"}, got.Annotations); diff != "" {
+		t.Errorf("annotations (-want,+got):\n%s", diff)
+	}
+	if got.ManagedFields != nil {
+		t.Errorf("managedFields kept: %v", got.ManagedFields)
+	}
+	u := &unstructured.Unstructured{}
+	u.SetAnnotations(map[string]string{corev1.LastAppliedConfigAnnotation: "{}", "team": "batch"})
+	if _, err := stripForCache(u); err != nil || len(u.GetAnnotations()) != 1 {
+		t.Errorf("unstructured object: annotations %v, %v", u.GetAnnotations(), err)
+	}
+	tomb := toolscache.DeletedFinalStateUnknown{Key: "ns/a", Obj: sj}
+	if out, err := stripForCache(tomb); err != nil || out != any(tomb) {
+		t.Errorf("a tombstone came back as %v, %v", out, err)
 	}
 }

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -23,6 +24,9 @@ func TestRunsToComplete(t *testing.T) {
 		"nonindexed c5 p2": {sj: testutil.MakeSafeJob("plain", "").Completions(5).Parallelism(2).Obj()},
 		"indexed c8 p3": {sj: testutil.MakeSafeJob("indexed", "").Completions(8).Parallelism(3).Indexed().Obj(),
 			wantCompletedIndexes: "0-7"},
+		// The operator caches SafeJobs without kubectl apply's copy of the
+		// object; every write it makes keeps the server's.
+		"applied by kubectl": {sj: applied(testutil.MakeSafeJob("applied", "").Completions(3).Parallelism(2).Obj())},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -51,8 +55,22 @@ func TestRunsToComplete(t *testing.T) {
 			if len(creates) != int(*sj.Spec.Completions) {
 				t.Errorf("%d pods created, want %d", len(creates), *sj.Spec.Completions)
 			}
+			if diff := cmp.Diff(sj.Annotations, got.Annotations); diff != "" {
+				t.Errorf("annotations on the server (-created,+now):\n%s", diff)
+			}
 		})
 	}
+}
+
+// applied gives a SafeJob what `kubectl apply` leaves on it: its applied
+// configuration in an annotation, beside the user's own.
+func applied(sj *batchv1alpha1.SafeJob) *batchv1alpha1.SafeJob {
+	raw, err := json.Marshal(sj)
+	if err != nil {
+		panic(err)
+	}
+	sj.Annotations = map[string]string{corev1.LastAppliedConfigAnnotation: string(raw), "team": "batch"}
+	return sj
 }
 
 // TestWorkQueue: without completions a SafeJob is a batch/v1 work queue.
