@@ -1128,13 +1128,13 @@ func measure(w workload, m mode, repeat int, start, end time.Time, created map[s
 	res.PodsSucceeded = len(rec.succeeded)
 	res.Recovered, res.Unseen = rec.recovered, max(0, res.PodsCreated-len(rec.seen))
 	res.PeakActivePods, res.Quota, res.LargestStatusBytes = rec.peakActive, w.Quota, rec.largestStatus
-	res.Inexact = res.exactness()
 	for _, n := range rec.reported {
 		res.Reported += n
 	}
 	if m.Controller == ctrlLimit {
 		res.Reported = res.PodsSucceeded
 	}
+	res.Inexact = res.exactness() // with every count above in place
 	res.WritesPerCompl = float64(res.Writes) / float64(res.Completions)
 	for _, t := range rec.succeeded {
 		res.CompletionTimes = append(res.CompletionTimes, t.Sub(start).Seconds())

@@ -202,6 +202,22 @@ func TestExactness(t *testing.T) {
 	}
 }
 
+// TestMeasureJudgesExactness: a run is judged on all its counts, the
+// completions the jobs reported among them.
+func TestMeasureJudgesExactness(t *testing.T) {
+	now := time.Now()
+	rec := &recorder{seen: map[string]time.Time{}, succeeded: map[string]time.Time{}, reported: map[string]int{"j-0": 3}}
+	for _, uid := range []string{"a", "b"} {
+		rec.seen[uid], rec.succeeded[uid] = now, now
+	}
+	w := workload{Name: "W", Jobs: 1, Completions: 3, Parallelism: 3}
+	res := measure(w, mode{Name: modeBuiltin, Controller: ctrlBuiltin}, 1, now, now.Add(time.Second), nil, rec,
+		map[string]int{}, map[string]int{"created:pods": 2}, 0, 0)
+	if want := "1 completions counted without a pod that succeeded, 1 of 3 completions lost"; res.Inexact != want {
+		t.Errorf("judged %q, want %q", res.Inexact, want)
+	}
+}
+
 // wantLines fails the test for each text out lacks.
 func wantLines(t *testing.T, out string, want ...string) {
 	t.Helper()
