@@ -149,8 +149,10 @@ type options struct {
 	rev string
 	// args are the command's arguments, for the report.
 	args []string
-	// earlier names the runs whose raw results were merged (-merge).
+	// earlier names the runs whose raw results were merged (-merge), and
+	// jsonOut is where this run's are written.
 	earlier []string
+	jsonOut string
 }
 
 func main() {
@@ -227,7 +229,7 @@ func main() {
 		fail(err)
 	}
 	failed := failedLines(results, failedRuns)
-	o.earlier = earlierRuns(o, results, failedRuns)
+	o.earlier, o.jsonOut = earlierRuns(o, results, failedRuns), jsonOut
 	if err := writeChart(chart, ws, results); err != nil {
 		fail(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -166,6 +167,18 @@ func TestSizeSection(t *testing.T) {
 	}
 	wantLines(t, sizeSection(ws, results), "## W1 by size", "| ×10 | 5000 |", "SafeJob +20%, built-in +10%, the limit +20%",
 		"SafeJob +5%, kube-controller-manager +33%", "SafeJob 22.8 KiB, kube-controller-manager 27.3 KiB")
+	// A controller that timed out at the largest size: "-" there, its
+	// growth over the sizes it finished, never a drop to zero.
+	ws3, err := selectWorkloads(all, "W1", "1,10,20", 0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	partial := append(slices.Clone(results), mk(ws3[2], modeLimit, 15, 0, 0))
+	wantLines(t, sizeSection(ws3, partial), "| ×20 | 10000 | 50.0 / - / - | - | - / - | 15.0 / - / - |",
+		"SafeJob +20% (×1 to ×10, the sizes it finished), built-in +10% (×1 to ×10, the sizes it finished), the limit +50%")
+	if out := sizeSection(ws3, partial); strings.Contains(out, "-100%") {
+		t.Errorf("a run that did not finish counted as a drop:\n%s", out)
+	}
 	dir := t.TempDir()
 	path := sizeChartPath(filepath.Join(dir, "b.png"))
 	if err := writeSizeChart(path, results); err != nil {
