@@ -161,7 +161,7 @@ func report(o options, ws []workload, results []result, failed []string, chart s
 	}
 	svg := strings.TrimSuffix(chart, filepath.Ext(chart)) + ".svg"
 	fmt.Fprintf(&b, "![pods succeeded over time](%s)\n\n(The same chart as a bitmap: [%s](%s).)\n\n", svg, chart, chart)
-	fmt.Fprintf(&b, "Raw results of every run: `%s` (beside this file, not kept in the repository; `-merge` takes it).\n",
+	fmt.Fprintf(&b, "Raw results of every run: `%s` (not kept in the repository; `-merge` takes it).\n",
 		cmp.Or(o.jsonOut, "bench-results.json"))
 	return b.String()
 }
