@@ -217,6 +217,7 @@ func untrackedTwin(ctx context.Context, c client.Client, o measured) (measured, 
 	switch t := obj.(type) { // created without status, as every object is
 	case *batchv1.Job:
 		t.Status = batchv1.JobStatus{}
+		t.Spec.Selector, t.Spec.Template.Labels = nil, nil // the API server's, for the original
 	case *batchv1alpha1.SafeJob:
 		t.Status = batchv1alpha1.SafeJobStatus{}
 	}
