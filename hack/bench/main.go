@@ -150,15 +150,17 @@ type options struct {
 	// args are the command's arguments, for the report.
 	args []string
 	// earlier names the runs whose raw results were merged (-merge), and
-	// jsonOut is where this run's are written.
-	earlier []string
-	jsonOut string
+	// jsonOut is where this run's are written; reportOnly says this run
+	// ran nothing (-workloads none) and reports those alone.
+	earlier    []string
+	jsonOut    string
+	reportOnly bool
 }
 
 func main() {
 	var o options
 	var workloads, sizes, out, chart, jsonOut string
-	flag.StringVar(&workloads, "workloads", "W1,W2,W3", "workloads to run (W1-W5)")
+	flag.StringVar(&workloads, "workloads", "W1,W2,W3", "workloads to run (W1-W6; none: only report the raw results of -merge)")
 	flag.StringVar(&sizes, "sizes", "", "run each workload at each of these sizes, comma separated multiples of -scale "+
 		"(e.g. 1,3,10), or one workload at its own (W5:0.01,0.1,1), space separated; the report adds a section by size "+
 		"and a chart of cost against size")
@@ -212,8 +214,14 @@ func main() {
 		return
 	}
 	started := time.Now()
-	o.rev, o.args = operatorRev(o.manager, gitRev()), os.Args[1:]
-	fmt.Fprintf(os.Stderr, "operator under test: %s\n", o.rev)
+	o.args, o.reportOnly = os.Args[1:], len(ws) == 0
+	if o.reportOnly && merge == "" {
+		fail(fmt.Errorf("-workloads none runs nothing: give -merge the raw results to report"))
+	}
+	if !o.reportOnly {
+		o.rev = operatorRev(o.manager, gitRev())
+		fmt.Fprintf(os.Stderr, "operator under test: %s\n", o.rev)
+	}
 	results, failedRuns := runAll(o, ws)
 	for i := range results {
 		results[i].Run = o.runName()
@@ -283,6 +291,9 @@ func selectWorkloads(all map[string]workload, names, sizes string, scale float64
 		}
 	}
 	var ws []workload
+	if names == "none" {
+		return nil, nil // a report of merged results alone
+	}
 	for _, n := range strings.Split(names, ",") {
 		w, ok := all[n]
 		if !ok {

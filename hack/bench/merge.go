@@ -55,6 +55,7 @@ func mergeEarlier(paths []string, all map[string]workload, ws []workload, result
 			if r.Failed != "" {
 				failed = append(failed, r)
 			} else {
+				r.Inexact = r.exactness() // by today's rules
 				results = append(results, r)
 			}
 		}

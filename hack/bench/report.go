@@ -101,12 +101,20 @@ func report(o options, ws []workload, results []result, failed []string, chart s
 	fmt.Fprintf(&b, "local cluster (real kube-apiserver, etcd, kube-scheduler and kube-controller-manager, KWOK nodes), and\n")
 	fmt.Fprintf(&b, "against **the limit**: a client that creates the same pods directly (no controller), keeping the same\n")
 	fmt.Fprintf(&b, "parallelism, and lets KWOK finish them. Every run gets a fresh cluster.\n\n")
-	fmt.Fprintf(&b, "Command: `go run ./hack/bench %s` (with -repeats %d -scale %g -qps %d -pod-duration %s), %s in all.\n\n",
-		strings.Join(o.args, " "), o.repeats, o.scale, o.raisedQPS, o.podDuration, took.Round(time.Second))
-	fmt.Fprintf(&b, "Machine: %s. Versions: Go %s, Kubernetes v1.35.4 (built from source), KWOK v0.7.0, SafeJob %s.\n\n",
-		machine(), strings.TrimPrefix(runtime.Version(), "go"), o.rev)
+	if o.reportOnly {
+		fmt.Fprintf(&b, "Command: `go run ./hack/bench %s`: no run, a report of the raw results of the runs below.\n\n",
+			strings.Join(o.args, " "))
+		fmt.Fprintf(&b, "Machine: %s. Versions: Go %s, Kubernetes v1.35.4 (built from source), KWOK v0.7.0, SafeJob as each run "+
+			"names.\n\n", machine(), strings.TrimPrefix(runtime.Version(), "go"))
+	} else {
+		fmt.Fprintf(&b, "Command: `go run ./hack/bench %s` (with -repeats %d -scale %g -qps %d -pod-duration %s), %s in all.\n\n",
+			strings.Join(o.args, " "), o.repeats, o.scale, o.raisedQPS, o.podDuration, took.Round(time.Second))
+		fmt.Fprintf(&b, "Machine: %s. Versions: Go %s, Kubernetes v1.35.4 (built from source), KWOK v0.7.0, SafeJob %s.\n\n",
+			machine(), strings.TrimPrefix(runtime.Version(), "go"), o.rev)
+	}
 	if len(o.earlier) > 0 {
-		fmt.Fprintf(&b, "Merged (`-merge`) with the raw results of runs made apart, each on the same machine and harness: %s.\n\n", strings.Join(o.earlier, "; "))
+		fmt.Fprintf(&b, "Merged (`-merge`) with the raw results of runs made apart, each on the same machine and harness: %s.\n\n",
+			strings.Join(o.earlier, "; "))
 	}
 	fmt.Fprintf(&b, "Rates: \"built-in\" and \"SafeJob\" run at the same raised client rate (%d QPS, burst %d; through a\n",
 		o.raisedQPS, 2*o.raisedQPS)
