@@ -9,12 +9,15 @@ import (
 	"testing"
 )
 
-func TestMergeEarlier(t *testing.T) {
+// merged merges an earlier run's raw results, written to a file, into a
+// run of W1.
+func merged(t *testing.T) (o options, path string, ws []workload, results, failed []result) {
+	t.Helper()
 	all := map[string]workload{
 		"W1": {Name: "W1", Desc: "1,000 jobs of one pod", Jobs: 1000, Completions: 1, Parallelism: 1},
 		"W5": {Name: "W5", Desc: "one big job", Jobs: 1, Completions: 100000, Parallelism: 2000, Indexed: true},
 	}
-	o := options{args: []string{"-workloads", "W1"}, rev: "commit abc"}
+	o = options{args: []string{"-workloads", "W1"}, rev: "commit abc"}
 	w1 := all["W1"]
 	mine := []result{{Workload: "W1", Mode: modeSafeJob, Repeat: 1, Completions: 1000, Run: o.runName(), Spec: &w1}}
 	earlier := []result{
@@ -32,14 +35,19 @@ func TestMergeEarlier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "earlier.json")
+	path = filepath.Join(t.TempDir(), "earlier.json")
 	if err := os.WriteFile(path, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ws, results, failed, err := mergeEarlier([]string{path}, all, []workload{w1}, mine, nil)
+	ws, results, failed, err = mergeEarlier([]string{path}, all, []workload{w1}, mine, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return o, path, ws, results, failed
+}
+
+func TestMergeEarlier(t *testing.T) {
+	_, _, ws, results, failed := merged(t)
 	var names []string
 	for _, w := range ws {
 		names = append(names, w.Name)
@@ -56,6 +64,12 @@ func TestMergeEarlier(t *testing.T) {
 	if len(failed) != 1 || failed[0].Workload != "W5×0.5" {
 		t.Errorf("failed %+v, want the earlier W5×0.5 run", failed)
 	}
+}
+
+// TestMergedReport: the report of a merge names the earlier run, lists its
+// failed run and summarises none.
+func TestMergedReport(t *testing.T) {
+	o, path, ws, results, failed := merged(t)
 	lines := failedLines(results, failed)
 	if len(lines) != 2 || !strings.Contains(lines[0], "timed out") || !strings.Contains(lines[1], "W5×0.2 limit repeat 1 broke exactness: 1 extra pods") {
 		t.Errorf("failed lines %q", lines)
@@ -64,7 +78,6 @@ func TestMergeEarlier(t *testing.T) {
 	if len(runs) != 1 || !strings.Contains(runs[0], path) {
 		t.Errorf("earlier runs %q, want one naming %s", runs, path)
 	}
-	// A report of the merge summarises no failed run and lists it instead.
 	o.earlier = runs
 	doc := report(o, ws, results, lines, "chart.png", 0)
 	for _, want := range []string{"## W5×0.2", "## W5×0.5", "W5×0.5 built-in repeat 1: timed out", "Merged (`-merge`)"} {
