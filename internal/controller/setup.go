@@ -83,13 +83,15 @@ func CacheOptions() cache.Options {
 		panic(err) // a constant requirement
 	}
 	return cache.Options{
-		DefaultTransform: cache.TransformStripManagedFields(),
+		DefaultTransform: stripManagedFields,
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:            {Label: sel.Add(*req), Transform: stripForCache},
 			&batchv1alpha1.SafeJob{}: {Transform: stripForCache},
 		},
 	}
 }
+
+var stripManagedFields = cache.TransformStripManagedFields()
 
 // stripForCache leaves out of a cached object its managedFields and the
 // last configuration `kubectl apply` recorded on it, which can be as large
@@ -98,12 +100,10 @@ func CacheOptions() cache.Options {
 // the stored object) and patches metadata, and it patches pods; an update
 // built from a stripped copy would drop the annotation from the server's.
 func stripForCache(in any) (any, error) {
+	in, _ = stripManagedFields(in) // never fails
 	obj, err := meta.Accessor(in)
 	if err != nil {
 		return in, nil // a tombstone: nothing of it is kept
-	}
-	if obj.GetManagedFields() != nil {
-		obj.SetManagedFields(nil)
 	}
 	if a := obj.GetAnnotations(); a != nil {
 		if _, ok := a[corev1.LastAppliedConfigAnnotation]; ok {
