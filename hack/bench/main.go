@@ -143,6 +143,7 @@ type options struct {
 	keepLogs                               bool
 	kcmVerbosity                           int
 	profileSeconds                         int
+	profileAfter                           time.Duration
 	operatorArgs                           []string
 	// rev is the commit the runs start from (the tree may move on while
 	// they run).
@@ -173,6 +174,8 @@ func main() {
 	flag.StringVar(&o.profileDir, "profile", "",
 		"directory for CPU profiles of the operator and kube-apiserver (first repeat of each workload at the raised rate)")
 	flag.IntVar(&o.profileSeconds, "profile-seconds", 20, "length of each CPU profile")
+	flag.DurationVar(&o.profileAfter, "profile-after", 0,
+		"start the CPU profiles this long after the run's first create (a cost that grows as a run goes on shows late)")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "longest a single run may take")
 	flag.StringVar(&o.only, "only", "", "run only the modes whose name contains this (for experiments)")
 	flag.BoolVar(&o.keepLogs, "keep-logs", false, "keep each run's directory (component logs, audit log) and print where")
@@ -533,10 +536,10 @@ func prepare(ctx context.Context, cl client.Client, w workload) error {
 func finish(ctx context.Context, w workload, m mode, rec *recorder, cl client.Client, cfg *rest.Config,
 	start time.Time, stopProfile func()) (time.Time, map[string]int, error) {
 	end, err := waitDone(ctx, w, m, rec, start)
+	stopProfile()
 	if err != nil {
 		return time.Time{}, nil, err
 	}
-	stopProfile()
 	if err := rec.recoverMissed(ctx, cl); err != nil {
 		return time.Time{}, nil, err
 	}
@@ -621,22 +624,41 @@ func startOperator(ctx context.Context, o options, c *cluster.Cluster, dir strin
 	return p, nil
 }
 
-// maybeProfile takes CPU profiles, during W1 and W2, of the operator and of
-// kube-apiserver (for either controller), for 20 seconds from the start.
+// maybeProfile takes CPU profiles of the operator and of kube-apiserver (for
+// either controller), -profile-seconds long, starting -profile-after the
+// run's start; the returned function waits for them, or abandons those not
+// yet started.
 func maybeProfile(o options, w workload, m mode, repeat int, cfg *rest.Config) func() {
 	if o.profileDir == "" || m.Controller == ctrlLimit || repeat != 1 || m.QPS == 0 {
 		return func() {}
 	}
 	_ = os.MkdirAll(o.profileDir, 0o755)
-	var wg sync.WaitGroup
-	if m.Controller == ctrlSafeJob {
-		out := filepath.Join(o.profileDir, fmt.Sprintf("safejob-%s.pprof", w.Name))
-		cmd := exec.Command("curl", "-s", "-o", out, fmt.Sprintf("http://127.0.0.1:6065/debug/pprof/profile?seconds=%d", o.profileSeconds))
-		if err := cmd.Start(); err == nil {
-			wg.Go(func() { _ = cmd.Wait() })
+	abandon := make(chan struct{})
+	wait := func() bool {
+		select {
+		case <-time.After(o.profileAfter):
+			return true
+		case <-abandon:
+			return false
 		}
 	}
+	var wg sync.WaitGroup
+	if m.Controller == ctrlSafeJob {
+		wg.Go(func() {
+			if !wait() {
+				return
+			}
+			out := filepath.Join(o.profileDir, fmt.Sprintf("safejob-%s.pprof", w.Name))
+			url := fmt.Sprintf("http://127.0.0.1:6065/debug/pprof/profile?seconds=%d", o.profileSeconds)
+			if err := exec.Command("curl", "-s", "-o", out, url).Run(); err != nil {
+				fmt.Fprintf(os.Stderr, "bench: profiling the operator: %v\n", err)
+			}
+		})
+	}
 	wg.Go(func() {
+		if !wait() {
+			return
+		}
 		cs, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
 			return
@@ -649,7 +671,10 @@ func maybeProfile(o options, w workload, m mode, repeat int, cfg *rest.Config) f
 		}
 		_ = os.WriteFile(filepath.Join(o.profileDir, fmt.Sprintf("apiserver-%s-%s.pprof", m.Controller, w.Name)), raw, 0o644)
 	})
-	return wg.Wait
+	return func() {
+		close(abandon)
+		wg.Wait()
+	}
 }
 
 // heapProfile saves, with -profile, the operator's heap at the end of the
@@ -1019,9 +1044,27 @@ func (r *recorder) progress(start time.Time) string {
 		reported += n
 	}
 	elapsed := time.Since(start)
-	return fmt.Sprintf("after %s %d pods seen succeeding (%.1f/s), %d completions reported, largest status %.1f KiB",
-		elapsed.Round(time.Second), len(r.succeeded), float64(len(r.succeeded))/elapsed.Seconds(), reported,
-		float64(r.largestStatus)/1024)
+	return fmt.Sprintf("after %s %d pods seen succeeding (%.1f/s; %s), %d completions reported, largest status %.1f KiB",
+		elapsed.Round(time.Second), len(r.succeeded), float64(len(r.succeeded))/elapsed.Seconds(),
+		perMinute(r.succeeded, start), reported, float64(r.largestStatus)/1024)
+}
+
+// perMinute lists how many of the times fall in each whole minute after
+// start: a run's rate as it went on, so that a slowdown shows where it began.
+func perMinute(times map[string]time.Time, start time.Time) string {
+	var counts []int
+	for _, t := range times {
+		k := max(0, int(t.Sub(start)/time.Minute))
+		for len(counts) <= k {
+			counts = append(counts, 0)
+		}
+		counts[k]++
+	}
+	parts := make([]string, len(counts))
+	for k, n := range counts {
+		parts[k] = strconv.Itoa(n)
+	}
+	return "per minute " + strings.Join(parts, " ")
 }
 
 func (r *recorder) succeededCount() int {

@@ -267,3 +267,20 @@ func TestOperatorRev(t *testing.T) {
 		t.Errorf("the test binary read as the tree's commit: %q", got)
 	}
 }
+
+func TestPerMinute(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	times := map[string]time.Time{
+		"a": start.Add(10 * time.Second),
+		"b": start.Add(59 * time.Second),
+		"c": start.Add(60 * time.Second),
+		"d": start.Add(185 * time.Second),
+		"e": start.Add(-time.Second), // seen before the first create: the first minute
+	}
+	if got, want := perMinute(times, start), "per minute 3 1 0 1"; got != want {
+		t.Errorf("perMinute = %q, want %q", got, want)
+	}
+	if got, want := perMinute(nil, start), "per minute "; got != want {
+		t.Errorf("perMinute(none) = %q, want %q", got, want)
+	}
+}
