@@ -448,6 +448,29 @@ func runDir(o options, w workload, m mode, repeat int) (string, func(), error) {
 	return dir, func() { _ = os.RemoveAll(dir) }, nil
 }
 
+// clusterOptions is the local cluster a run gets.
+func clusterOptions(o options, w workload, m mode, dir string) cluster.Options {
+	copts := cluster.Options{Dir: dir, Root: o.root, Nodes: 4, ControllerManagerVerbosity: o.kcmVerbosity, Kueue: w.Quota > 0}
+	switch {
+	case m.QPS > 0:
+		// kube-controller-manager serves every mode (pod GC, the garbage
+		// collector) and is the built-in controller too: at the raised rate
+		// it runs at that rate whichever controller is measured, so that
+		// both meet the same cluster. At its default 20 QPS pod GC deletes
+		// fewer pods a second than a large job finishes, and terminated pods
+		// pile up past --terminated-pod-gc-threshold for every watcher to
+		// carry. Through a queue, Kueue's Job integration does part of the
+		// built-in controller's work (a Workload per Job, the Job
+		// unsuspended on admission), and its admissions serve both: it runs
+		// at the same raised rate in either mode.
+		copts.ControllerManagerQPS, copts.KueueQPS = m.QPS, m.QPS
+	case m.Controller == ctrlLimit:
+		// The limit is the cluster of the raised runs with no controller.
+		copts.ControllerManagerQPS = o.raisedQPS
+	}
+	return copts
+}
+
 // runOne runs one workload under one mode on a fresh cluster.
 func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
@@ -457,17 +480,7 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 		return result{}, err
 	}
 	defer removeDir()
-	copts := cluster.Options{Dir: dir, Root: o.root, Nodes: 4, ControllerManagerVerbosity: o.kcmVerbosity, Kueue: w.Quota > 0}
-	if m.Controller == ctrlBuiltin && m.QPS > 0 {
-		copts.ControllerManagerQPS = m.QPS
-	}
-	if m.QPS > 0 {
-		// Through a queue, Kueue's Job integration does part of the built-in
-		// controller's work (a Workload per Job, the Job unsuspended on
-		// admission), and its admissions serve both: it runs at the same
-		// raised rate in either mode.
-		copts.KueueQPS = m.QPS
-	}
+	copts := clusterOptions(o, w, m, dir)
 	c, err := cluster.Start(ctx, copts)
 	if err != nil {
 		return result{}, fmt.Errorf("starting the local cluster: %w", err)

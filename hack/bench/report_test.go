@@ -284,3 +284,27 @@ func TestPerMinute(t *testing.T) {
 		t.Errorf("perMinute(none) = %q, want %q", got, want)
 	}
 }
+
+// TestClusterOptions: both controllers at the raised rate meet the same
+// cluster (kube-controller-manager's pod GC and garbage collector, Kueue at
+// that rate), and so does the limit; at the defaults, both keep theirs.
+func TestClusterOptions(t *testing.T) {
+	o := options{raisedQPS: 200}
+	w := workload{Name: "W6", Quota: 500}
+	for _, tc := range []struct {
+		m             mode
+		kcm, kueueQPS int
+	}{
+		{mode{modeBuiltin, ctrlBuiltin, 200}, 200, 200},
+		{mode{modeSafeJob, ctrlSafeJob, 200}, 200, 200},
+		{mode{modeLimit, ctrlLimit, 0}, 200, 0},
+		{mode{modeBuiltinDefault, ctrlBuiltin, 0}, 0, 0},
+		{mode{modeSafeJobDefault, ctrlSafeJob, 0}, 0, 0},
+	} {
+		got := clusterOptions(o, w, tc.m, "/tmp/run")
+		if got.ControllerManagerQPS != tc.kcm || got.KueueQPS != tc.kueueQPS || !got.Kueue || got.Dir != "/tmp/run" {
+			t.Errorf("%s: kube-controller-manager QPS %d, Kueue QPS %d (queue %v), want %d and %d",
+				tc.m.Name, got.ControllerManagerQPS, got.KueueQPS, got.Kueue, tc.kcm, tc.kueueQPS)
+		}
+	}
+}
