@@ -18,7 +18,8 @@ func (o options) runName() string {
 // mergeEarlier adds the raw results of earlier runs (their -json files) to
 // this run's, with their workloads, so one report covers a set run in
 // parts. This run's result for a workload and mode replaces an earlier one
-// of the same repeat.
+// of the same repeat, and so does a later file's (paths are listed oldest
+// first): a part run again replaces its earlier run.
 func mergeEarlier(paths []string, all map[string]workload, ws []workload, results, failed []result) (
 	[]workload, []result, []result, error) {
 	mine := map[string]bool{}
@@ -29,7 +30,8 @@ func mergeEarlier(paths []string, all map[string]workload, ws []workload, result
 	for _, w := range ws {
 		have[w.Name] = true
 	}
-	for _, path := range paths {
+	var merged []result
+	for _, path := range slices.Backward(paths) {
 		raw, err := os.ReadFile(path)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("-merge: reading %s: %w", path, err)
@@ -38,6 +40,7 @@ func mergeEarlier(paths []string, all map[string]workload, ws []workload, result
 		if err := json.Unmarshal(raw, &earlier); err != nil {
 			return nil, nil, nil, fmt.Errorf("-merge: decoding %s: %w", path, err)
 		}
+		var kept []result
 		for _, r := range earlier {
 			if mine[runKey(r)] {
 				continue
@@ -52,12 +55,19 @@ func mergeEarlier(paths []string, all map[string]workload, ws []workload, result
 				}
 				ws, have[r.Workload] = append(ws, w), true
 			}
-			if r.Failed != "" {
-				failed = append(failed, r)
-			} else {
-				r.Inexact = r.exactness() // by today's rules
-				results = append(results, r)
-			}
+			kept = append(kept, r)
+		}
+		for _, r := range kept {
+			mine[runKey(r)] = true
+		}
+		merged = append(kept, merged...) // in the order of the files
+	}
+	for _, r := range merged {
+		if r.Failed != "" {
+			failed = append(failed, r)
+		} else {
+			r.Inexact = r.exactness() // by today's rules
+			results = append(results, r)
 		}
 	}
 	slices.SortStableFunc(ws, func(a, b workload) int {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -91,5 +92,46 @@ func TestMergedReport(t *testing.T) {
 	doc = report(o, ws, results, lines, "chart.png", 0)
 	if !strings.Contains(doc, "no run, a report of the raw results of the runs below") || strings.Contains(doc, "commit abc") {
 		t.Errorf("a report-only header:\n%s", doc[:min(len(doc), 1500)])
+	}
+}
+
+// TestMergeLaterFileReplaces: of the -merge files, listed oldest first, a
+// later file's result replaces an earlier file's for the same workload,
+// mode and repeat (a part run again; here a run that timed out, then
+// finished), and the others are kept in the order of the files.
+func TestMergeLaterFileReplaces(t *testing.T) {
+	all := map[string]workload{"W2": {Name: "W2", Jobs: 1, Completions: 5000, Parallelism: 200}}
+	write := func(name string, rs ...result) string {
+		raw, err := json.Marshal(rs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), name)
+		if err := os.WriteFile(path, raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	w2x10 := workload{Name: "W2×10", Base: "W2", Size: 10, Jobs: 1, Completions: 50000, Parallelism: 200}
+	done := func(mode string, perSecond float64) result {
+		return result{Workload: "W2×10", Base: "W2", Size: 10, Mode: mode, Repeat: 1, Completions: 50000,
+			PodsSucceeded: 50000, Reported: 50000, PerSecond: perSecond, Spec: &w2x10, Run: "run " + mode}
+	}
+	older := write("older.json", done(modeLimit, 93), done(modeBuiltin, 61.7),
+		result{Workload: "W2×10", Base: "W2", Size: 10, Mode: modeSafeJob, Repeat: 1, Failed: "timed out", Spec: &w2x10})
+	newer := write("newer.json", done(modeSafeJob, 57.3), done(modeLimit, 95))
+	_, results, failed, err := mergeEarlier([]string{older, newer}, all, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(failed) != 0 {
+		t.Errorf("failed %+v: the later run that finished replaces the one that timed out", failed)
+	}
+	var got []string
+	for _, r := range results {
+		got = append(got, fmt.Sprintf("%s %.1f", r.Mode, r.PerSecond))
+	}
+	if want := []string{modeBuiltin + " 61.7", modeSafeJob + " 57.3", modeLimit + " 95.0"}; !slices.Equal(got, want) {
+		t.Errorf("results %q, want %q", got, want)
 	}
 }
