@@ -106,6 +106,9 @@ type result struct {
 	WritesPerCompl float64
 	WritesByRes    map[string]int
 	ReadsByRes     map[string]int
+	// WatchersClosed counts, by resource, the watches kube-apiserver closed
+	// because their client fell behind.
+	WatchersClosed map[string]int `json:",omitempty"`
 	CPUSec         float64
 	// ClusterCPUSec is the CPU time of each other component during the run,
 	// and MachineBusy the fraction of all cores busy (from /proc/stat).
@@ -366,9 +369,9 @@ func runAll(o options, ws []workload) (results, failed []result) {
 					"%.2f writes/completion, CPU %.1fs, RSS %.0f MiB, %d extra pods; %d succeeded reported for %d pods seen succeeding\n",
 					w.Name, m.Name, r, res.Completions, res.MakespanSec, res.PerSecond, res.FirstPodP50Sec, res.FirstPodP99Sec,
 					res.WritesPerCompl, res.CPUSec, res.PeakRSSMiB, res.ExtraPods, res.Reported, res.PodsSucceeded)
-				fmt.Printf("    machine %.0f%% busy; CPU s: apiserver %.1f, etcd %.1f, scheduler %.1f, kwok %.1f\n",
+				fmt.Printf("    machine %.0f%% busy; CPU s: apiserver %.1f, etcd %.1f, scheduler %.1f, kwok %.1f; watches closed for falling behind: %v\n",
 					100*res.MachineBusy, res.ClusterCPUSec["kube-apiserver"], res.ClusterCPUSec["etcd"],
-					res.ClusterCPUSec["kube-scheduler"], res.ClusterCPUSec["kwok"])
+					res.ClusterCPUSec["kube-scheduler"], res.ClusterCPUSec["kwok"], res.WatchersClosed)
 				res.Spec = &w
 				results = append(results, res)
 				if res.Inexact != "" {
@@ -1188,6 +1191,11 @@ func measure(w workload, m mode, repeat int, start, end time.Time, created map[s
 		case strings.HasPrefix(k, "created:"):
 		case strings.HasPrefix(k, "read:"):
 			res.ReadsByRes[strings.TrimPrefix(k, "read:")] = d
+		case strings.HasPrefix(k, "closed:"):
+			if res.WatchersClosed == nil {
+				res.WatchersClosed = map[string]int{}
+			}
+			res.WatchersClosed[strings.TrimPrefix(k, "closed:")] = d
 		default:
 			res.WritesByRes[k] = d
 			res.Writes += d

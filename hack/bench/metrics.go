@@ -15,14 +15,18 @@ import (
 
 var (
 	requestLine = regexp.MustCompile(`^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$`)
+	closedLine  = regexp.MustCompile(`^apiserver_terminated_watchers_total\{([^}]*)\} ([0-9.e+]+)$`)
 	labelPair   = regexp.MustCompile(`(\w+)="([^"]*)"`)
 	writeVerbs  = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "DELETE": true, "APPLY": true, "DELETECOLLECTION": true}
 )
 
 // scrapeWrites reads the API server's own count of requests
 // (apiserver_request_total): writes by resource[/subresource], reads as
-// "read:<verb>:<resource>", and successful creates (201) as
-// "created:<resource>".
+// "read:<verb>:<resource>", successful creates (201) as
+// "created:<resource>", and the watchers it closed for falling behind
+// (apiserver_terminated_watchers_total: each costs its client a new watch,
+// or a re-list when its place has left the watch cache) as
+// "closed:<resource>".
 func scrapeWrites(ctx context.Context, cfg *rest.Config) (map[string]int, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -32,8 +36,21 @@ func scrapeWrites(ctx context.Context, cfg *rest.Config) (map[string]int, error)
 	if err != nil {
 		return nil, fmt.Errorf("reading /metrics: %w", err)
 	}
+	return parseMetrics(string(raw)), nil
+}
+
+// parseMetrics reads scrapeWrites' counts from the API server's metrics.
+func parseMetrics(raw string) map[string]int {
 	out := map[string]int{}
-	for _, line := range strings.Split(string(raw), "\n") {
+	for _, line := range strings.Split(raw, "\n") {
+		if m := closedLine.FindStringSubmatch(line); m != nil {
+			for _, p := range labelPair.FindAllStringSubmatch(m[1], -1) {
+				if v, err := strconv.ParseFloat(m[2], 64); err == nil && p[1] == "resource" {
+					out["closed:"+p[2]] += int(v)
+				}
+			}
+			continue
+		}
 		m := requestLine.FindStringSubmatch(line)
 		if m == nil {
 			continue
@@ -58,7 +75,7 @@ func scrapeWrites(ctx context.Context, cfg *rest.Config) (map[string]int, error)
 			out["created:"+labels["resource"]] += int(v)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // settledWrites scrapes the write counts until they stop moving (the

@@ -118,7 +118,8 @@ func report(o options, ws []workload, results []result, failed []string, chart s
 	}
 	fmt.Fprintf(&b, "Rates: \"built-in\" and \"SafeJob\" run at the same raised client rate (%d QPS, burst %d; through a\n",
 		o.raisedQPS, 2*o.raisedQPS)
-	fmt.Fprintf(&b, "queue, Kueue's manager too, whose Job integration does part of the built-in's work); the\n")
+	fmt.Fprintf(&b, "queue, Kueue's manager too, whose Job integration does part of the built-in's work), and so does\n")
+	fmt.Fprintf(&b, "kube-controller-manager's pod GC in both of those modes and in the limit's runs; the\n")
 	fmt.Fprintf(&b, "\"default rate\" rows keep each controller's own default (kube-controller-manager 20 QPS / 30 burst,\n")
 	fmt.Fprintf(&b, "SafeJob 100 / 200) and ran once. Medians over %d repeats, the pair alternating which goes first.\n\n", o.repeats)
 	fmt.Fprintf(&b, "Columns: makespan from the first create to the last job `Complete`; first-pod latency from a job's\n")
@@ -191,6 +192,7 @@ func verdict(results []result, w string) string {
 			100*sj.perSec/lim.perSec, 100*bi.perSec/lim.perSec)
 	}
 	b.WriteString(quotaLines(results, w))
+	b.WriteString(closedWatchers(results, w))
 	fmt.Fprintf(&b, "- largest status seen: SafeJob %s, built-in %s (target: at most 256 KiB at 100,000 completions)\n",
 		kib(largestStatus(results, w, modeSafeJob)), kib(largestStatus(results, w, modeBuiltin)))
 	fmt.Fprintf(&b, "- half the pods succeeded: SafeJob at %.1f s, built-in at %.1f s (target: SafeJob no later); "+
@@ -515,4 +517,31 @@ func seriesGrowth(xs []sizedSummary, first, last workload, f func(sizedSummary) 
 		out += fmt.Sprintf(" (×%g to ×%g, the sizes it finished)", a.w.Size, z.w.Size)
 	}
 	return out
+}
+
+// closedWatchers says how many watches kube-apiserver closed because their
+// client (any component) fell behind, by mode, when it closed any: each
+// costs that client a new watch, or a re-list of every object, and in the
+// meantime it acts on what it saw before.
+func closedWatchers(results []result, w string) string {
+	var parts []string
+	for _, m := range modeOrder {
+		total, runs := 0, 0
+		for _, r := range results {
+			if r.Workload != w || r.Mode != m {
+				continue
+			}
+			runs++
+			for _, n := range r.WatchersClosed {
+				total += n
+			}
+		}
+		if runs > 0 && total > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d in %d runs", m, total, runs))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "- watches kube-apiserver closed for falling behind (every client): " + strings.Join(parts, ", ") + "\n"
 }

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"maps"
+	"testing"
+)
+
+func TestParseMetrics(t *testing.T) {
+	raw := `# HELP apiserver_request_total [STABLE] Counter of apiserver requests
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="POST",version="v1"} 120
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="POST",version="v1"} 3
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="status",verb="PATCH",version="v1"} 240
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="LIST",version="v1"} 7
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="WATCH",version="v1"} 1.2e+01
+apiserver_terminated_watchers_total{group="",resource="pods"} 4
+apiserver_terminated_watchers_total{group="batch.safejob.dev",resource="safejobs"} 1
+apiserver_watch_events_total{component="apiserver",group="",kind="Pod",version="v1"} 99
+`
+	want := map[string]int{
+		"pods": 123, "created:pods": 120, "pods/status": 240, "read:LIST:pods": 7, "read:WATCH:pods": 12,
+		"closed:pods": 4, "closed:safejobs": 1,
+	}
+	if got := parseMetrics(raw); !maps.Equal(got, want) {
+		t.Errorf("parseMetrics = %v, want %v", got, want)
+	}
+}
+
+func TestClosedWatchers(t *testing.T) {
+	results := []result{
+		{Workload: "W2", Mode: modeSafeJob, Repeat: 1, WatchersClosed: map[string]int{"pods": 3, "safejobs": 1}},
+		{Workload: "W2", Mode: modeSafeJob, Repeat: 2},
+		{Workload: "W2", Mode: modeBuiltin, Repeat: 1},
+		{Workload: "W1", Mode: modeBuiltin, Repeat: 1, WatchersClosed: map[string]int{"pods": 9}},
+	}
+	if got, want := closedWatchers(results, "W2"), "- watches kube-apiserver closed for falling behind (every client): "+
+		modeSafeJob+" 4 in 2 runs\n"; got != want {
+		t.Errorf("closedWatchers(W2) = %q, want %q", got, want)
+	}
+	if got := closedWatchers(results, "W3"); got != "" {
+		t.Errorf("closedWatchers(W3) = %q, want nothing", got)
+	}
+}
