@@ -369,7 +369,8 @@ func runAll(o options, ws []workload) (results, failed []result) {
 					"%.2f writes/completion, CPU %.1fs, RSS %.0f MiB, %d extra pods; %d succeeded reported for %d pods seen succeeding\n",
 					w.Name, m.Name, r, res.Completions, res.MakespanSec, res.PerSecond, res.FirstPodP50Sec, res.FirstPodP99Sec,
 					res.WritesPerCompl, res.CPUSec, res.PeakRSSMiB, res.ExtraPods, res.Reported, res.PodsSucceeded)
-				fmt.Printf("    machine %.0f%% busy; CPU s: apiserver %.1f, etcd %.1f, scheduler %.1f, kwok %.1f; watches closed for falling behind: %v\n",
+				fmt.Printf("    machine %.0f%% busy; CPU s: apiserver %.1f, etcd %.1f, scheduler %.1f, kwok %.1f; "+
+					"watches closed for falling behind: %v\n",
 					100*res.MachineBusy, res.ClusterCPUSec["kube-apiserver"], res.ClusterCPUSec["etcd"],
 					res.ClusterCPUSec["kube-scheduler"], res.ClusterCPUSec["kwok"], res.WatchersClosed)
 				res.Spec = &w
@@ -1180,27 +1181,7 @@ func measure(w workload, m mode, repeat int, start, end time.Time, created map[s
 	}
 	sort.Float64s(lat)
 	res.FirstPodP50Sec, res.FirstPodP99Sec = quantile(lat, 0.5), quantile(lat, 0.99)
-	for k, v := range after {
-		d := v - before[k]
-		switch {
-		case d <= 0:
-		case k == "created:pods":
-			// The API server's own count: a pod created and deleted before
-			// the watch saw it still counts.
-			res.PodsCreated = d
-		case strings.HasPrefix(k, "created:"):
-		case strings.HasPrefix(k, "read:"):
-			res.ReadsByRes[strings.TrimPrefix(k, "read:")] = d
-		case strings.HasPrefix(k, "closed:"):
-			if res.WatchersClosed == nil {
-				res.WatchersClosed = map[string]int{}
-			}
-			res.WatchersClosed[strings.TrimPrefix(k, "closed:")] = d
-		default:
-			res.WritesByRes[k] = d
-			res.Writes += d
-		}
-	}
+	res.addRequests(before, after)
 	res.ExtraPods = res.PodsCreated - res.Completions
 	res.PodsSucceeded = len(rec.succeeded)
 	res.Recovered, res.Unseen = rec.recovered, max(0, res.PodsCreated-len(rec.seen))
@@ -1227,6 +1208,32 @@ func measure(w workload, m mode, repeat int, start, end time.Time, created map[s
 		"running to succeeded": stepP50(rec.running, rec.succeeded),
 	}
 	return res
+}
+
+// addRequests adds the API server's request counts during the run (the
+// difference of two scrapeWrites).
+func (res *result) addRequests(before, after map[string]int) {
+	for k, v := range after {
+		d := v - before[k]
+		switch {
+		case d <= 0:
+		case k == "created:pods":
+			// The API server's own count: a pod created and deleted before
+			// the watch saw it still counts.
+			res.PodsCreated = d
+		case strings.HasPrefix(k, "created:"):
+		case strings.HasPrefix(k, "read:"):
+			res.ReadsByRes[strings.TrimPrefix(k, "read:")] = d
+		case strings.HasPrefix(k, "closed:"):
+			if res.WatchersClosed == nil {
+				res.WatchersClosed = map[string]int{}
+			}
+			res.WatchersClosed[strings.TrimPrefix(k, "closed:")] = d
+		default:
+			res.WritesByRes[k] = d
+			res.Writes += d
+		}
+	}
 }
 
 // stepP50 is the median time from one step of a pod's life to the next,

@@ -40,3 +40,14 @@ func TestClosedWatchers(t *testing.T) {
 		t.Errorf("closedWatchers(W3) = %q, want nothing", got)
 	}
 }
+
+func TestAddRequests(t *testing.T) {
+	before := map[string]int{"pods": 10, "created:pods": 5, "read:LIST:pods": 2, "closed:pods": 1}
+	after := map[string]int{"pods": 30, "created:pods": 15, "read:LIST:pods": 2, "closed:pods": 4, "pods/status": 40}
+	res := result{WritesByRes: map[string]int{}, ReadsByRes: map[string]int{}}
+	res.addRequests(before, after)
+	if res.Writes != 60 || res.PodsCreated != 10 || !maps.Equal(res.WritesByRes, map[string]int{"pods": 20, "pods/status": 40}) ||
+		len(res.ReadsByRes) != 0 || !maps.Equal(res.WatchersClosed, map[string]int{"pods": 3}) {
+		t.Errorf("addRequests: %+v", res)
+	}
+}
