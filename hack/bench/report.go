@@ -59,9 +59,10 @@ func summarise(results []result, w, m string) (summary, bool) {
 		for name, ms := range r.cpuByProcess() {
 			cpuBy[name] = append(cpuBy[name], ms)
 		}
-		// The worst repeat; extra pods may be negative (fewer pods than
-		// completions) and are shown as they are.
-		if s.runs == 1 || r.ExtraPods > s.extra {
+		// The worst repeat, furthest from none either way: extra pods may
+		// be negative (fewer pods than completions: completions counted
+		// without a pod) and are shown as they are.
+		if s.runs == 1 || abs(r.ExtraPods) > abs(s.extra) {
 			s.extra = r.ExtraPods
 		}
 		s.noPod = max(s.noPod, r.noPod())
@@ -545,3 +546,5 @@ func closedWatchers(results []result, w string) string {
 	}
 	return "- watches kube-apiserver closed for falling behind (every client): " + strings.Join(parts, ", ") + "\n"
 }
+
+func abs(n int) int { return max(n, -n) }

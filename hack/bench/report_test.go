@@ -308,3 +308,27 @@ func TestClusterOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestSummariseWorstExtraPods: the extra-pods column shows the repeat
+// furthest from none, whichever side: fewer pods than completions is as
+// wrong as more.
+func TestSummariseWorstExtraPods(t *testing.T) {
+	for _, tc := range []struct {
+		extra []int
+		want  int
+	}{
+		{[]int{-68, -516, -69}, -516},
+		{[]int{2, -1, 0}, 2},
+		{[]int{0, 0, 0}, 0},
+	} {
+		var results []result
+		for i, e := range tc.extra {
+			results = append(results, result{Workload: "W2", Mode: modeBuiltin, Repeat: i + 1, Completions: 15000,
+				ExtraPods: e, PerSecond: 60})
+		}
+		s, ok := summarise(results, "W2", modeBuiltin)
+		if !ok || s.extra != tc.want {
+			t.Errorf("extra pods %v: summarised as %d, want %d", tc.extra, s.extra, tc.want)
+		}
+	}
+}
