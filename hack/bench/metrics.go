@@ -14,10 +14,9 @@ import (
 )
 
 var (
-	requestLine = regexp.MustCompile(`^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$`)
-	closedLine  = regexp.MustCompile(`^apiserver_terminated_watchers_total\{([^}]*)\} ([0-9.e+]+)$`)
-	labelPair   = regexp.MustCompile(`(\w+)="([^"]*)"`)
-	writeVerbs  = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "DELETE": true, "APPLY": true, "DELETECOLLECTION": true}
+	sampleLine = regexp.MustCompile(`^(\w+)\{([^}]*)\} ([0-9.e+]+)$`)
+	labelPair  = regexp.MustCompile(`(\w+)="([^"]*)"`)
+	writeVerbs = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "DELETE": true, "APPLY": true, "DELETECOLLECTION": true}
 )
 
 // scrapeWrites reads the API server's own count of requests
@@ -43,39 +42,47 @@ func scrapeWrites(ctx context.Context, cfg *rest.Config) (map[string]int, error)
 func parseMetrics(raw string) map[string]int {
 	out := map[string]int{}
 	for _, line := range strings.Split(raw, "\n") {
-		if m := closedLine.FindStringSubmatch(line); m != nil {
-			for _, p := range labelPair.FindAllStringSubmatch(m[1], -1) {
-				if v, err := strconv.ParseFloat(m[2], 64); err == nil && p[1] == "resource" {
-					out["closed:"+p[2]] += int(v)
-				}
+		if !strings.HasPrefix(line, "apiserver_request_total{") && !strings.HasPrefix(line, "apiserver_terminated_watchers_total{") {
+			continue // the bulk of the text: histograms and other series, not parsed
+		}
+		name, labels, v, ok := sample(line)
+		switch {
+		case !ok:
+		case name == "apiserver_terminated_watchers_total":
+			out["closed:"+labels["resource"]] += v
+		case name == "apiserver_request_total":
+			key := labels["resource"]
+			if !writeVerbs[labels["verb"]] {
+				key = "read:" + labels["verb"] + ":" + key
 			}
-			continue
-		}
-		m := requestLine.FindStringSubmatch(line)
-		if m == nil {
-			continue
-		}
-		labels := map[string]string{}
-		for _, p := range labelPair.FindAllStringSubmatch(m[1], -1) {
-			labels[p[1]] = p[2]
-		}
-		key := labels["resource"]
-		if !writeVerbs[labels["verb"]] {
-			key = "read:" + labels["verb"] + ":" + key
-		}
-		if sub := labels["subresource"]; sub != "" {
-			key += "/" + sub
-		}
-		v, err := strconv.ParseFloat(m[2], 64)
-		if err != nil {
-			continue
-		}
-		out[key] += int(v)
-		if labels["verb"] == "POST" && labels["code"] == "201" && labels["subresource"] == "" {
-			out["created:"+labels["resource"]] += int(v)
+			if sub := labels["subresource"]; sub != "" {
+				key += "/" + sub
+			}
+			out[key] += v
+			if labels["verb"] == "POST" && labels["code"] == "201" && labels["subresource"] == "" {
+				out["created:"+labels["resource"]] += v
+			}
 		}
 	}
 	return out
+}
+
+// sample reads one line of the metrics text format with labels: the
+// metric's name, its labels and its value.
+func sample(line string) (name string, labels map[string]string, v int, ok bool) {
+	m := sampleLine.FindStringSubmatch(line)
+	if m == nil {
+		return "", nil, 0, false
+	}
+	f, err := strconv.ParseFloat(m[3], 64)
+	if err != nil {
+		return "", nil, 0, false
+	}
+	labels = map[string]string{}
+	for _, p := range labelPair.FindAllStringSubmatch(m[2], -1) {
+		labels[p[1]] = p[2]
+	}
+	return m[1], labels, int(f), true
 }
 
 // settledWrites scrapes the write counts until they stop moving (the
