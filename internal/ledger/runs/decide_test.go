@@ -975,7 +975,8 @@ func (w *runsWorld) removeByHand() {
 
 // finishRuns ends the runs whose time has come.
 func (w *runsWorld) finishRuns() {
-	for _, r := range w.runs {
+	for _, name := range ledger.SortedKeys(w.runs) { // in order: the draws follow the seed alone
+		r := w.runs[name]
 		if r.obj.DeletionTimestamp != nil || ledger.Finished(r.obj.Status.Conditions) != nil || w.now.Before(r.finishAt) {
 			continue
 		}
@@ -1075,7 +1076,8 @@ func (w *runsWorld) act(step int, plan *Plan) {
 		}
 	}
 	w.deleteRuns(plan.Delete)
-	for _, r := range w.runs {
+	for _, name := range ledger.SortedKeys(w.runs) {
+		r := w.runs[name]
 		if ledger.Finished(r.obj.Status.Conditions) != nil && w.rng.IntN(5) == 0 && r.obj.DeletionTimestamp == nil {
 			r.obj.DeletionTimestamp = ptr.To(metav1.NewTime(w.now)) // TTL
 		}
