@@ -88,6 +88,62 @@ func TestReplayRejects(t *testing.T) {
 	}
 }
 
+
+// Two runs asked for by hand in the same second (the second request's time
+// is raised to the first's): whichever closes and is folded first, the
+// ledger still names the later one as carried out, so its request is never
+// committed again, and the earlier one stays known too.
+func TestFoldManualRunsOfOneSecond(t *testing.T) {
+	at := r0.Add(time.Minute)
+	a, b := "p-by-hand-a", "p-by-hand-b"
+	base := batchv1alpha1.Ledger{Seq: 2, Entries: []batchv1alpha1.LedgerEntry{byHand(1, a, at), byHand(2, b, at)}}
+	closeRun := func(l batchv1alpha1.Ledger, run string) batchv1alpha1.Ledger {
+		return ledger.Append(&l, []batchv1alpha1.LedgerEntry{runOutcome(0, batchv1alpha1.EntrySucceeded, run, at)})
+	}
+	foldAll := func(l batchv1alpha1.Ledger) batchv1alpha1.Ledger {
+		out, err := Fold(&l, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	for _, order := range [][]string{{b, a}, {a, b}} {
+		l := base
+		for _, run := range order {
+			l = foldAll(closeRun(l, run))
+			st, err := Replay(&l)
+			if err != nil {
+				t.Fatalf("%v: %v", order, err)
+			}
+			if !st.HasRun(b) {
+				t.Errorf("closed and folded in order %v: after %s, the ledger forgets %s, the latest run asked for by hand (%+v)",
+					order, run, b, l)
+			}
+			if _, open := st.Open[a]; !open && run == b && order[0] == b {
+				t.Errorf("closed in order %v: %s, still running, is not listed open", order, a)
+			}
+			if run == order[1] && (len(l.Entries) != 0 || st.Runs != 2) {
+				t.Errorf("closed in order %v: both closed, yet %d entries listed and %d runs counted; want all folded, 2",
+					order, len(l.Entries), st.Runs)
+			}
+			// The request for the latest name commits nothing.
+			in := &Input{Name: "p", Created: r0, Spec: parentSpec("@every 5s", batchv1alpha1.AllowConcurrent),
+				Status: &batchv1alpha1.SafeJobStatus{Ledger: l}, Runs: map[string]*batchv1alpha1.SafeJob{}, Busy: map[string]int{},
+				Seen: map[string]k8stypes.UID{}, Issued: map[string]bool{}, Gone: map[string]bool{}, Taken: map[string]bool{},
+				RunRequest: b, Now: at.Add(time.Second)}
+			plan, err := Decide(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range plan.Append {
+				if e.Run == b {
+					t.Errorf("closed and folded in order %v: after %s, the request for %s is committed again", order, run, b)
+				}
+			}
+		}
+	}
+}
+
 func TestRunName(t *testing.T) {
 	dns := regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 	onMinute := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)

@@ -219,6 +219,7 @@ func fold(l *batchv1alpha1.Ledger, keep int, hold func(Ref) bool) (batchv1alpha1
 	for _, r := range closed[:len(closed)-keep] {
 		fold[r.Name] = hold == nil || !hold(r)
 	}
+	holdManualOrder(l, fold)
 	cp := &batchv1alpha1.LedgerCheckpoint{}
 	if l.Checkpoint != nil {
 		cp = l.Checkpoint.DeepCopy()
@@ -248,6 +249,30 @@ func fold(l *batchv1alpha1.Ledger, keep int, hold func(Ref) bool) (batchv1alpha1
 	}
 	out.Checkpoint = cp
 	return out, nil
+}
+
+// holdManualOrder keeps listed every run started by hand that follows, in
+// the ledger, a listed one of the same request time. Two requests can share a
+// time (a request's time is raised to the latest's, Decide), and neither the
+// checkpoint nor Replay can tell their order by time: Replay takes a listed
+// run of the checkpoint's time as the later one. Folding only in ledger order
+// within a time keeps that true, so the checkpoint never names an earlier run
+// than a listed one of its time, and the latest request is never forgotten
+// (and committed again) because a later run closed first.
+func holdManualOrder(l *batchv1alpha1.Ledger, fold map[string]bool) {
+	listed := map[int64]bool{} // request times, in Unix nanoseconds, of the manual runs kept listed
+	for _, e := range l.Entries {
+		if e.Type != batchv1alpha1.EntryScheduled || e.Reason != batchv1alpha1.ReasonManual {
+			continue
+		}
+		at := e.ScheduledTime.UnixNano()
+		if listed[at] {
+			fold[e.Run] = false
+		}
+		if !fold[e.Run] {
+			listed[at] = true
+		}
+	}
 }
 
 // Covers reports how st fails to keep every fact of prev (nil when it keeps
