@@ -12,7 +12,9 @@ import (
 )
 
 // AuditPolicy records every pod create with its request body, the
-// metadata of every write to pods, Jobs and SafeJobs, and of every request
+// metadata of every write to pods, Jobs and SafeJobs, of every list and
+// watch of pods (a client that lost its watch lists again: the cost a
+// watch closed for falling behind brings, by client), and of every request
 // of a ServiceAccount of the namespace OperatorNamespace (the operator as
 // shipped, to check its RBAC); no other reads.
 const AuditPolicy = `apiVersion: audit.k8s.io/v1
@@ -35,6 +37,11 @@ rules:
     resources: ["jobs", "jobs/status"]
   - group: "batch.safejob.dev"
     resources: ["safejobs", "safejobs/status"]
+- level: Metadata
+  verbs: ["list", "watch"]
+  resources:
+  - group: ""
+    resources: ["pods"]
 - level: None
 `
 

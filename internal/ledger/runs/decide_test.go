@@ -88,7 +88,6 @@ func TestReplayRejects(t *testing.T) {
 	}
 }
 
-
 // Two runs asked for by hand in the same second (the second request's time
 // is raised to the first's): whichever closes and is folded first, the
 // ledger still names the later one as carried out, so its request is never
