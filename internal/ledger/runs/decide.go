@@ -571,8 +571,10 @@ func (d *decision) waitForEarlier(recent time.Time) bool {
 // ledger records it already, whether the parent is suspended or not and
 // whatever its concurrency policy, as kubectl create job --from=cronjob/...
 // does. The run is created once the commit is observed, as any run. Its
-// time is the request's commit, never before an earlier manual run's, so
-// that the latest manual run is also the last recorded (State.LastManual).
+// time is the request's commit, always after every earlier manual run's
+// (a second after the latest's when the clock has not passed it), so that
+// the latest manual run is also the last recorded (State.LastManual) and
+// no live run shares its time with one folded (isClosed).
 func (d *decision) runNow() {
 	name := d.in.RunRequest
 	if name == "" || d.st.HasRun(name) {
@@ -603,8 +605,8 @@ func (d *decision) runNow() {
 		return
 	}
 	at := d.in.Now.Truncate(time.Second)
-	if at.Before(d.st.LastManualTime) {
-		at = d.st.LastManualTime
+	if !d.st.LastManualTime.IsZero() && !at.After(d.st.LastManualTime) {
+		at = d.st.LastManualTime.Add(time.Second)
 	}
 	d.add(batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryScheduled, Reason: batchv1alpha1.ReasonManual, Run: name,
 		ScheduledTime: ptr.To(metav1.NewTime(at))})

@@ -109,10 +109,14 @@ func TestFoldManualRunsOfOneSecond(t *testing.T) {
 	for _, order := range [][]string{{b, a}, {a, b}} {
 		l := base
 		for _, run := range order {
-			l = foldAll(closeRun(l, run))
+			closed := closeRun(l, run)
+			l = foldAll(closed)
 			st, err := Replay(&l)
 			if err != nil {
 				t.Fatalf("%v: %v", order, err)
+			}
+			if prev, err := Replay(&closed); err != nil || st.Covers(prev) != nil {
+				t.Errorf("closed in order %v: the fold after %s loses a fact: %v, %v", order, run, err, st.Covers(prev))
 			}
 			if !st.HasRun(b) {
 				t.Errorf("closed and folded in order %v: after %s, the ledger forgets %s, the latest run asked for by hand (%+v)",
@@ -139,6 +143,55 @@ func TestFoldManualRunsOfOneSecond(t *testing.T) {
 					t.Errorf("closed and folded in order %v: after %s, the request for %s is committed again", order, run, b)
 				}
 			}
+		}
+	}
+	// I4 refuses a ledger that forgets the latest request: b folded alone,
+	// a listed at its time and so read as the latest.
+	prev, err := Replay(ptr.To(closeRun(base, b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	forgets := batchv1alpha1.Ledger{Seq: 3, Checkpoint: &batchv1alpha1.LedgerCheckpoint{Seq: 3, Runs: 1, LastManualRun: b,
+		LastManualTime: ptr.To(metav1.NewTime(at))}, Entries: []batchv1alpha1.LedgerEntry{byHand(1, a, at)}}
+	if st, err := Replay(&forgets); err != nil || st.Covers(prev) == nil {
+		t.Errorf("Covers accepts a ledger that forgets %s, the latest run asked for by hand (replay error %v)", b, err)
+	}
+}
+
+// A request's time is after every earlier request's, also in the same
+// second or after the clock stepped back, so a live run asked for by hand
+// never shares its time with a folded one (which isClosed would take it for).
+func TestManualRunTimesIncrease(t *testing.T) {
+	last := r0.Add(time.Hour)
+	folded := batchv1alpha1.SafeJobStatus{Ledger: batchv1alpha1.Ledger{Seq: 2, Checkpoint: &batchv1alpha1.LedgerCheckpoint{
+		Seq: 2, Runs: 1, LastManualRun: "p-by-hand-a", LastManualTime: ptr.To(metav1.NewTime(last))}}}
+	for desc, c := range map[string]struct{ now, want time.Time }{
+		"in the second of the last request": {last.Add(400 * time.Millisecond), last.Add(time.Second)},
+		"after the clock stepped back":      {last.Add(-time.Minute), last.Add(time.Second)},
+		"later":                             {last.Add(90*time.Second + 300*time.Millisecond), last.Add(90 * time.Second)},
+	} {
+		in := &Input{Name: "p", Created: r0, Spec: parentSpec("@every 5s", batchv1alpha1.AllowConcurrent),
+			Status: folded.DeepCopy(), Runs: map[string]*batchv1alpha1.SafeJob{}, Busy: map[string]int{},
+			Seen: map[string]k8stypes.UID{}, Issued: map[string]bool{}, Gone: map[string]bool{}, Taken: map[string]bool{},
+			RunRequest: "p-by-hand-b", Now: c.now}
+		plan, err := Decide(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(plan.Append, func(e batchv1alpha1.LedgerEntry) bool { return e.Run == "p-by-hand-b" })
+		if i < 0 {
+			t.Fatalf("%s: the request was not committed: %v", desc, entryKinds(plan.Append))
+		}
+		if got := plan.Append[i].ScheduledTime.Time; !got.Equal(c.want) {
+			t.Errorf("%s: request time %s, want %s", desc, got, c.want)
+		}
+		// Seen by a process whose copy of the parent is older than the run.
+		d := &decision{in: in}
+		if d.st, err = Replay(&folded.Ledger); err != nil {
+			t.Fatal(err)
+		}
+		if d.isClosed(manualChild("p-by-hand-b", plan.Append[i].ScheduledTime.Time, "")) {
+			t.Errorf("%s: the live run is taken for one folded by a parent's copy older than it", desc)
 		}
 	}
 }

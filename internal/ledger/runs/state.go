@@ -287,6 +287,11 @@ func (st *State) Covers(prev *State) error {
 	if st.Runs < prev.Runs || st.Missed < prev.Missed {
 		return fmt.Errorf("a count went down: runs %d -> %d, missed %d -> %d", prev.Runs, st.Runs, prev.Missed, st.Missed)
 	}
+	// The latest request carried out stays known, unless a later one
+	// replaced it: otherwise the request would be committed again.
+	if prev.LastManual != "" && !st.HasRun(prev.LastManual) && (st.LastManual == "" || prev.HasRun(st.LastManual)) {
+		return fmt.Errorf("run %s, the latest started by hand, forgotten", prev.LastManual)
+	}
 	for name := range prev.Closed {
 		if _, reopened := st.Open[name]; reopened {
 			return fmt.Errorf("run %s reopened", name)
