@@ -36,6 +36,7 @@ import (
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/test/cluster"
+	"github.com/safejob/safejob/test/testutil"
 )
 
 const ns = "bench"
@@ -109,6 +110,10 @@ type result struct {
 	// WatchersClosed counts, by resource, the watches kube-apiserver closed
 	// because their client fell behind.
 	WatchersClosed map[string]int `json:",omitempty"`
+	// PodWatchesEnded counts, by client, the pod watches that ended during
+	// the run (audit log): each is followed by a new watch, and KWOK's starts
+	// over from resourceVersion 0, so every pod is sent to it again.
+	PodWatchesEnded map[string]int `json:",omitempty"`
 	CPUSec         float64
 	// ClusterCPUSec is the CPU time of each other component during the run,
 	// and MachineBusy the fraction of all cores busy (from /proc/stat).
@@ -370,9 +375,9 @@ func runAll(o options, ws []workload) (results, failed []result) {
 					w.Name, m.Name, r, res.Completions, res.MakespanSec, res.PerSecond, res.FirstPodP50Sec, res.FirstPodP99Sec,
 					res.WritesPerCompl, res.CPUSec, res.PeakRSSMiB, res.ExtraPods, res.Reported, res.PodsSucceeded)
 				fmt.Printf("    machine %.0f%% busy; CPU s: apiserver %.1f, etcd %.1f, scheduler %.1f, kwok %.1f; "+
-					"watches closed for falling behind: %v\n",
+					"watches closed for falling behind: %v; pod watches ended, by client: %v\n",
 					100*res.MachineBusy, res.ClusterCPUSec["kube-apiserver"], res.ClusterCPUSec["etcd"],
-					res.ClusterCPUSec["kube-scheduler"], res.ClusterCPUSec["kwok"], res.WatchersClosed)
+					res.ClusterCPUSec["kube-scheduler"], res.ClusterCPUSec["kwok"], res.WatchersClosed, res.PodWatchesEnded)
 				res.Spec = &w
 				results = append(results, res)
 				if res.Inexact != "" {
@@ -526,6 +531,9 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	}
 	heapProfile(o, w, m, repeat)
 	res := measure(w, m, repeat, start, end, created, rec, before, after, cpuSeconds(ctrl)-cpu0, peakRSS(ctrl))
+	if res.PodWatchesEnded, err = testutil.WatchesEnded(c.AuditLog, "pods", start, end); err != nil {
+		return result{}, fmt.Errorf("reading pod watches from the audit log: %w", err)
+	}
 	res.ClusterCPUSec = clusterCPU(c)
 	for k, v := range others0 {
 		res.ClusterCPUSec[k] -= v

@@ -51,3 +51,21 @@ func TestAddRequests(t *testing.T) {
 		t.Errorf("addRequests: %+v", res)
 	}
 }
+
+func TestKWOKRewatches(t *testing.T) {
+	results := []result{
+		{Workload: "W2", Mode: modeBuiltin, Repeat: 1, PodWatchesEnded: map[string]int{"kwok-v0.7.0": 1, "bench": 2}},
+		{Workload: "W2", Mode: modeBuiltin, Repeat: 2, PodWatchesEnded: map[string]int{"kwok-v0.7.0": 6}},
+		{Workload: "W2", Mode: modeSafeJob, Repeat: 1, PodWatchesEnded: map[string]int{"manager": 1}},
+		{Workload: "W2", Mode: modeSafeJob, Repeat: 2}, // from before the count was kept
+		{Workload: "W1", Mode: modeSafeJob, Repeat: 1, PodWatchesEnded: map[string]int{"kwok-v0.7.0": 9}},
+	}
+	want := "- KWOK's pod watch ended and started over (every pod sent to it again), run by run: " +
+		modeBuiltin + " 1, 6; " + modeSafeJob + " 0\n"
+	if got := kwokRewatches(results, "W2"); got != want {
+		t.Errorf("kwokRewatches(W2) = %q, want %q", got, want)
+	}
+	if got := kwokRewatches(results, "W3"); got != "" {
+		t.Errorf("kwokRewatches(W3) = %q, want nothing", got)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -194,6 +195,7 @@ func verdict(results []result, w string) string {
 	}
 	b.WriteString(quotaLines(results, w))
 	b.WriteString(closedWatchers(results, w))
+	b.WriteString(kwokRewatches(results, w))
 	fmt.Fprintf(&b, "- largest status seen: SafeJob %s, built-in %s (target: at most 256 KiB at 100,000 completions)\n",
 		kib(largestStatus(results, w, modeSafeJob)), kib(largestStatus(results, w, modeBuiltin)))
 	fmt.Fprintf(&b, "- half the pods succeeded: SafeJob at %.1f s, built-in at %.1f s (target: SafeJob no later); "+
@@ -545,6 +547,37 @@ func closedWatchers(results []result, w string) string {
 		return ""
 	}
 	return "- watches kube-apiserver closed for falling behind (every client): " + strings.Join(parts, ", ") + "\n"
+}
+
+// kwokRewatches says, run by run, how often KWOK's pod watch ended during
+// the run. KWOK starts each new watch from resourceVersion 0, so every pod
+// is sent to it again while pods keep changing; with many pods it falls
+// behind, its new watch is closed in turn, and pods wait on it. A run where
+// this repeats measures the simulated kubelet rather than the controller.
+// Runs from before this was recorded are left out.
+func kwokRewatches(results []result, w string) string {
+	var parts []string
+	for _, m := range modeOrder {
+		var counts []string
+		for _, r := range results {
+			if r.Workload == w && r.Mode == m && r.PodWatchesEnded != nil {
+				n := 0
+				for client, k := range r.PodWatchesEnded {
+					if strings.HasPrefix(client, "kwok") { // the user agent names KWOK's version
+						n += k
+					}
+				}
+				counts = append(counts, strconv.Itoa(n))
+			}
+		}
+		if len(counts) > 0 {
+			parts = append(parts, m+" "+strings.Join(counts, ", "))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "- KWOK's pod watch ended and started over (every pod sent to it again), run by run: " + strings.Join(parts, "; ") + "\n"
 }
 
 func abs(n int) int { return max(n, -n) }

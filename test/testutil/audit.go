@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -60,6 +61,8 @@ func WriteAuditPolicy(dir string) (policy, log string, err error) {
 
 type auditEvent struct {
 	RequestReceived time.Time `json:"requestReceivedTimestamp"`
+	StageTimestamp  time.Time `json:"stageTimestamp"`
+	UserAgent       string    `json:"userAgent"`
 	Verb            string    `json:"verb"`
 	Stage           string    `json:"stage"`
 	RequestURI      string    `json:"requestURI"`
@@ -231,6 +234,24 @@ func Writes(logPath, resource, subresource string) ([]Request, error) {
 		out = append(out, Request{Verb: e.Verb, Resource: e.ObjectRef.Resource, Subresource: e.ObjectRef.Subresource,
 			Namespace: e.ObjectRef.Namespace, Name: e.ObjectRef.Name, URI: e.RequestURI, Code: e.ResponseStatus.Code,
 			Received: e.RequestReceived})
+	})
+	return out, err
+}
+
+// WatchesEnded counts, by client (the first word of its user agent, e.g.
+// "kwok-v0.7.0"), the watches of a resource that ended between since
+// and until: closed by the API server (the client fell behind, or the watch
+// reached its timeout) or by the client. A client watches again after each;
+// one that starts over from resourceVersion 0 is sent every object again.
+func WatchesEnded(logPath, resource string, since, until time.Time) (map[string]int, error) {
+	out := map[string]int{}
+	err := scanAudit(logPath, func(e *auditEvent) {
+		if e.Stage != "ResponseComplete" || e.Verb != "watch" || e.ObjectRef.Resource != resource ||
+			e.StageTimestamp.Before(since) || e.StageTimestamp.After(until) {
+			return
+		}
+		client, _, _ := strings.Cut(e.UserAgent, "/")
+		out[client]++
 	})
 	return out, err
 }
