@@ -89,6 +89,9 @@ type podMemory struct {
 	// releasedAt holds when this process released pods' finalizers, so that
 	// a reconcile on a cache that does not show it yet does not patch again.
 	releasedAt map[string]time.Time
+	// releaseErr holds the errors of background releases that failed, for
+	// the next reconcile to return.
+	releaseErr error
 	// refusal is the API server's answer to the latest pod create issued
 	// here (nil: none issued yet).
 	refusal *jobs.CreateRefusal

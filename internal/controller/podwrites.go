@@ -13,7 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
@@ -63,20 +65,50 @@ func (r *SafeJobReconciler) act(ctx context.Context, sj *batchv1alpha1.SafeJob, 
 		}
 	}))
 	r.recordCreates(sj, created)
-	release := r.tracker.unreleased(key, sj.UID, plan.Release, r.Clock.Now())
-	fail(r.parallel(ctx, len(release), func(i int) {
-		if err := r.releaseFinalizer(ctx, sj.Namespace, release[i]); err != nil {
-			fail(err)
-			return
-		}
-		r.tracker.released(key, sj.UID, release[i], r.Clock.Now())
-	}))
+	r.releaseInBackground(ctx, key, sj.UID, r.tracker.unreleased(key, sj.UID, plan.Release, r.Clock.Now()))
 	fail(r.parallel(ctx, len(plan.Delete), func(i int) {
 		if err := r.deletePod(ctx, sj.Namespace, plan.Delete[i]); err != nil {
 			fail(err)
 		}
 	}))
 	return errors.Join(errs...)
+}
+
+// releaseInBackground releases the ledger finalizers of pods whose outcomes
+// the observed ledger records, without holding the reconcile: the status
+// write that follows (the next commit, and the pods it authorises) does not
+// wait on them, nor does the worker. Releasing a recorded pod is safe at any
+// time, in any order. Each pod counts as released from now (tracker), so a
+// reconcile meanwhile does not patch it again. A release that fails is
+// forgotten, so the next reconcile plans it again; its error is that
+// reconcile's error (and backoff, reconcileJob), and the SafeJob is queued
+// for it.
+func (r *SafeJobReconciler) releaseInBackground(ctx context.Context, key client.ObjectKey, uid types.UID, pods []string) {
+	if len(pods) == 0 {
+		return
+	}
+	for _, pod := range pods {
+		r.tracker.released(key, uid, pod, r.Clock.Now())
+	}
+	go func() {
+		var failed atomic.Bool
+		err := r.parallel(ctx, len(pods), func(i int) {
+			if err := r.releaseFinalizer(ctx, key.Namespace, pods[i]); err != nil {
+				r.tracker.releaseFailed(key, uid, pods[i], err)
+				failed.Store(true)
+				return
+			}
+			r.tracker.releaseDone(key, uid, pods[i], r.Clock.Now())
+		})
+		if err != nil || !failed.Load() {
+			return // done, or the process is stopping: its successor releases them
+		}
+		select {
+		case r.retry <- event.GenericEvent{Object: &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{
+			Namespace: key.Namespace, Name: key.Name, UID: uid}}}:
+		case <-ctx.Done():
+		}
+	}()
 }
 
 // recordCreates reports the pods one reconcile created in one event (one

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -71,6 +72,9 @@ type SafeJobReconciler struct {
 	tracker *tracker
 	// podWrites holds the slots of ConcurrentPodWrites.
 	podWrites slots
+	// retry queues a SafeJob again when a finalizer release issued in the
+	// background failed.
+	retry chan event.GenericEvent
 	// waiting returns how many SafeJobs wait in the work queue for a
 	// worker; set when the queue is built, before any reconcile.
 	waiting func() int
@@ -238,6 +242,11 @@ func (r *SafeJobReconciler) reconcileJob(ctx context.Context, sj *batchv1alpha1.
 	}
 	_, res := r.ttlResult(sj)
 	res.RequeueAfter = ledger.MinPositive(ledger.MinPositive(res.RequeueAfter, plan.RequeueAfter), ledger.MinPositive(wait, holdWait))
+	// Finalizer releases that failed in the background are this reconcile's
+	// error once its status is written: retried with the queue's backoff.
+	if err := r.tracker.takeReleaseError(client.ObjectKeyFromObject(sj), sj.UID); err != nil {
+		return reconcile.Result{}, err
+	}
 	return res, nil
 }
 

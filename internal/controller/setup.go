@@ -19,8 +19,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
@@ -228,6 +231,7 @@ func (q *stoppableQueue) ShuttingDown() bool { return q.stopped() }
 func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 	r.tracker = newTracker()
 	r.podWrites = newSlots(r.ConcurrentPodWrites)
+	r.retry = make(chan event.GenericEvent)
 	indexer := mgr.GetFieldIndexer()
 	if err := indexer.IndexField(context.Background(), &corev1.Pod{}, controllerUIDIndex, indexActivePodController); err != nil {
 		return fmt.Errorf("indexing pods by owner: %w", err)
@@ -260,6 +264,13 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 	}
 	err = b.
 		Watches(&corev1.Pod{}, &podHandler{tracker: r.tracker, cache: mgr.GetCache(), batch: r.PodBatchPeriod}).
+		// A SafeJob whose background finalizer release failed is queued
+		// with the queue's backoff (releaseInBackground).
+		WatchesRawSource(source.Channel(r.retry, handler.Funcs{
+			GenericFunc: func(_ context.Context, e event.GenericEvent, q queue) {
+				q.AddRateLimited(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
+			},
+		})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1), NewQueue: r.newQueue(mgr)}).
 		Named("safejob").
 		Complete(r)

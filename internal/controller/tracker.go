@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"errors"
 	"maps"
 	"sync"
 	"time"
@@ -173,6 +174,39 @@ func (t *tracker) forgetLastSeen(key types.NamespacedName, uid types.UID, pods [
 // released remembers that a pod's finalizer was removed.
 func (t *tracker) released(key types.NamespacedName, uid types.UID, pod string, now time.Time) {
 	t.with(key, uid, func(m *jobMemo) { m.pods.releasedAt[pod] = now })
+}
+
+// releaseDone notes that a release issued in the background succeeded, if
+// the SafeJob is still tracked (a release that ends after its SafeJob was
+// forgotten leaves no memo behind).
+func (t *tracker) releaseDone(key types.NamespacedName, uid types.UID, pod string, now time.Time) {
+	t.withTracked(key, uid, func(m *jobMemo) { m.pods.releasedAt[pod] = now })
+}
+
+// releaseFailed forgets a release issued in the background that failed, so
+// the next reconcile plans it again, and keeps its error for that reconcile.
+func (t *tracker) releaseFailed(key types.NamespacedName, uid types.UID, pod string, err error) {
+	t.withTracked(key, uid, func(m *jobMemo) {
+		delete(m.pods.releasedAt, pod)
+		m.pods.releaseErr = errors.Join(m.pods.releaseErr, err)
+	})
+}
+
+// takeReleaseError returns, once, the errors of the releases that failed
+// since the last call.
+func (t *tracker) takeReleaseError(key types.NamespacedName, uid types.UID) (err error) {
+	t.with(key, uid, func(m *jobMemo) { err, m.pods.releaseErr = m.pods.releaseErr, nil })
+	return err
+}
+
+// withTracked runs f on the memo of a SafeJob under the lock, if there is
+// one for that UID.
+func (t *tracker) withTracked(key types.NamespacedName, uid types.UID, f func(m *jobMemo)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if m := t.jobs[key]; m != nil && m.uid == uid {
+		f(m)
+	}
 }
 
 // unreleased filters out the pods released recently by this process.

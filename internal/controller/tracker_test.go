@@ -1,6 +1,9 @@
 package controller
 
 import (
+	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,4 +144,39 @@ func TestTrackerWakesOnDelivery(t *testing.T) {
 		t.Fatal("not woken by the delivery of the written version")
 	}
 	tr.delivered(sj) // a second delivery must not close it again
+}
+
+func TestTrackerBackgroundReleases(t *testing.T) {
+	tr := newTracker()
+	key := types.NamespacedName{Namespace: "ns", Name: "a"}
+	now := time.Unix(100, 0)
+	tr.released(key, "u1", "a-0-0", now) // issued
+	tr.released(key, "u1", "a-1-0", now)
+	if got := tr.unreleased(key, "u1", []string{"a-0-0", "a-1-0"}, now); len(got) != 0 {
+		t.Errorf("releases in flight planned again: %v", got)
+	}
+	tr.releaseDone(key, "u1", "a-0-0", now.Add(time.Second))
+	tr.releaseFailed(key, "u1", "a-1-0", errors.New("refused"))
+	if got := tr.unreleased(key, "u1", []string{"a-0-0", "a-1-0"}, now.Add(time.Second)); !slices.Equal(got, []string{"a-1-0"}) {
+		t.Errorf("unreleased after one release failed = %v, want a-1-0 only", got)
+	}
+	if err := tr.takeReleaseError(key, "u1"); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Errorf("the failed release's error = %v, want it once", err)
+	}
+	if err := tr.takeReleaseError(key, "u1"); err != nil {
+		t.Errorf("the failed release's error returned twice: %v", err)
+	}
+	// A release that ends after its SafeJob was forgotten, or replaced by
+	// one of the same name, leaves nothing behind.
+	tr.forget(key)
+	tr.releaseFailed(key, "u1", "a-1-0", errors.New("late"))
+	tr.releaseDone(key, "u1", "a-0-0", now)
+	if len(tr.jobs) != 0 {
+		t.Errorf("a late release made a memo for a forgotten SafeJob: %v", tr.jobs)
+	}
+	tr.released(key, "u2", "a-0-0", now)
+	tr.releaseFailed(key, "u1", "a-0-0", errors.New("old"))
+	if err := tr.takeReleaseError(key, "u2"); err != nil {
+		t.Errorf("the new SafeJob took an old one's release error: %v", err)
+	}
 }

@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -242,5 +244,69 @@ func TestFailureBackoff(t *testing.T) {
 			t.Errorf("attempt %d created %s after attempt %d, want at least the %s delay", k+1, gap, k, want)
 		}
 	}
+	h.finalCheck(t, got)
+}
+
+// refusingReleases fails every pod patch (the operator patches pods only to
+// release their ledger finalizer) while refuse is set.
+type refusingReleases struct {
+	client.Client
+	refuse  atomic.Bool
+	refused atomic.Int32
+}
+
+func (c *refusingReleases) Patch(ctx context.Context, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+	if _, ok := obj.(*corev1.Pod); ok && c.refuse.Load() {
+		c.refused.Add(1)
+		return apierrors.NewServiceUnavailable("finalizer releases refused by the test")
+	}
+	return c.Client.Patch(ctx, obj, p, opts...)
+}
+
+// TestFailedReleasesRetried: finalizer releases go out without holding the
+// SafeJob's ledger, so it completes while every release is refused; a
+// release that failed is retried by itself, with backoff, once the API
+// server accepts it again, though nothing changes on the pods or the SafeJob
+// to bring another reconcile.
+func TestFailedReleasesRetried(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, succeed, false)
+	rc := &refusingReleases{}
+	rc.refuse.Store(true)
+	startManager(t, h.ns, managerOptions{wrapClient: func(c client.Client, _ context.CancelFunc) client.Client {
+		rc.Client = c
+		return rc
+	}})
+	sj := testutil.MakeSafeJob("refused-release", h.ns).Parallelism(2).Completions(4).Obj()
+	if err := k8s.Create(context.Background(), sj); err != nil {
+		t.Fatal(err)
+	}
+	got := waitFinished(t, client.ObjectKeyFromObject(sj), time.Minute)
+	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || got.Status.Succeeded != 4 {
+		t.Fatalf("want Complete with 4 succeeded while releases are refused, got %d succeeded, %+v",
+			got.Status.Succeeded, got.Status.Conditions)
+	}
+	holding := func() (int, error) {
+		pods := &corev1.PodList{}
+		if err := k8s.List(context.Background(), pods, client.InNamespace(h.ns)); err != nil {
+			return 0, err
+		}
+		n := 0
+		for _, p := range pods.Items {
+			if slices.Contains(p.Finalizers, batchv1alpha1.LedgerFinalizer) {
+				n++
+			}
+		}
+		return n, nil
+	}
+	if n, err := holding(); err != nil || n != 4 || rc.refused.Load() == 0 {
+		t.Fatalf("while releases are refused: %d pods hold the ledger finalizer (want 4), %d releases refused, %v",
+			n, rc.refused.Load(), err)
+	}
+	rc.refuse.Store(false)
+	waitFor(t, 30*time.Second, "every pod's ledger finalizer released", func() (bool, error) {
+		n, err := holding()
+		return n == 0, err
+	})
 	h.finalCheck(t, got)
 }
