@@ -114,7 +114,7 @@ type result struct {
 	// the run (audit log): each is followed by a new watch, and KWOK's starts
 	// over from resourceVersion 0, so every pod is sent to it again.
 	PodWatchesEnded map[string]int `json:",omitempty"`
-	CPUSec         float64
+	CPUSec          float64
 	// ClusterCPUSec is the CPU time of each other component during the run,
 	// and MachineBusy the fraction of all cores busy (from /proc/stat).
 	ClusterCPUSec   map[string]float64
