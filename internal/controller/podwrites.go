@@ -82,7 +82,8 @@ func (r *SafeJobReconciler) act(ctx context.Context, sj *batchv1alpha1.SafeJob, 
 // reconcile meanwhile does not patch it again. A release that fails is
 // forgotten, so the next reconcile plans it again; its error is that
 // reconcile's error (and backoff, reconcileJob), and the SafeJob is queued
-// for it.
+// for it. ctx is the controller's, which outlives the reconcile (no
+// ReconciliationTimeout is set) and ends when the process stops.
 func (r *SafeJobReconciler) releaseInBackground(ctx context.Context, key client.ObjectKey, uid types.UID, pods []string) {
 	if len(pods) == 0 {
 		return

@@ -88,8 +88,9 @@ func TestReplayRejects(t *testing.T) {
 	}
 }
 
-// Two runs asked for by hand in the same second (the second request's time
-// is raised to the first's): whichever closes and is folded first, the
+// Two runs asked for by hand with one request time, as a ledger written
+// before request times were made to increase can hold: whichever closes and
+// is folded first, the
 // ledger still names the later one as carried out, so its request is never
 // committed again, and the earlier one stays known too.
 func TestFoldManualRunsOfOneSecond(t *testing.T) {

@@ -252,9 +252,10 @@ func fold(l *batchv1alpha1.Ledger, keep int, hold func(Ref) bool) (batchv1alpha1
 }
 
 // holdManualOrder keeps listed every run started by hand that follows, in
-// the ledger, a listed one of the same request time. Two requests can share a
-// time (a request's time is raised to the latest's, Decide), and neither the
-// checkpoint nor Replay can tell their order by time: Replay takes a listed
+// the ledger, a listed one of the same request time. Decide gives each request
+// a later time than the last, but a ledger written before it did so may hold
+// two requests of one time, and neither the checkpoint nor Replay can tell
+// their order by time: Replay takes a listed
 // run of the checkpoint's time as the later one. Folding only in ledger order
 // within a time keeps that true, so the checkpoint never names an earlier run
 // than a listed one of its time, and the latest request is never forgotten
