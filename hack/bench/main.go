@@ -114,6 +114,11 @@ type result struct {
 	// the run (audit log): each is followed by a new watch, and KWOK's starts
 	// over from resourceVersion 0, so every pod is sent to it again.
 	PodWatchesEnded map[string]int `json:",omitempty"`
+	// WatchEvents and WatchBytes count, by resource, the watch events
+	// kube-apiserver sent during the run: one per event and watcher, so a
+	// controller that adds a watcher of pods adds one per pod event.
+	WatchEvents map[string]int `json:",omitempty"`
+	WatchBytes  map[string]int `json:",omitempty"`
 	CPUSec          float64
 	// ClusterCPUSec is the CPU time of each other component during the run,
 	// and MachineBusy the fraction of all cores busy (from /proc/stat).
@@ -375,9 +380,11 @@ func runAll(o options, ws []workload) (results, failed []result) {
 					w.Name, m.Name, r, res.Completions, res.MakespanSec, res.PerSecond, res.FirstPodP50Sec, res.FirstPodP99Sec,
 					res.WritesPerCompl, res.CPUSec, res.PeakRSSMiB, res.ExtraPods, res.Reported, res.PodsSucceeded)
 				fmt.Printf("    machine %.0f%% busy; CPU s: apiserver %.1f, etcd %.1f, scheduler %.1f, kwok %.1f; "+
-					"watches closed for falling behind: %v; pod watches ended, by client: %v\n",
+					"watches closed for falling behind: %v; pod watches ended, by client: %v; "+
+					"pod watch events sent: %d (%.0f MiB)\n",
 					100*res.MachineBusy, res.ClusterCPUSec["kube-apiserver"], res.ClusterCPUSec["etcd"],
-					res.ClusterCPUSec["kube-scheduler"], res.ClusterCPUSec["kwok"], res.WatchersClosed, res.PodWatchesEnded)
+					res.ClusterCPUSec["kube-scheduler"], res.ClusterCPUSec["kwok"], res.WatchersClosed, res.PodWatchesEnded,
+					res.WatchEvents["pods"], float64(res.WatchBytes["pods"])/(1<<20))
 				res.Spec = &w
 				results = append(results, res)
 				if res.Inexact != "" {
@@ -1233,15 +1240,25 @@ func (res *result) addRequests(before, after map[string]int) {
 		case strings.HasPrefix(k, "read:"):
 			res.ReadsByRes[strings.TrimPrefix(k, "read:")] = d
 		case strings.HasPrefix(k, "closed:"):
-			if res.WatchersClosed == nil {
-				res.WatchersClosed = map[string]int{}
-			}
-			res.WatchersClosed[strings.TrimPrefix(k, "closed:")] = d
+			res.WatchersClosed = addTo(res.WatchersClosed, strings.TrimPrefix(k, "closed:"), d)
+		case strings.HasPrefix(k, "watchEvents:"):
+			res.WatchEvents = addTo(res.WatchEvents, strings.TrimPrefix(k, "watchEvents:"), d)
+		case strings.HasPrefix(k, "watchBytes:"):
+			res.WatchBytes = addTo(res.WatchBytes, strings.TrimPrefix(k, "watchBytes:"), d)
 		default:
 			res.WritesByRes[k] = d
 			res.Writes += d
 		}
 	}
+}
+
+// addTo adds n under key to m, making m if it is nil.
+func addTo(m map[string]int, key string, n int) map[string]int {
+	if m == nil {
+		m = map[string]int{}
+	}
+	m[key] += n
+	return m
 }
 
 // stepP50 is the median time from one step of a pod's life to the next,

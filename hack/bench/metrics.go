@@ -22,10 +22,12 @@ var (
 // scrapeWrites reads the API server's own count of requests
 // (apiserver_request_total): writes by resource[/subresource], reads as
 // "read:<verb>:<resource>", successful creates (201) as
-// "created:<resource>", and the watchers it closed for falling behind
+// "created:<resource>", the watchers it closed for falling behind
 // (apiserver_terminated_watchers_total: each costs its client a new watch,
 // or a re-list when its place has left the watch cache) as
-// "closed:<resource>".
+// "closed:<resource>", and the watch events it sent (one per event and
+// watcher, apiserver_watch_events_total and _sizes_sum) as
+// "watchEvents:<resource>" and "watchBytes:<resource>".
 func scrapeWrites(ctx context.Context, cfg *rest.Config) (map[string]int, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -38,11 +40,15 @@ func scrapeWrites(ctx context.Context, cfg *rest.Config) (map[string]int, error)
 	return parseMetrics(string(raw)), nil
 }
 
+// parsed are the series parseMetrics reads.
+var parsed = map[string]bool{"apiserver_request_total": true, "apiserver_terminated_watchers_total": true,
+	"apiserver_watch_events_total": true, "apiserver_watch_events_sizes_sum": true}
+
 // parseMetrics reads scrapeWrites' counts from the API server's metrics.
 func parseMetrics(raw string) map[string]int {
 	out := map[string]int{}
 	for _, line := range strings.Split(raw, "\n") {
-		if !strings.HasPrefix(line, "apiserver_request_total{") && !strings.HasPrefix(line, "apiserver_terminated_watchers_total{") {
+		if !strings.HasPrefix(line, "apiserver_") || !parsed[line[:max(0, strings.IndexByte(line, '{'))]] {
 			continue // the bulk of the text: histograms and other series, not parsed
 		}
 		name, labels, v, ok := sample(line)
@@ -50,6 +56,10 @@ func parseMetrics(raw string) map[string]int {
 		case !ok:
 		case name == "apiserver_terminated_watchers_total":
 			out["closed:"+labels["resource"]] += v
+		case name == "apiserver_watch_events_total":
+			out["watchEvents:"+labels["resource"]] += v
+		case name == "apiserver_watch_events_sizes_sum":
+			out["watchBytes:"+labels["resource"]] += v
 		case name == "apiserver_request_total":
 			key := labels["resource"]
 			if !writeVerbs[labels["verb"]] {

@@ -14,11 +14,14 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="WATCH",version="v1"} 1.2e+01
 apiserver_terminated_watchers_total{group="",resource="pods"} 4
 apiserver_terminated_watchers_total{group="batch.safejob.dev",resource="safejobs"} 1
-apiserver_watch_events_total{component="apiserver",group="",kind="Pod",version="v1"} 99
+apiserver_watch_events_total{component="apiserver",group="",resource="pods",version="v1"} 99
+apiserver_watch_events_sizes_sum{component="apiserver",group="",resource="pods",version="v1"} 123456
+apiserver_watch_events_sizes_bucket{component="apiserver",group="",resource="pods",version="v1",le="1024"} 50
+apiserver_request_total_bogus{resource="pods"} 7
 `
 	want := map[string]int{
 		"pods": 123, "created:pods": 120, "pods/status": 240, "read:LIST:pods": 7, "read:WATCH:pods": 12,
-		"closed:pods": 4, "closed:safejobs": 1,
+		"closed:pods": 4, "closed:safejobs": 1, "watchEvents:pods": 99, "watchBytes:pods": 123456,
 	}
 	if got := parseMetrics(raw); !maps.Equal(got, want) {
 		t.Errorf("parseMetrics = %v, want %v", got, want)
@@ -42,12 +45,14 @@ func TestClosedWatchers(t *testing.T) {
 }
 
 func TestAddRequests(t *testing.T) {
-	before := map[string]int{"pods": 10, "created:pods": 5, "read:LIST:pods": 2, "closed:pods": 1}
-	after := map[string]int{"pods": 30, "created:pods": 15, "read:LIST:pods": 2, "closed:pods": 4, "pods/status": 40}
+	before := map[string]int{"pods": 10, "created:pods": 5, "read:LIST:pods": 2, "closed:pods": 1, "watchEvents:pods": 100}
+	after := map[string]int{"pods": 30, "created:pods": 15, "read:LIST:pods": 2, "closed:pods": 4, "pods/status": 40,
+		"watchEvents:pods": 350, "watchBytes:pods": 4096}
 	res := result{WritesByRes: map[string]int{}, ReadsByRes: map[string]int{}}
 	res.addRequests(before, after)
 	if res.Writes != 60 || res.PodsCreated != 10 || !maps.Equal(res.WritesByRes, map[string]int{"pods": 20, "pods/status": 40}) ||
-		len(res.ReadsByRes) != 0 || !maps.Equal(res.WatchersClosed, map[string]int{"pods": 3}) {
+		len(res.ReadsByRes) != 0 || !maps.Equal(res.WatchersClosed, map[string]int{"pods": 3}) ||
+		!maps.Equal(res.WatchEvents, map[string]int{"pods": 250}) || !maps.Equal(res.WatchBytes, map[string]int{"pods": 4096}) {
 		t.Errorf("addRequests: %+v", res)
 	}
 }
@@ -67,5 +72,21 @@ func TestKWOKRewatches(t *testing.T) {
 	}
 	if got := kwokRewatches(results, "W3"); got != "" {
 		t.Errorf("kwokRewatches(W3) = %q, want nothing", got)
+	}
+}
+
+func TestPodWatchEvents(t *testing.T) {
+	results := []result{
+		{Workload: "W2", Mode: modeBuiltin, Completions: 100, WatchEvents: map[string]int{"pods": 3000}, WatchBytes: map[string]int{"pods": 2048000}},
+		{Workload: "W2", Mode: modeSafeJob, Completions: 100, WatchEvents: map[string]int{"pods": 3600}, WatchBytes: map[string]int{"pods": 3072000}},
+		{Workload: "W2", Mode: modeSafeJob, Completions: 100}, // from before the count was kept
+	}
+	want := "- pod watch events kube-apiserver sent per completion, one per event and watcher (medians): " +
+		modeBuiltin + " 30.0 (20.0 KiB), " + modeSafeJob + " 36.0 (30.0 KiB)\n"
+	if got := podWatchEvents(results, "W2"); got != want {
+		t.Errorf("podWatchEvents(W2) = %q, want %q", got, want)
+	}
+	if got := podWatchEvents(results, "W1"); got != "" {
+		t.Errorf("podWatchEvents(W1) = %q, want nothing", got)
 	}
 }

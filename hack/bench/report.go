@@ -196,6 +196,7 @@ func verdict(results []result, w string) string {
 	b.WriteString(quotaLines(results, w))
 	b.WriteString(closedWatchers(results, w))
 	b.WriteString(kwokRewatches(results, w))
+	b.WriteString(podWatchEvents(results, w))
 	fmt.Fprintf(&b, "- largest status seen: SafeJob %s, built-in %s (target: at most 256 KiB at 100,000 completions)\n",
 		kib(largestStatus(results, w, modeSafeJob)), kib(largestStatus(results, w, modeBuiltin)))
 	fmt.Fprintf(&b, "- half the pods succeeded: SafeJob at %.1f s, built-in at %.1f s (target: SafeJob no later); "+
@@ -547,6 +548,31 @@ func closedWatchers(results []result, w string) string {
 		return ""
 	}
 	return "- watches kube-apiserver closed for falling behind (every client): " + strings.Join(parts, ", ") + "\n"
+}
+
+// podWatchEvents gives, by mode, the median pod watch events kube-apiserver
+// sent per completion (one per pod event and watcher) and their bytes: a
+// cost that grows with every watcher of pods, which no write count shows.
+// Runs from before this was recorded are left out.
+func podWatchEvents(results []result, w string) string {
+	var parts []string
+	for _, m := range modeOrder {
+		var events, kib []float64
+		for _, r := range results {
+			if r.Workload == w && r.Mode == m && r.WatchEvents["pods"] > 0 && r.Completions > 0 {
+				events = append(events, float64(r.WatchEvents["pods"])/float64(r.Completions))
+				kib = append(kib, float64(r.WatchBytes["pods"])/1024/float64(r.Completions))
+			}
+		}
+		if len(events) > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.1f (%.1f KiB)", m, median(events), median(kib)))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "- pod watch events kube-apiserver sent per completion, one per event and watcher (medians): " +
+		strings.Join(parts, ", ") + "\n"
 }
 
 // kwokRewatches says, run by run, how often KWOK's pod watch ended during
