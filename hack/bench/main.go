@@ -119,7 +119,7 @@ type result struct {
 	// controller that adds a watcher of pods adds one per pod event.
 	WatchEvents map[string]int `json:",omitempty"`
 	WatchBytes  map[string]int `json:",omitempty"`
-	CPUSec          float64
+	CPUSec      float64
 	// ClusterCPUSec is the CPU time of each other component during the run,
 	// and MachineBusy the fraction of all cores busy (from /proc/stat).
 	ClusterCPUSec   map[string]float64
