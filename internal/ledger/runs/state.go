@@ -288,9 +288,7 @@ func (st *State) Covers(prev *State) error {
 	if st.Runs < prev.Runs || st.Missed < prev.Missed {
 		return fmt.Errorf("a count went down: runs %d -> %d, missed %d -> %d", prev.Runs, st.Runs, prev.Missed, st.Missed)
 	}
-	// The latest request carried out stays known, unless a later one
-	// replaced it: otherwise the request would be committed again.
-	if prev.LastManual != "" && !st.HasRun(prev.LastManual) && (st.LastManual == "" || prev.HasRun(st.LastManual)) {
+	if st.forgetsLatestManual(prev) {
 		return fmt.Errorf("run %s, the latest started by hand, forgotten", prev.LastManual)
 	}
 	for name := range prev.Closed {
@@ -310,6 +308,13 @@ func (st *State) Covers(prev *State) error {
 		}
 	}
 	return nil
+}
+
+// forgetsLatestManual reports whether st no longer knows prev's latest run
+// started by hand while no later one replaced it: its request would be
+// committed again.
+func (st *State) forgetsLatestManual(prev *State) bool {
+	return prev.LastManual != "" && !st.HasRun(prev.LastManual) && (st.LastManual == "" || prev.HasRun(st.LastManual))
 }
 
 // Name is the deterministic name of the run scheduled for t:
