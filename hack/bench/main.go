@@ -119,6 +119,9 @@ type result struct {
 	// controller that adds a watcher of pods adds one per pod event.
 	WatchEvents map[string]int `json:",omitempty"`
 	WatchBytes  map[string]int `json:",omitempty"`
+	// ExtraPodWatchers is -extra-pod-watchers: informers of pods the bench
+	// ran beside the controller.
+	ExtraPodWatchers int `json:",omitempty"`
 	CPUSec      float64
 	// ClusterCPUSec is the CPU time of each other component during the run,
 	// and MachineBusy the fraction of all cores busy (from /proc/stat).
@@ -158,6 +161,9 @@ type options struct {
 	profileSeconds                         int
 	profileAfter                           time.Duration
 	operatorArgs                           []string
+	// extraPodWatchers runs that many more informers of pods in the bench,
+	// to measure what a watcher of pods costs kube-apiserver.
+	extraPodWatchers int
 	// rev is the commit the runs start from (the tree may move on while
 	// they run).
 	rev string
@@ -195,6 +201,8 @@ func main() {
 	flag.IntVar(&o.kcmVerbosity, "kcm-v", 0, "kube-controller-manager's log verbosity (with -keep-logs: the built-in controller's log)")
 	var opArgs string
 	flag.StringVar(&opArgs, "operator-args", "", "extra flags for the operator, space separated")
+	flag.IntVar(&o.extraPodWatchers, "extra-pod-watchers", 0, "run this many more informers of pods in every run, "+
+		"as another controller would (for experiments: what a watcher of pods costs kube-apiserver)")
 	flag.StringVar(&out, "out", "BENCHMARKS.md", "the Markdown report")
 	flag.StringVar(&chart, "chart", "docs/benchmarks.png", "the chart (PNG; an SVG of it is written beside it)")
 	flag.StringVar(&jsonOut, "json", "bench-results.json", "every run's raw results")
@@ -520,6 +528,11 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
+	for range o.extraPodWatchers {
+		if err := startPodWatcher(ctx, cfg); err != nil {
+			return result{}, err
+		}
+	}
 	before, err := scrapeWrites(ctx, cfg)
 	if err != nil {
 		return result{}, err
@@ -538,6 +551,7 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	}
 	heapProfile(o, w, m, repeat)
 	res := measure(w, m, repeat, start, end, created, rec, before, after, cpuSeconds(ctrl)-cpu0, peakRSS(ctrl))
+	res.ExtraPodWatchers = o.extraPodWatchers
 	if res.PodWatchesEnded, err = testutil.WatchesEnded(c.AuditLog, "pods", start, end); err != nil {
 		return result{}, fmt.Errorf("reading pod watches from the audit log: %w", err)
 	}
@@ -840,6 +854,23 @@ type recorder struct {
 	// quota.
 	counted            map[string]bool
 	active, peakActive int
+}
+
+// startPodWatcher runs an informer of the bench's pods that does nothing
+// with them, until ctx ends: one more watcher, as another controller is.
+func startPodWatcher(ctx context.Context, cfg *rest.Config) error {
+	informers, err := cache.New(cfg, cache.Options{Scheme: cluster.Scheme(), DefaultNamespaces: map[string]cache.Config{ns: {}}})
+	if err != nil {
+		return fmt.Errorf("creating an extra pod watcher: %w", err)
+	}
+	if _, err := informers.GetInformer(ctx, &corev1.Pod{}); err != nil {
+		return fmt.Errorf("creating an extra pod watcher: %w", err)
+	}
+	go func() { _ = informers.Start(ctx) }()
+	if !informers.WaitForCacheSync(ctx) {
+		return fmt.Errorf("the extra pod watcher did not sync")
+	}
+	return nil
 }
 
 func startRecorder(ctx context.Context, cfg *rest.Config, controller string) (*recorder, error) {
