@@ -122,7 +122,7 @@ type result struct {
 	// ExtraPodWatchers is -extra-pod-watchers: informers of pods the bench
 	// ran beside the controller.
 	ExtraPodWatchers int `json:",omitempty"`
-	CPUSec      float64
+	CPUSec           float64
 	// ClusterCPUSec is the CPU time of each other component during the run,
 	// and MachineBusy the fraction of all cores busy (from /proc/stat).
 	ClusterCPUSec   map[string]float64
