@@ -67,12 +67,7 @@ func TestKWOKRewatches(t *testing.T) {
 	}
 	want := "- KWOK's pod watch ended and started over (every pod sent to it again), run by run: " +
 		modeBuiltin + " 1, 6; " + modeSafeJob + " 0\n"
-	if got := kwokRewatches(results, "W2"); got != want {
-		t.Errorf("kwokRewatches(W2) = %q, want %q", got, want)
-	}
-	if got := kwokRewatches(results, "W3"); got != "" {
-		t.Errorf("kwokRewatches(W3) = %q, want nothing", got)
-	}
+	checkLine(t, "kwokRewatches", kwokRewatches, results, want, "W3")
 }
 
 func TestPodWatchEvents(t *testing.T) {
@@ -83,10 +78,17 @@ func TestPodWatchEvents(t *testing.T) {
 	}
 	want := "- pod watch events kube-apiserver sent per completion, one per event and watcher (medians): " +
 		modeBuiltin + " 30.0 (20.0 KiB), " + modeSafeJob + " 36.0 (30.0 KiB)\n"
-	if got := podWatchEvents(results, "W2"); got != want {
-		t.Errorf("podWatchEvents(W2) = %q, want %q", got, want)
+	checkLine(t, "podWatchEvents", podWatchEvents, results, want, "W1")
+}
+
+// checkLine checks the report line a function writes for W2, and that it
+// writes none for a workload without the count.
+func checkLine(t *testing.T, name string, line func([]result, string) string, results []result, want, absent string) {
+	t.Helper()
+	if got := line(results, "W2"); got != want {
+		t.Errorf("%s(W2) = %q, want %q", name, got, want)
 	}
-	if got := podWatchEvents(results, "W1"); got != "" {
-		t.Errorf("podWatchEvents(W1) = %q, want nothing", got)
+	if got := line(results, absent); got != "" {
+		t.Errorf("%s(%s) = %q, want nothing", name, absent, got)
 	}
 }
