@@ -65,7 +65,7 @@ func (r *SafeJobReconciler) act(ctx context.Context, sj *batchv1alpha1.SafeJob, 
 		}
 	}))
 	r.recordCreates(sj, created)
-	r.releaseInBackground(ctx, key, sj.UID, r.tracker.unreleased(key, sj.UID, plan.Release, r.Clock.Now()))
+	r.releaseInBackground(key, sj.UID, r.tracker.unreleased(key, sj.UID, plan.Release, r.Clock.Now()))
 	fail(r.parallel(ctx, len(plan.Delete), func(i int) {
 		if err := r.deletePod(ctx, sj.Namespace, plan.Delete[i]); err != nil {
 			fail(err)
@@ -74,42 +74,58 @@ func (r *SafeJobReconciler) act(ctx context.Context, sj *batchv1alpha1.SafeJob, 
 	return errors.Join(errs...)
 }
 
-// releaseInBackground releases the ledger finalizers of pods whose outcomes
-// the observed ledger records, without holding the reconcile: the status
-// write that follows (the next commit, and the pods it authorises) does not
-// wait on them, nor does the worker. Releasing a recorded pod is safe at any
-// time, in any order. Each pod counts as released from now (tracker), so a
-// reconcile meanwhile does not patch it again. A release that fails is
-// forgotten, so the next reconcile plans it again; its error is that
-// reconcile's error (and backoff, reconcileJob), and the SafeJob is queued
-// for it. ctx is the controller's, which outlives the reconcile (no
-// ReconciliationTimeout is set) and ends when the process stops.
-func (r *SafeJobReconciler) releaseInBackground(ctx context.Context, key client.ObjectKey, uid types.UID, pods []string) {
-	if len(pods) == 0 {
-		return
-	}
+// releaseInBackground queues the release of the ledger finalizers of pods
+// whose outcomes the observed ledger records, without holding the
+// reconcile: the status write that follows (the next commit, and the pods it
+// authorises) does not wait on them, nor does the worker. Releasing a
+// recorded pod is safe at any time, in any order. Each pod counts as
+// released from now (tracker), so a reconcile meanwhile does not patch it
+// again; the queue holds a pod once however often it is asked for. The
+// queue's workers (releaseWorkers) issue them.
+func (r *SafeJobReconciler) releaseInBackground(key client.ObjectKey, uid types.UID, pods []string) {
+	items := make([]releaseItem, 0, len(pods))
 	for _, pod := range pods {
 		r.tracker.released(key, uid, pod, r.Clock.Now())
+		items = append(items, releaseItem{pod: types.NamespacedName{Namespace: key.Namespace, Name: pod}, job: key, uid: uid})
 	}
-	go func() {
-		var failed atomic.Bool
-		err := r.parallel(ctx, len(pods), func(i int) {
-			if err := r.releaseFinalizer(ctx, key.Namespace, pods[i]); err != nil {
-				r.tracker.releaseFailed(key, uid, pods[i], err)
-				failed.Store(true)
-				return
-			}
-			r.tracker.releaseDone(key, uid, pods[i], r.Clock.Now())
-		})
-		if err != nil || !failed.Load() {
-			return // done, or the process is stopping: its successor releases them
-		}
-		select {
-		case r.retry <- event.GenericEvent{Object: &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{
-			Namespace: key.Namespace, Name: key.Name, UID: uid}}}:
-		case <-ctx.Done():
-		}
-	}()
+	if len(items) > 0 {
+		r.releases.add(items...)
+	}
+}
+
+// releaseWorkers is how many finalizer releases are issued at once: half
+// the pod-write slots, so that the creates users wait on always find the
+// other half free of releases.
+func (r *SafeJobReconciler) releaseWorkers() int {
+	if r.ConcurrentPodWrites <= 0 {
+		return actWorkers
+	}
+	return max(r.ConcurrentPodWrites/2, 1)
+}
+
+// releaseOne issues one queued release, holding a pod-write slot. A release
+// that fails is forgotten, so the next reconcile plans it again; its error
+// is that reconcile's error (and backoff, reconcileJob), and the SafeJob is
+// queued for it, once for the failures that reconcile will return. ctx is the manager's: it ends when the process stops, and
+// the releases still queued are then planned again by its successor.
+func (r *SafeJobReconciler) releaseOne(ctx context.Context, it releaseItem) {
+	if !r.podWrites.acquire(ctx) {
+		return
+	}
+	err := r.releaseFinalizer(ctx, it.pod.Namespace, it.pod.Name)
+	r.podWrites.release()
+	if err == nil {
+		r.tracker.releaseDone(it.job, it.uid, it.pod.Name, r.Clock.Now())
+		return
+	}
+	if !r.tracker.releaseFailed(it.job, it.uid, it.pod.Name, err) {
+		return // the SafeJob is queued already for an earlier failure
+	}
+	select {
+	case r.retry <- event.GenericEvent{Object: &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{
+		Namespace: it.job.Namespace, Name: it.job.Name, UID: it.uid}}}:
+	case <-ctx.Done():
+	}
 }
 
 // recordCreates reports the pods one reconcile created in one event (one

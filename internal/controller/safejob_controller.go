@@ -72,6 +72,9 @@ type SafeJobReconciler struct {
 	tracker *tracker
 	// podWrites holds the slots of ConcurrentPodWrites.
 	podWrites slots
+	// releases holds the finalizer releases issued in the background until
+	// a release worker takes them (releaseInBackground).
+	releases *releaseQueue
 	// retry queues a SafeJob again when a finalizer release issued in the
 	// background failed.
 	retry chan event.GenericEvent

@@ -232,6 +232,15 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 	r.tracker = newTracker()
 	r.podWrites = newSlots(r.ConcurrentPodWrites)
 	r.retry = make(chan event.GenericEvent)
+	r.releases = newReleaseQueue()
+	// The release workers run with the controller, under the same leader
+	// election.
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		r.releases.run(ctx, r.releaseWorkers(), r.releaseOne)
+		return nil
+	})); err != nil {
+		return fmt.Errorf("adding the finalizer release workers: %w", err)
+	}
 	indexer := mgr.GetFieldIndexer()
 	if err := indexer.IndexField(context.Background(), &corev1.Pod{}, controllerUIDIndex, indexActivePodController); err != nil {
 		return fmt.Errorf("indexing pods by owner: %w", err)

@@ -185,11 +185,17 @@ func (t *tracker) releaseDone(key types.NamespacedName, uid types.UID, pod strin
 
 // releaseFailed forgets a release issued in the background that failed, so
 // the next reconcile plans it again, and keeps its error for that reconcile.
-func (t *tracker) releaseFailed(key types.NamespacedName, uid types.UID, pod string, err error) {
+// first reports that no earlier failure waits for that reconcile (or that
+// the SafeJob is no longer tracked): the SafeJob needs queueing for it once,
+// not once per pod, or its backoff would grow with every pod refused.
+func (t *tracker) releaseFailed(key types.NamespacedName, uid types.UID, pod string, err error) (first bool) {
+	first = true
 	t.withTracked(key, uid, func(m *jobMemo) {
 		delete(m.pods.releasedAt, pod)
+		first = m.pods.releaseErr == nil
 		m.pods.releaseErr = errors.Join(m.pods.releaseErr, err)
 	})
+	return first
 }
 
 // takeReleaseError returns, once, the errors of the releases that failed

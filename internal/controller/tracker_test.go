@@ -156,7 +156,13 @@ func TestTrackerBackgroundReleases(t *testing.T) {
 		t.Errorf("releases in flight planned again: %v", got)
 	}
 	tr.releaseDone(key, "u1", "a-0-0", now.Add(time.Second))
-	tr.releaseFailed(key, "u1", "a-1-0", errors.New("refused"))
+	if !tr.releaseFailed(key, "u1", "a-1-0", errors.New("refused")) {
+		t.Error("the first failed release did not ask to queue the SafeJob")
+	}
+	tr.released(key, "u1", "a-2-0", now)
+	if tr.releaseFailed(key, "u1", "a-2-0", errors.New("refused")) {
+		t.Error("a second failure before the reconcile that returns the first asked to queue the SafeJob again")
+	}
 	if got := tr.unreleased(key, "u1", []string{"a-0-0", "a-1-0"}, now.Add(time.Second)); !slices.Equal(got, []string{"a-1-0"}) {
 		t.Errorf("unreleased after one release failed = %v, want a-1-0 only", got)
 	}
@@ -166,6 +172,10 @@ func TestTrackerBackgroundReleases(t *testing.T) {
 	if err := tr.takeReleaseError(key, "u1"); err != nil {
 		t.Errorf("the failed release's error returned twice: %v", err)
 	}
+	if !tr.releaseFailed(key, "u1", "a-2-0", errors.New("refused")) {
+		t.Error("a failure after the error was returned did not ask to queue the SafeJob")
+	}
+	_ = tr.takeReleaseError(key, "u1")
 	// A release that ends after its SafeJob was forgotten, or replaced by
 	// one of the same name, leaves nothing behind.
 	tr.forget(key)
