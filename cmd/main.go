@@ -51,7 +51,7 @@ func main() {
 		"How long a change of status.ready alone may wait to be written, so that it travels with the next ledger fact (0: at once). "+
 			"Longer saves writes for short pods but shows their ready count later.")
 	flag.DurationVar(&s.readyBusy, "ready-busy-period", controller.DefaultReadyBusyPeriod,
-		"How long a change of status.ready alone may wait while SafeJobs queue for a worker, or finalizer releases for theirs "+
+		"How long a change of status.ready alone may wait while SafeJobs queue for a worker "+
 			"(0 or less than --ready-batch-period: as --ready-batch-period).")
 	flag.DurationVar(&s.failureBackoff, "pod-failure-backoff", jobs.DefaultBackoff.Base,
 		"The delay before a failed pod is replaced, doubling with each failure since the last success, "+

@@ -13,7 +13,7 @@ import (
 
 // TestReadyOnlyWritesWaitLongerWhileBacklogged checks that a change of the
 // ready count alone waits ReadyBatchPeriod while no SafeJob waits for a
-// worker, ReadyBusyPeriod while some do (or finalizer releases wait), and never holds a ledger fact.
+// worker, ReadyBusyPeriod while some do, and never holds a ledger fact.
 func TestReadyOnlyWritesWaitLongerWhileBacklogged(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
 	waiting := 0
@@ -34,14 +34,6 @@ func TestReadyOnlyWritesWaitLongerWhileBacklogged(t *testing.T) {
 	step(0, 0, 0)                         // the backlog cleared, 2s after it was first seen: due
 	step(0, 0, time.Second)               // a new change on an idle controller: the batch period
 	step(time.Second, 0, 0)
-
-	// Releases waiting for their workers are a backlog too.
-	r.releases = newReleaseQueue()
-	step(0, 0, time.Second) // idle
-	step(time.Second, 0, 0)
-	r.releases.add(podItem("a-0-0"))
-	step(0, 0, 5*time.Second)
-	r.releases = nil
 
 	// A ledger fact is never held, backlog or not.
 	waiting = 3

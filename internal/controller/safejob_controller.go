@@ -49,7 +49,7 @@ type SafeJobReconciler struct {
 	// own). Ledger facts are never delayed. 0 writes it at once.
 	ReadyBatchPeriod time.Duration
 	// ReadyBusyPeriod replaces ReadyBatchPeriod while SafeJobs wait in the
-	// queue for a worker, or finalizer releases for theirs: a busy controller holds a ready-count change this
+	// queue for a worker: a busy controller holds a ready-count change this
 	// long, so that it travels with the pods' outcomes rather than costing a
 	// write of its own when writes cost the most (the Job controller's
 	// backlogged queue gathers them the same way). Ledger facts are never
@@ -286,9 +286,7 @@ func (r *SafeJobReconciler) deferReadyOnly(sj *batchv1alpha1.SafeJob, plan *jobs
 	return r.tracker.deferReady(client.ObjectKeyFromObject(sj), sj.UID, r.Clock.Now(), period)
 }
 
-// backlogged reports whether SafeJobs wait in the queue for a worker, or
-// finalizer releases for a release worker: either way the operator's work
-// is behind what the API server takes from it.
+// backlogged reports whether SafeJobs wait in the queue for a worker.
 func (r *SafeJobReconciler) backlogged() bool {
-	return (r.waiting != nil && r.waiting() > 0) || (r.releases != nil && r.releases.len() > 0)
+	return r.waiting != nil && r.waiting() > 0
 }
