@@ -37,6 +37,10 @@ type Metrics struct {
 	PodFailures *prometheus.CounterVec
 	// ReconcileDuration is how long reconciles take, by result.
 	ReconcileDuration *prometheus.HistogramVec
+	// ReleasesWaiting is how many finalizer releases of recorded pods wait
+	// for a release worker: a count that keeps growing says the API server
+	// takes the operator's pod writes more slowly than pods end.
+	ReleasesWaiting prometheus.Gauge
 }
 
 // labelResult is the label of a reconcile's or a SafeJob's result.
@@ -83,13 +87,17 @@ func NewMetrics() *Metrics {
 			Help:    "Duration of SafeJob reconciles, by result (success, error).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}, []string{labelResult}),
+		ReleasesWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "safejob_finalizer_releases_waiting",
+			Help: "Ledger finalizer releases of pods whose outcome is recorded, waiting for a release worker.",
+		}),
 	}
 }
 
 // Register adds the metrics to a registry.
 func (m *Metrics) Register(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.Reconciles, m.Conflicts, m.PodsCreated, m.CreatesExpired, m.LedgerAppends, m.CommitObserve,
-		m.JobsFinished, m.PodFailures, m.ReconcileDuration} {
+		m.JobsFinished, m.PodFailures, m.ReconcileDuration, m.ReleasesWaiting} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("registering metric: %w", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -27,10 +28,20 @@ type releaseQueue struct {
 	order   []releaseItem
 	// wake holds a token when items may be waiting.
 	wake chan struct{}
+	// gauge, if set, shows how many wait.
+	gauge prometheus.Gauge
 }
 
-func newReleaseQueue() *releaseQueue {
-	return &releaseQueue{waiting: map[types.NamespacedName]bool{}, wake: make(chan struct{}, 1)}
+// newReleaseQueue returns an empty queue; gauge (may be nil) shows its length.
+func newReleaseQueue(gauge prometheus.Gauge) *releaseQueue {
+	return &releaseQueue{waiting: map[types.NamespacedName]bool{}, wake: make(chan struct{}, 1), gauge: gauge}
+}
+
+// measured updates the gauge; the lock must be held.
+func (q *releaseQueue) measured() {
+	if q.gauge != nil {
+		q.gauge.Set(float64(len(q.order)))
+	}
 }
 
 // add queues the releases of pods not already waiting.
@@ -44,6 +55,7 @@ func (q *releaseQueue) add(items ...releaseItem) {
 		q.waiting[it.pod] = true
 		q.order = append(q.order, it)
 	}
+	q.measured()
 	select {
 	case q.wake <- struct{}{}:
 	default:
@@ -66,6 +78,7 @@ func (q *releaseQueue) next(ctx context.Context) (releaseItem, bool) {
 			q.order[0] = releaseItem{}
 			q.order = q.order[1:]
 			delete(q.waiting, it.pod)
+			q.measured()
 			more := len(q.order) > 0
 			q.mu.Unlock()
 			if more { // pass the token on to the next idle worker

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 )
@@ -18,11 +20,15 @@ func podItem(name string) releaseItem {
 }
 
 func TestReleaseQueueOrderAndOnce(t *testing.T) {
-	q := newReleaseQueue()
+	gauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "waiting"})
+	q := newReleaseQueue(gauge)
 	q.add(podItem("a"), podItem("b"))
 	q.add(podItem("a"), podItem("c")) // a is already waiting
 	if q.len() != 3 {
 		t.Fatalf("waiting = %d, want 3 (a pod asked for twice waits once)", q.len())
+	}
+	if got := testutil.ToFloat64(gauge); got != 3 {
+		t.Errorf("the gauge shows %v waiting, want 3", got)
 	}
 	ctx := context.Background()
 	for _, want := range []string{"a", "b"} {
@@ -36,6 +42,9 @@ func TestReleaseQueueOrderAndOnce(t *testing.T) {
 			t.Fatalf("next = %v %v, want %s", it.pod.Name, ok, want)
 		}
 	}
+	if got := testutil.ToFloat64(gauge); got != 0 {
+		t.Errorf("the gauge shows %v waiting once all were taken, want 0", got)
+	}
 	stopped, cancel := context.WithCancel(ctx)
 	cancel()
 	if it, ok := q.next(stopped); ok {
@@ -48,7 +57,7 @@ func TestReleaseQueueOrderAndOnce(t *testing.T) {
 // and waiting costs no goroutine.
 func TestReleaseQueueBoundedWorkers(t *testing.T) {
 	const workers, n = 3, 2000
-	q := newReleaseQueue()
+	q := newReleaseQueue(nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	gate := make(chan struct{})
 	var inFlight, most atomic.Int32
@@ -100,7 +109,7 @@ func TestReleaseQueueBoundedWorkers(t *testing.T) {
 // asked for while the workers are busy wait in the queue (counted released
 // by the tracker) and start no goroutine each.
 func TestReleasesWaitWithoutGoroutines(t *testing.T) {
-	r := &SafeJobReconciler{Clock: clock.RealClock{}, tracker: newTracker(), releases: newReleaseQueue()}
+	r := &SafeJobReconciler{Clock: clock.RealClock{}, tracker: newTracker(), releases: newReleaseQueue(nil)}
 	key := types.NamespacedName{Namespace: "ns", Name: "j"}
 	before := runtime.NumGoroutine()
 	const n = 5000

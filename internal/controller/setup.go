@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -232,7 +233,11 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 	r.tracker = newTracker()
 	r.podWrites = newSlots(r.ConcurrentPodWrites)
 	r.retry = make(chan event.GenericEvent)
-	r.releases = newReleaseQueue()
+	var waiting prometheus.Gauge
+	if r.Metrics != nil {
+		waiting = r.Metrics.ReleasesWaiting
+	}
+	r.releases = newReleaseQueue(waiting)
 	// The release workers run with the controller, under the same leader
 	// election.
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
