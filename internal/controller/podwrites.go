@@ -106,8 +106,9 @@ func (r *SafeJobReconciler) releaseWorkers() int {
 // releaseOne issues one queued release, holding a pod-write slot. A release
 // that fails is forgotten, so the next reconcile plans it again; its error
 // is that reconcile's error (and backoff, reconcileJob), and the SafeJob is
-// queued for it, once for the failures that reconcile will return. ctx is the manager's: it ends when the process stops, and
-// the releases still queued are then planned again by its successor.
+// queued for it, once for the failures that reconcile will return. ctx is
+// the manager's: it ends when the process stops, and the releases still
+// queued are then planned again by its successor.
 func (r *SafeJobReconciler) releaseOne(ctx context.Context, it releaseItem) {
 	if !r.podWrites.acquire(ctx) {
 		return
