@@ -62,13 +62,6 @@ func (q *releaseQueue) add(items ...releaseItem) {
 	}
 }
 
-// len reports how many releases wait for a worker.
-func (q *releaseQueue) len() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.order)
-}
-
 // next takes the oldest waiting release, waiting for one; false once ctx ends.
 func (q *releaseQueue) next(ctx context.Context) (releaseItem, bool) {
 	for {

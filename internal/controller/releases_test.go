@@ -15,6 +15,13 @@ import (
 	"k8s.io/utils/clock"
 )
 
+// len reports how many releases wait for a worker.
+func (q *releaseQueue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.order)
+}
+
 func podItem(name string) releaseItem {
 	return releaseItem{pod: types.NamespacedName{Namespace: "ns", Name: name}, job: types.NamespacedName{Namespace: "ns", Name: "j"}, uid: "u"}
 }
