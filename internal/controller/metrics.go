@@ -37,6 +37,11 @@ type Metrics struct {
 	PodFailures *prometheus.CounterVec
 	// ReconcileDuration is how long reconciles take, by result.
 	ReconcileDuration *prometheus.HistogramVec
+	// StatusWrites counts SafeJob status writes by kind: ledger (it
+	// appended to the ledger), counts (only the pod counters active, ready
+	// and terminating changed) and other (conditions and the rest). Counts
+	// writes are the ones the ready batch periods hold back.
+	StatusWrites *prometheus.CounterVec
 	// ReleasesWaiting is how many finalizer releases of recorded pods wait
 	// for a release worker: a count that keeps growing says the API server
 	// takes the operator's pod writes more slowly than pods end.
@@ -87,6 +92,10 @@ func NewMetrics() *Metrics {
 			Help:    "Duration of SafeJob reconciles, by result (success, error).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}, []string{labelResult}),
+		StatusWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "safejob_status_writes_total",
+			Help: "SafeJob status writes, by kind: ledger (appended to the ledger), counts (only active, ready or terminating changed), other.",
+		}, []string{"kind"}),
 		ReleasesWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "safejob_finalizer_releases_waiting",
 			Help: "Ledger finalizer releases of pods whose outcome is recorded, waiting for a release worker.",
@@ -97,7 +106,7 @@ func NewMetrics() *Metrics {
 // Register adds the metrics to a registry.
 func (m *Metrics) Register(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.Reconciles, m.Conflicts, m.PodsCreated, m.CreatesExpired, m.LedgerAppends, m.CommitObserve,
-		m.JobsFinished, m.PodFailures, m.ReconcileDuration, m.ReleasesWaiting} {
+		m.JobsFinished, m.PodFailures, m.ReconcileDuration, m.StatusWrites, m.ReleasesWaiting} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("registering metric: %w", err)
 		}
@@ -140,6 +149,20 @@ func (m *Metrics) recordFinished(before, after *batchv1alpha1.SafeJob) {
 }
 
 func (m *Metrics) observeCommit(d time.Duration) { m.CommitObserve.Observe(d.Seconds()) }
+
+// recordWrite counts a status write from before to after that appended
+// the given entries to the ledger.
+func (m *Metrics) recordWrite(before, after *batchv1alpha1.SafeJobStatus, appended []batchv1alpha1.LedgerEntry) {
+	kind := "other"
+	switch {
+	case len(appended) > 0:
+		kind = "ledger"
+	case countsOnly(before, after):
+		kind = "counts"
+	}
+	m.StatusWrites.WithLabelValues(kind).Inc()
+	m.recordAppends(appended)
+}
 
 func (m *Metrics) recordAppends(entries []batchv1alpha1.LedgerEntry) {
 	for _, e := range entries {

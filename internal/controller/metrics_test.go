@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 )
@@ -21,9 +22,14 @@ func TestMetrics(t *testing.T) {
 	}
 	m.countReconcile(nil, time.Millisecond)
 	m.countReconcile(errors.New("boom"), time.Millisecond)
-	m.recordAppends([]batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryLaunched}, {Type: batchv1alpha1.EntryLaunched},
-		{Type: batchv1alpha1.EntrySucceeded}, {Type: batchv1alpha1.EntryFailed, Reason: batchv1alpha1.FailReasonIgnored},
+	before := &batchv1alpha1.SafeJobStatus{Active: 1}
+	m.recordWrite(before, &batchv1alpha1.SafeJobStatus{Active: 2}, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryLaunched},
+		{Type: batchv1alpha1.EntryLaunched}, {Type: batchv1alpha1.EntrySucceeded},
+		{Type: batchv1alpha1.EntryFailed, Reason: batchv1alpha1.FailReasonIgnored},
 		{Type: batchv1alpha1.EntryFailed, Reason: batchv1alpha1.FailReasonCounted}})
+	m.recordWrite(before, &batchv1alpha1.SafeJobStatus{Active: 1, Ready: 1}, nil)
+	m.recordWrite(before, &batchv1alpha1.SafeJobStatus{Active: 0, Terminating: ptr.To[int32](1)}, nil)
+	m.recordWrite(before, &batchv1alpha1.SafeJobStatus{Active: 1, Ready: 1, Conditions: []metav1.Condition{{Type: "X"}}}, nil)
 	running := &batchv1alpha1.SafeJob{Spec: batchv1alpha1.SafeJobSpec{CompletionMode: batchv1alpha1.IndexedCompletion}}
 	failed := running.DeepCopy()
 	failed.Status.Conditions = []metav1.Condition{{Type: batchv1alpha1.ConditionFailed, Status: metav1.ConditionTrue,
@@ -44,13 +50,18 @@ safejob_jobs_finished_total{completion_mode="Indexed",reason="BackoffLimitExceed
 # TYPE safejob_pod_failures_total counter
 safejob_pod_failures_total{action="Count"} 1
 safejob_pod_failures_total{action="Ignore"} 1
+# HELP safejob_status_writes_total SafeJob status writes, by kind: ledger (appended to the ledger), counts (only active, ready or terminating changed), other.
+# TYPE safejob_status_writes_total counter
+safejob_status_writes_total{kind="counts"} 2
+safejob_status_writes_total{kind="ledger"} 1
+safejob_status_writes_total{kind="other"} 1
 # HELP safejob_reconciles_total SafeJob reconciles, by result (success, error).
 # TYPE safejob_reconciles_total counter
 safejob_reconciles_total{result="error"} 1
 safejob_reconciles_total{result="success"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "safejob_ledger_appends_total", "safejob_reconciles_total",
-		"safejob_jobs_finished_total", "safejob_pod_failures_total"); err != nil {
+		"safejob_jobs_finished_total", "safejob_pod_failures_total", "safejob_status_writes_total"); err != nil {
 		t.Error(err)
 	}
 	if n := testutil.CollectAndCount(m.ReconcileDuration); n != 2 {

@@ -269,14 +269,7 @@ func (r *SafeJobReconciler) spaceWrites(sj *batchv1alpha1.SafeJob, plan *jobs.Pl
 func (r *SafeJobReconciler) deferReadyOnly(sj *batchv1alpha1.SafeJob, plan *jobs.Plan) time.Duration {
 	// The pod counters (active, ready, terminating) follow the pods, not
 	// the ledger: a change of them alone travels with the next write.
-	p, o := &plan.Status, &sj.Status
-	if r.ReadyBatchPeriod <= 0 || len(plan.Append) > 0 ||
-		(p.Active == o.Active && p.Ready == o.Ready && ptr.Equal(p.Terminating, o.Terminating)) {
-		return 0
-	}
-	same := plan.Status.DeepCopy()
-	same.Active, same.Ready, same.Terminating = sj.Status.Active, sj.Status.Ready, sj.Status.Terminating
-	if !equality.Semantic.DeepEqual(*same, sj.Status) {
+	if r.ReadyBatchPeriod <= 0 || len(plan.Append) > 0 || !countsOnly(&sj.Status, &plan.Status) {
 		return 0
 	}
 	period := r.ReadyBatchPeriod
@@ -284,6 +277,17 @@ func (r *SafeJobReconciler) deferReadyOnly(sj *batchv1alpha1.SafeJob, plan *jobs
 		period = r.ReadyBusyPeriod
 	}
 	return r.tracker.deferReady(client.ObjectKeyFromObject(sj), sj.UID, r.Clock.Now(), period)
+}
+
+// countsOnly reports whether after differs from before in the pod counters
+// (active, ready, terminating) and nothing else.
+func countsOnly(before, after *batchv1alpha1.SafeJobStatus) bool {
+	if after.Active == before.Active && after.Ready == before.Ready && ptr.Equal(after.Terminating, before.Terminating) {
+		return false
+	}
+	same := after.DeepCopy()
+	same.Active, same.Ready, same.Terminating = before.Active, before.Ready, before.Terminating
+	return equality.Semantic.DeepEqual(*same, *before)
 }
 
 // backlogged reports whether SafeJobs wait in the queue for a worker.
