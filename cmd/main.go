@@ -53,6 +53,9 @@ func main() {
 	flag.DurationVar(&s.readyBusy, "ready-busy-period", controller.DefaultReadyBusyPeriod,
 		"How long a change of status.ready alone may wait while SafeJobs queue for a worker "+
 			"(0 or less than --ready-batch-period: as --ready-batch-period).")
+	flag.DurationVar(&s.readyBusyLimit, "ready-busy-limit", controller.DefaultReadyBusyLimit,
+		"The longest a change of status.ready alone may wait while SafeJobs keep queueing for a worker: "+
+			"a hold that ends while they still queue is renewed by --ready-busy-period up to this (at or below it: no renewal).")
 	flag.DurationVar(&s.failureBackoff, "pod-failure-backoff", jobs.DefaultBackoff.Base,
 		"The delay before a failed pod is replaced, doubling with each failure since the last success, "+
 			"at most 60 times this (batch/v1: 10s, at most 10m).")
@@ -71,15 +74,15 @@ func main() {
 
 // settings are the manager's command-line settings.
 type settings struct {
-	metricsAddr, probeAddr, pprofAddr string
-	leaderElectionNamespace           string
-	leaderElect, secureMetrics        bool
-	concurrency                       int
-	podWrites                         int
-	qps                               float64
-	burst                             int
-	podBatch, readyBatch, readyBusy   time.Duration
-	failureBackoff                    time.Duration
+	metricsAddr, probeAddr, pprofAddr               string
+	leaderElectionNamespace                         string
+	leaderElect, secureMetrics                      bool
+	concurrency                                     int
+	podWrites                                       int
+	qps                                             float64
+	burst                                           int
+	podBatch, readyBatch, readyBusy, readyBusyLimit time.Duration
+	failureBackoff                                  time.Duration
 }
 
 func run(s settings) error {
@@ -138,6 +141,7 @@ func run(s settings) error {
 		PodBatchPeriod:          s.podBatch,
 		ReadyBatchPeriod:        s.readyBatch,
 		ReadyBusyPeriod:         s.readyBusy,
+		ReadyBusyLimit:          s.readyBusyLimit,
 		Backoff:                 jobs.Backoff{Base: s.failureBackoff, Max: 60 * s.failureBackoff},
 		Kueue:                   withKueue,
 	}

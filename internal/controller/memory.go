@@ -162,11 +162,15 @@ func (m *runMemory) issuedRun(name string, uid types.UID) {
 // held back join the next write, and safety never depends on it.
 type writePacing struct {
 	lastWrite time.Time
-	// readySince is when a ready-count change alone was first held back.
-	readySince time.Time
+	// readySince is when a ready-count change alone was first held back,
+	// and holdStart when its current hold began (readySince, or when the
+	// hold was last renewed).
+	readySince, holdStart time.Time
 }
 
-func (w *writePacing) wrote(now time.Time) { w.lastWrite, w.readySince = now, time.Time{} }
+func (w *writePacing) wrote(now time.Time) {
+	w.lastWrite, w.readySince, w.holdStart = now, time.Time{}, time.Time{}
+}
 
 // spacingLeft returns how much of period is left since the last write: 0
 // when there was none or period has passed.
@@ -177,15 +181,27 @@ func (w *writePacing) spacingLeft(now time.Time, period time.Duration) time.Dura
 	return max(w.lastWrite.Add(period).Sub(now), 0)
 }
 
-// deferReady holds back a ready-only status change for up to period from
-// when it was first seen; it returns the time left, 0 when it is due.
-func (w *writePacing) deferReady(now time.Time, period time.Duration) time.Duration {
+// deferReady holds back a ready-only status change for hold from when it
+// was first seen. Once that has passed, renew holds it for another hold
+// from now, but never past limit from when it was first seen. It returns
+// the time left, 0 when the change is due.
+func (w *writePacing) deferReady(now time.Time, hold time.Duration, renew bool, limit time.Duration) time.Duration {
 	if w.readySince.IsZero() {
-		w.readySince = now
+		w.readySince, w.holdStart = now, now
 	}
-	left := w.readySince.Add(period).Sub(now)
+	end := w.readySince.Add(max(limit, hold))
+	due := func() time.Time {
+		if d := w.holdStart.Add(hold); d.Before(end) {
+			return d
+		}
+		return end
+	}
+	if !now.Before(due()) && renew && now.Before(end) {
+		w.holdStart = now
+	}
+	left := due().Sub(now)
 	if left <= 0 {
-		w.readySince = time.Time{}
+		w.readySince, w.holdStart = time.Time{}, time.Time{}
 		return 0
 	}
 	return left

@@ -123,15 +123,15 @@ func TestWritePacing(t *testing.T) {
 	if left := w.spacingLeft(now, time.Second); left != 0 {
 		t.Errorf("spacing before any write: %s, want 0", left)
 	}
-	w.deferReady(now, time.Second)
+	w.deferReady(now, time.Second, false, 0)
 	w.wrote(now)
 	if left := w.spacingLeft(now.Add(300*time.Millisecond), time.Second); left != 700*time.Millisecond {
 		t.Errorf("spacing 300ms after a write: %s, want 700ms", left)
 	}
-	if left := w.deferReady(now.Add(500*time.Millisecond), time.Second); left != time.Second {
+	if left := w.deferReady(now.Add(500*time.Millisecond), time.Second, false, 0); left != time.Second {
 		t.Errorf("a write restarts the ready hold: %s, want 1s", left)
 	}
-	if left := w.deferReady(now.Add(1500*time.Millisecond), time.Second); left != 0 {
+	if left := w.deferReady(now.Add(1500*time.Millisecond), time.Second, false, 0); left != 0 {
 		t.Errorf("ready hold after its period: %s, want 0", left)
 	}
 }

@@ -18,7 +18,7 @@ func TestReadyOnlyWritesWaitLongerWhileBacklogged(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
 	waiting := 0
 	r := &SafeJobReconciler{Clock: clk, ReadyBatchPeriod: time.Second, ReadyBusyPeriod: 5 * time.Second,
-		tracker: newTracker(), waiting: func() int { return waiting }}
+		ReadyBusyLimit: 5 * time.Second, tracker: newTracker(), waiting: func() int { return waiting }}
 	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "u1"}}
 	readyOnly := &jobs.Plan{Status: batchv1alpha1.SafeJobStatus{Ready: 2}}
 	step := func(after time.Duration, backlog int, want time.Duration) {
@@ -47,4 +47,48 @@ func TestReadyOnlyWritesWaitLongerWhileBacklogged(t *testing.T) {
 	if got := r.deferReadyOnly(sj, readyOnly); got != time.Second {
 		t.Errorf("with no queue length known the hold is %s, want 1s", got)
 	}
+}
+
+// TestReadyHoldRenewedWhileBacklogged checks that a ready-only change that
+// falls due while SafeJobs still wait for a worker is held again, one
+// ReadyBusyPeriod at a time, never past ReadyBusyLimit from when it was
+// first held, and is written at the first look after the backlog clears.
+func TestReadyHoldRenewedWhileBacklogged(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	waiting := 0
+	r := &SafeJobReconciler{Clock: clk, ReadyBatchPeriod: time.Second, ReadyBusyPeriod: 5 * time.Second,
+		ReadyBusyLimit: 12 * time.Second, tracker: newTracker(), waiting: func() int { return waiting }}
+	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "u1"}}
+	readyOnly := &jobs.Plan{Status: batchv1alpha1.SafeJobStatus{Ready: 1}}
+	step := func(after time.Duration, backlog int, want time.Duration) {
+		t.Helper()
+		clk.SetTime(clk.Now().Add(after))
+		waiting = backlog
+		if got := r.deferReadyOnly(sj, readyOnly); got != want {
+			t.Errorf("at +%s with %d waiting, a ready-only change is held %s more, want %s",
+				clk.Now().Sub(time.Unix(1000, 0)), backlog, got, want)
+		}
+	}
+	step(0, 3, 5*time.Second)             // +0: first held while backlogged
+	step(5*time.Second, 3, 5*time.Second) // +5: due, still backlogged: renewed
+	step(2*time.Second, 3, 3*time.Second) // +7: within the renewal
+	step(3*time.Second, 3, 2*time.Second) // +10: renewed again, but only up to the limit (+12)
+	step(2*time.Second, 3, 0)             // +12: the limit: due however long the queue
+
+	step(0, 3, 5*time.Second)             // a new change: held again from now
+	step(5*time.Second, 3, 5*time.Second) // renewed
+	step(time.Second, 0, 0)               // the backlog cleared: the batch period since the renewal has passed
+
+	// A change first held on an idle controller, looked at again once a
+	// backlog has built up: the busy period from when it was first held,
+	// then renewed.
+	step(0, 0, time.Second)
+	step(time.Second, 3, 4*time.Second)
+	step(4*time.Second, 3, 5*time.Second)
+	step(5*time.Second, 0, 0)
+
+	// With the limit at the busy period nothing is renewed.
+	r.ReadyBusyLimit = 5 * time.Second
+	step(0, 3, 5*time.Second)
+	step(5*time.Second, 3, 0)
 }

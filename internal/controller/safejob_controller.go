@@ -55,6 +55,11 @@ type SafeJobReconciler struct {
 	// backlogged queue gathers them the same way). Ledger facts are never
 	// held. At or below ReadyBatchPeriod it changes nothing.
 	ReadyBusyPeriod time.Duration
+	// ReadyBusyLimit bounds a hold renewed by ReadyBusyPeriod at a time: a
+	// held ready-count change that falls due while SafeJobs still wait for
+	// a worker waits on, never longer than this from when it was first
+	// held. At or below ReadyBusyPeriod nothing is renewed.
+	ReadyBusyLimit time.Duration
 	// ConcurrentPodWrites bounds the pod creates, finalizer releases and
 	// deletes in flight at once across all reconciles (see
 	// DefaultConcurrentPodWrites). 0 or less leaves them unbounded.
@@ -137,6 +142,13 @@ const DefaultReadyBatchPeriod = time.Second
 // their ready counts travel with their outcomes (docs/performance.md, "Why
 // the defaults").
 const DefaultReadyBusyPeriod = 5 * time.Second
+
+// DefaultReadyBusyLimit is the operator's ReadyBusyLimit: under a lasting
+// backlog the pods of a busy cluster stay ready longer than one
+// ReadyBusyPeriod before they end (docs/performance.md, "Why the
+// defaults"), and a ready count shown half a minute late is still sooner
+// than a backlogged Job controller's.
+const DefaultReadyBusyLimit = 30 * time.Second
 
 // FollowUpWait bounds how long a worker waits for the informer to deliver
 // its own status write before leaving the rest to the write's watch event.
@@ -272,11 +284,14 @@ func (r *SafeJobReconciler) deferReadyOnly(sj *batchv1alpha1.SafeJob, plan *jobs
 	if r.ReadyBatchPeriod <= 0 || len(plan.Append) > 0 || !countsOnly(&sj.Status, &plan.Status) {
 		return 0
 	}
-	period := r.ReadyBatchPeriod
-	if r.ReadyBusyPeriod > period && r.backlogged() {
-		period = r.ReadyBusyPeriod
+	hold, busy := r.ReadyBatchPeriod, r.backlogged()
+	if r.ReadyBusyPeriod > hold && busy {
+		hold = r.ReadyBusyPeriod
 	}
-	return r.tracker.deferReady(client.ObjectKeyFromObject(sj), sj.UID, r.Clock.Now(), period)
+	// A change that falls due while the backlog lasts is held again, up to
+	// ReadyBusyLimit: the pods of a busy cluster stay ready for longer than
+	// one hold before their outcomes come.
+	return r.tracker.deferReady(client.ObjectKeyFromObject(sj), sj.UID, r.Clock.Now(), hold, busy, r.ReadyBusyLimit)
 }
 
 // countsOnly reports whether after differs from before in the pod counters

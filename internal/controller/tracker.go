@@ -246,8 +246,9 @@ func (t *tracker) seenRuns(key types.NamespacedName, uid types.UID) (out map[str
 }
 
 // deferReady holds back a ready-only status change (writePacing.deferReady).
-func (t *tracker) deferReady(key types.NamespacedName, uid types.UID, now time.Time, period time.Duration) (left time.Duration) {
-	t.with(key, uid, func(m *jobMemo) { left = m.pacing.deferReady(now, period) })
+func (t *tracker) deferReady(key types.NamespacedName, uid types.UID, now time.Time, hold time.Duration, renew bool,
+	limit time.Duration) (left time.Duration) {
+	t.with(key, uid, func(m *jobMemo) { left = m.pacing.deferReady(now, hold, renew, limit) })
 	return left
 }
 

@@ -177,6 +177,7 @@ func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 		Clock: opts.clock, Metrics: m, MaxConcurrentReconciles: 4, Kueue: !opts.noKueue,
 		ReadyBatchPeriod:    controller.DefaultReadyBatchPeriod,
 		ReadyBusyPeriod:     controller.DefaultReadyBusyPeriod,
+		ReadyBusyLimit:      controller.DefaultReadyBusyLimit,
 		ConcurrentPodWrites: controller.DefaultConcurrentPodWrites,
 		Fence:               opts.fence,
 		Backoff:             opts.backoff,
