@@ -51,8 +51,8 @@ func main() {
 		"How long a change of status.ready alone may wait to be written, so that it travels with the next ledger fact (0: at once). "+
 			"Longer saves writes for short pods but shows their ready count later.")
 	flag.DurationVar(&s.readyBusy, "ready-busy-period", controller.DefaultReadyBusyPeriod,
-		"How long a change of status.ready alone may wait while SafeJobs queue for a worker "+
-			"(0 or less than --ready-batch-period: as --ready-batch-period).")
+		"How long a change of status.ready alone may wait while SafeJobs queue for a worker, "+
+			"renewed while they still queue up to --ready-busy-limit (0 or less than --ready-batch-period: as --ready-batch-period).")
 	flag.DurationVar(&s.readyBusyLimit, "ready-busy-limit", controller.DefaultReadyBusyLimit,
 		"The longest a change of status.ready alone may wait while SafeJobs keep queueing for a worker: "+
 			"a hold that ends while they still queue is renewed by --ready-busy-period up to this (at or below it: no renewal).")
