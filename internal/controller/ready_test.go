@@ -11,40 +11,59 @@ import (
 	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
+// readyHolds is a reconciler whose ready-only holds are 1s, 5s while
+// backlogged, renewed up to limit, on a fake clock starting at 1000s. step
+// moves the clock on by after, sets the backlog, and checks how much longer
+// a change of the ready count alone is held.
+type readyHolds struct {
+	t       *testing.T
+	clk     *clocktesting.FakePassiveClock
+	r       *SafeJobReconciler
+	sj      *batchv1alpha1.SafeJob
+	waiting int
+}
+
+func newReadyHolds(t *testing.T, limit time.Duration) *readyHolds {
+	h := &readyHolds{t: t, clk: clocktesting.NewFakePassiveClock(time.Unix(1000, 0)),
+		sj: &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "u1"}}}
+	h.r = &SafeJobReconciler{Clock: h.clk, ReadyBatchPeriod: time.Second, ReadyBusyPeriod: 5 * time.Second,
+		ReadyBusyLimit: limit, tracker: newTracker(), waiting: func() int { return h.waiting }}
+	return h
+}
+
+var readyOnly = &jobs.Plan{Status: batchv1alpha1.SafeJobStatus{Ready: 2}}
+
+func (h *readyHolds) step(after time.Duration, backlog int, want time.Duration) {
+	h.t.Helper()
+	h.clk.SetTime(h.clk.Now().Add(after))
+	h.waiting = backlog
+	if got := h.r.deferReadyOnly(h.sj, readyOnly); got != want {
+		h.t.Errorf("at +%s with %d waiting, a ready-only change is held %s more, want %s",
+			h.clk.Now().Sub(time.Unix(1000, 0)), backlog, got, want)
+	}
+}
+
 // TestReadyOnlyWritesWaitLongerWhileBacklogged checks that a change of the
 // ready count alone waits ReadyBatchPeriod while no SafeJob waits for a
 // worker, ReadyBusyPeriod while some do, and never holds a ledger fact.
 func TestReadyOnlyWritesWaitLongerWhileBacklogged(t *testing.T) {
-	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
-	waiting := 0
-	r := &SafeJobReconciler{Clock: clk, ReadyBatchPeriod: time.Second, ReadyBusyPeriod: 5 * time.Second,
-		ReadyBusyLimit: 5 * time.Second, tracker: newTracker(), waiting: func() int { return waiting }}
-	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "u1"}}
-	readyOnly := &jobs.Plan{Status: batchv1alpha1.SafeJobStatus{Ready: 2}}
-	step := func(after time.Duration, backlog int, want time.Duration) {
-		t.Helper()
-		clk.SetTime(clk.Now().Add(after))
-		waiting = backlog
-		if got := r.deferReadyOnly(sj, readyOnly); got != want {
-			t.Errorf("with %d waiting, a ready-only change is held %s more, want %s", backlog, got, want)
-		}
-	}
-	step(0, 3, 5*time.Second)             // first seen while backlogged
-	step(2*time.Second, 3, 3*time.Second) // still backlogged: 5s from first seen
-	step(0, 0, 0)                         // the backlog cleared, 2s after it was first seen: due
-	step(0, 0, time.Second)               // a new change on an idle controller: the batch period
-	step(time.Second, 0, 0)
+	h := newReadyHolds(t, 5*time.Second)
+	h.step(0, 3, 5*time.Second)             // first seen while backlogged
+	h.step(2*time.Second, 3, 3*time.Second) // still backlogged: 5s from first seen
+	h.step(0, 0, 0)                         // the backlog cleared, 2s after it was first seen: due
+	h.step(0, 0, time.Second)               // a new change on an idle controller: the batch period
+	h.step(time.Second, 0, 0)
 
 	// A ledger fact is never held, backlog or not.
-	waiting = 3
+	h.waiting = 3
 	withFact := &jobs.Plan{Status: batchv1alpha1.SafeJobStatus{Ready: 2},
 		Append: []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntrySucceeded, Pod: "a-0-0"}}}
-	if got := r.deferReadyOnly(sj, withFact); got != 0 {
+	if got := h.r.deferReadyOnly(h.sj, withFact); got != 0 {
 		t.Errorf("a write with a ledger fact is held %s while backlogged, want 0", got)
 	}
 	// Without a known queue (nil waiting) only the batch period applies.
-	r.waiting = nil
-	if got := r.deferReadyOnly(sj, readyOnly); got != time.Second {
+	h.r.waiting = nil
+	if got := h.r.deferReadyOnly(h.sj, readyOnly); got != time.Second {
 		t.Errorf("with no queue length known the hold is %s, want 1s", got)
 	}
 }
@@ -54,41 +73,27 @@ func TestReadyOnlyWritesWaitLongerWhileBacklogged(t *testing.T) {
 // ReadyBusyPeriod at a time, never past ReadyBusyLimit from when it was
 // first held, and is written at the first look after the backlog clears.
 func TestReadyHoldRenewedWhileBacklogged(t *testing.T) {
-	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
-	waiting := 0
-	r := &SafeJobReconciler{Clock: clk, ReadyBatchPeriod: time.Second, ReadyBusyPeriod: 5 * time.Second,
-		ReadyBusyLimit: 12 * time.Second, tracker: newTracker(), waiting: func() int { return waiting }}
-	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "u1"}}
-	readyOnly := &jobs.Plan{Status: batchv1alpha1.SafeJobStatus{Ready: 1}}
-	step := func(after time.Duration, backlog int, want time.Duration) {
-		t.Helper()
-		clk.SetTime(clk.Now().Add(after))
-		waiting = backlog
-		if got := r.deferReadyOnly(sj, readyOnly); got != want {
-			t.Errorf("at +%s with %d waiting, a ready-only change is held %s more, want %s",
-				clk.Now().Sub(time.Unix(1000, 0)), backlog, got, want)
-		}
-	}
-	step(0, 3, 5*time.Second)             // +0: first held while backlogged
-	step(5*time.Second, 3, 5*time.Second) // +5: due, still backlogged: renewed
-	step(2*time.Second, 3, 3*time.Second) // +7: within the renewal
-	step(3*time.Second, 3, 2*time.Second) // +10: renewed again, but only up to the limit (+12)
-	step(2*time.Second, 3, 0)             // +12: the limit: due however long the queue
+	h := newReadyHolds(t, 12*time.Second)
+	h.step(0, 3, 5*time.Second)             // +0: first held while backlogged
+	h.step(5*time.Second, 3, 5*time.Second) // +5: due, still backlogged: renewed
+	h.step(2*time.Second, 3, 3*time.Second) // +7: within the renewal
+	h.step(3*time.Second, 3, 2*time.Second) // +10: renewed again, but only up to the limit (+12)
+	h.step(2*time.Second, 3, 0)             // +12: the limit: due however long the queue
 
-	step(0, 3, 5*time.Second)             // a new change: held again from now
-	step(5*time.Second, 3, 5*time.Second) // renewed
-	step(time.Second, 0, 0)               // the backlog cleared: the batch period since the renewal has passed
+	h.step(0, 3, 5*time.Second)             // a new change: held again from now
+	h.step(5*time.Second, 3, 5*time.Second) // renewed
+	h.step(time.Second, 0, 0)               // the backlog cleared: the batch period since the renewal has passed
 
 	// A change first held on an idle controller, looked at again once a
 	// backlog has built up: the busy period from when it was first held,
 	// then renewed.
-	step(0, 0, time.Second)
-	step(time.Second, 3, 4*time.Second)
-	step(4*time.Second, 3, 5*time.Second)
-	step(5*time.Second, 0, 0)
+	h.step(0, 0, time.Second)
+	h.step(time.Second, 3, 4*time.Second)
+	h.step(4*time.Second, 3, 5*time.Second)
+	h.step(5*time.Second, 0, 0)
 
 	// With the limit at the busy period nothing is renewed.
-	r.ReadyBusyLimit = 5 * time.Second
-	step(0, 3, 5*time.Second)
-	step(5*time.Second, 3, 0)
+	h.r.ReadyBusyLimit = 5 * time.Second
+	h.step(0, 3, 5*time.Second)
+	h.step(5*time.Second, 3, 0)
 }
