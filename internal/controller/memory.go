@@ -190,16 +190,14 @@ func (w *writePacing) deferReady(now time.Time, hold time.Duration, renew bool, 
 		w.readySince, w.holdStart = now, now
 	}
 	end := w.readySince.Add(max(limit, hold))
-	due := func() time.Time {
-		if d := w.holdStart.Add(hold); d.Before(end) {
-			return d
-		}
-		return end
-	}
-	if !now.Before(due()) && renew && now.Before(end) {
+	if renew && !now.Before(w.holdStart.Add(hold)) && now.Before(end) {
 		w.holdStart = now
 	}
-	left := due().Sub(now)
+	due := w.holdStart.Add(hold)
+	if end.Before(due) {
+		due = end
+	}
+	left := due.Sub(now)
 	if left <= 0 {
 		w.readySince, w.holdStart = time.Time{}, time.Time{}
 		return 0

@@ -56,6 +56,11 @@ func (q *releaseQueue) add(items ...releaseItem) {
 		q.order = append(q.order, it)
 	}
 	q.measured()
+	q.poke()
+}
+
+// poke leaves a token for an idle worker, unless one is already there.
+func (q *releaseQueue) poke() {
 	select {
 	case q.wake <- struct{}{}:
 	default:
@@ -75,10 +80,7 @@ func (q *releaseQueue) next(ctx context.Context) (releaseItem, bool) {
 			more := len(q.order) > 0
 			q.mu.Unlock()
 			if more { // pass the token on to the next idle worker
-				select {
-				case q.wake <- struct{}{}:
-				default:
-				}
+				q.poke()
 			}
 			return it, true
 		}
