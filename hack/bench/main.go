@@ -9,8 +9,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -175,6 +177,11 @@ type options struct {
 	earlier    []string
 	jsonOut    string
 	reportOnly bool
+	// checkpoint is where the results so far are written after every run,
+	// and done holds the runs an interrupted set finished (-resume), by
+	// runKey: kept, not run again.
+	checkpoint string
+	done       map[string]result
 }
 
 func main() {
@@ -206,6 +213,8 @@ func main() {
 	flag.StringVar(&out, "out", "BENCHMARKS.md", "the Markdown report")
 	flag.StringVar(&chart, "chart", "docs/benchmarks.png", "the chart (PNG; an SVG of it is written beside it)")
 	flag.StringVar(&jsonOut, "json", "bench-results.json", "every run's raw results")
+	resume := flag.Bool("resume", false, "continue an interrupted set, run with the same command and operator: "+
+		"keep the runs it finished (recorded in the -json file's .partial beside it, after every run) and run the rest")
 	redraw := flag.Bool("redraw", false, "only redraw the chart from the raw results in -json (no runs)")
 	var merge string
 	flag.StringVar(&merge, "merge", "", "raw results (-json files of earlier runs, comma separated) to report beside this run's: "+
@@ -238,40 +247,66 @@ func main() {
 		return
 	}
 	started := time.Now()
-	o.args, o.reportOnly = os.Args[1:], len(ws) == 0
+	o.args, o.reportOnly = withoutResume(os.Args[1:]), len(ws) == 0
 	if o.reportOnly && merge == "" {
 		fail(fmt.Errorf("-workloads none runs nothing: give -merge the raw results to report"))
 	}
 	if !o.reportOnly {
-		o.rev = operatorRev(o.manager, gitRev())
-		fmt.Fprintf(os.Stderr, "operator under test: %s\n", o.rev)
+		if err := o.prepareRuns(jsonOut, *resume); err != nil {
+			fail(err)
+		}
 	}
 	results, failedRuns := runAll(o, ws)
-	for i := range results {
-		results[i].Run = o.runName()
-	}
 	if merge != "" {
 		var err error
 		if ws, results, failedRuns, err = mergeEarlier(strings.Split(merge, ","), all, ws, results, failedRuns); err != nil {
 			fail(err)
 		}
 	}
+	if err := writeOutputs(o, ws, results, failedRuns, out, chart, jsonOut, time.Since(started)); err != nil {
+		fail(err)
+	}
+	fmt.Printf("==> Wrote %s, %s and %s\n", out, chart, jsonOut)
+}
+
+// writeOutputs writes the raw results, the charts and the report, and then
+// drops the results so far that an interrupted set would have resumed from.
+func writeOutputs(o options, ws []workload, results, failedRuns []result, out, chart, jsonOut string, took time.Duration) error {
 	raw, _ := json.MarshalIndent(append(slices.Clone(results), failedRuns...), "", " ")
 	if err := os.WriteFile(jsonOut, raw, 0o644); err != nil {
-		fail(err)
+		return fmt.Errorf("writing the raw results: %w", err)
 	}
 	failed := failedLines(results, failedRuns)
 	o.earlier, o.jsonOut = earlierRuns(o, results, failedRuns), jsonOut
 	if err := writeChart(chart, ws, results); err != nil {
-		fail(err)
+		return err
 	}
 	if err := writeSizeChart(sizeChartPath(chart), results); err != nil {
-		fail(err)
+		return err
 	}
-	if err := os.WriteFile(out, []byte(report(o, ws, results, failed, chart, time.Since(started))+keptSection(out)), 0o644); err != nil {
-		fail(err)
+	if err := os.WriteFile(out, []byte(report(o, ws, results, failed, chart, took)+keptSection(out)), 0o644); err != nil {
+		return fmt.Errorf("writing the report: %w", err)
 	}
-	fmt.Printf("==> Wrote %s, %s and %s\n", out, chart, jsonOut)
+	if o.checkpoint != "" {
+		if err := os.Remove(o.checkpoint); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("removing the results so far, now in %s: %w", jsonOut, err)
+		}
+	}
+	return nil
+}
+
+// prepareRuns names the operator build under test and where the results so
+// far are kept, and, resuming, which runs an interrupted set finished.
+func (o *options) prepareRuns(jsonOut string, resume bool) error {
+	o.rev = operatorRev(o.manager, gitRev())
+	fmt.Fprintf(os.Stderr, "operator under test: %s\n", o.rev)
+	o.checkpoint = partialPath(jsonOut)
+	if !resume {
+		return nil
+	}
+	var err error
+	o.done, err = loadCheckpoint(o.checkpoint, o.runName())
+	return err
 }
 
 // redrawChart draws the chart again from saved raw results.
@@ -323,13 +358,13 @@ func selectWorkloads(all map[string]workload, names, sizes string, scale float64
 		if !ok {
 			return nil, fmt.Errorf("unknown workload %q", n)
 		}
-		fs, own := factors[n]
+		fw, own := factors[n]
 		if !own {
-			fs = factors[""]
+			fw = factors[""]
 		}
-		for _, f := range fs {
+		for _, f := range fw {
 			s := scaled(w, scale*f)
-			if len(fs) > 1 || f != 1 { // one of several sizes, or a size apart (-merge joins it to the rest)
+			if len(fw) > 1 || f != 1 { // one of several sizes, or a size apart (-merge joins it to the rest)
 				s.Name, s.Base, s.Size = fmt.Sprintf("%s×%g", w.Name, f), w.Name, f
 			}
 			ws = append(ws, s)
@@ -376,11 +411,17 @@ func runAll(o options, ws []workload) (results, failed []result) {
 				if o.only != "" && !strings.Contains(m.Name, o.only) {
 					continue
 				}
+				if res, ok := o.done[key(w.Name, m.Name, r)]; ok {
+					fmt.Printf("==> %s %-24s repeat %d: kept from the interrupted set (-resume)\n", w.Name, m.Name, r)
+					results = append(results, res)
+					continue
+				}
 				res, err := runOne(o, w, m, r)
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "bench: %s %s repeat %d: %v\n", w.Name, m.Name, r, err)
 					failed = append(failed, result{Workload: w.Name, Mode: m.Name, Base: w.Base, Size: w.Size, Repeat: r,
 						Run: o.runName(), Spec: &w, Failed: err.Error()})
+					o.saveProgress(results, failed)
 					continue
 				}
 				fmt.Printf("==> %s %-24s repeat %d: %d completions in %.1fs (%.1f/s), first pod p50 %.2fs p99 %.2fs, "+
@@ -393,15 +434,27 @@ func runAll(o options, ws []workload) (results, failed []result) {
 					100*res.MachineBusy, res.ClusterCPUSec["kube-apiserver"], res.ClusterCPUSec["etcd"],
 					res.ClusterCPUSec["kube-scheduler"], res.ClusterCPUSec["kwok"], res.WatchersClosed, res.PodWatchesEnded,
 					res.WatchEvents["pods"], float64(res.WatchBytes["pods"])/(1<<20))
-				res.Spec = &w
+				res.Spec, res.Run = &w, o.runName()
 				results = append(results, res)
 				if res.Inexact != "" {
 					fmt.Fprintf(os.Stderr, "bench: %s %s repeat %d broke exactness: %s\n", w.Name, m.Name, r, res.Inexact)
 				}
+				o.saveProgress(results, failed)
 			}
 		}
 	}
 	return results, failed
+}
+
+// saveProgress writes the results so far to the checkpoint; a set that
+// cannot save them goes on, and says so.
+func (o options) saveProgress(results, failed []result) {
+	if o.checkpoint == "" {
+		return
+	}
+	if err := saveCheckpoint(o.checkpoint, results, failed); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v (an interrupted set cannot be resumed past this run)\n", err)
+	}
 }
 
 // exactness checks a run against the completions it was asked for: every

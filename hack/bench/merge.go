@@ -76,7 +76,12 @@ func mergeEarlier(paths []string, all map[string]workload, ws []workload, result
 	return ws, results, failed, nil
 }
 
-func runKey(r result) string { return fmt.Sprintf("%s/%s/%d", r.Workload, r.Mode, r.Repeat) }
+// runKey names a result by what it measured: workload, mode and repeat.
+func runKey(r result) string { return key(r.Workload, r.Mode, r.Repeat) }
+
+func key(workload, mode string, repeat int) string {
+	return fmt.Sprintf("%s/%s/%d", workload, mode, repeat)
+}
 
 // workloadOf is the workload a result measured: as it recorded it, or, for
 // results that predate that, its base workload at its size (-scale 1).

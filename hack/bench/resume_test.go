@@ -1,0 +1,62 @@
+package main
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestResumeKeepsFinishedRuns(t *testing.T) {
+	o := options{args: withoutResume([]string{"-workloads", "W1", "-resume"}), rev: "commit abc"}
+	if got := strings.Join(o.args, " "); got != "-workloads W1" {
+		t.Fatalf("arguments named %q, want -resume left out", got)
+	}
+	w1 := workload{Name: "W1", Jobs: 1000, Completions: 1, Parallelism: 1}
+	results := []result{
+		{Workload: "W1", Mode: modeLimit, Repeat: 1, Completions: 1000, Run: o.runName(), Spec: &w1},
+		{Workload: "W1", Mode: modeBuiltin, Repeat: 1, Completions: 1000, Run: o.runName(), Spec: &w1},
+	}
+	failed := []result{{Workload: "W1", Mode: modeSafeJob, Repeat: 1, Run: o.runName(), Spec: &w1, Failed: "timed out"}}
+	path := partialPath(filepath.Join(t.TempDir(), "bench-results.json"))
+	if err := saveCheckpoint(path, results, failed); err != nil {
+		t.Fatal(err)
+	}
+	done, err := loadCheckpoint(path, o.runName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for k, r := range done {
+		if r.Completions != 1000 || r.Spec == nil || r.Run != o.runName() {
+			t.Errorf("%s kept as %+v, want it as it was written", k, r)
+		}
+		kept = append(kept, k)
+	}
+	slices.Sort(kept)
+	// A run that failed is run again, not kept.
+	if want := []string{"W1/built-in/1", "W1/limit/1"}; !slices.Equal(kept, want) {
+		t.Errorf("kept %v, want %v", kept, want)
+	}
+}
+
+func TestResumeRefusesAnotherSet(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := loadCheckpoint(filepath.Join(dir, "none.partial"), "run"); err == nil ||
+		!strings.Contains(err.Error(), "no interrupted set") {
+		t.Errorf("resuming with nothing to resume: %v, want an error saying so", err)
+	}
+	path := filepath.Join(dir, "bench-results.json.partial")
+	mine := options{args: []string{"-workloads", "W1"}, rev: "commit abc"}
+	if err := saveCheckpoint(path, []result{{Workload: "W1", Mode: modeLimit, Repeat: 1, Run: mine.runName()}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, other := range []options{
+		{args: []string{"-workloads", "W2"}, rev: "commit abc"}, // another command
+		{args: []string{"-workloads", "W1"}, rev: "commit def"}, // another operator build
+	} {
+		if _, err := loadCheckpoint(path, other.runName()); err == nil || !strings.Contains(err.Error(), "without -resume") {
+			t.Errorf("resuming %s with the results of %s: %v, want it refused", other.runName(), mine.runName(), err)
+		}
+	}
+}
