@@ -109,8 +109,12 @@ func report(o options, ws []workload, results []result, failed []string, chart s
 		fmt.Fprintf(&b, "Machine: %s. Versions: Go %s, Kubernetes v1.35.4 (built from source), KWOK v0.7.0, SafeJob as each run "+
 			"names.\n\n", machine(), strings.TrimPrefix(runtime.Version(), "go"))
 	} else {
-		fmt.Fprintf(&b, "Command: `go run ./hack/bench %s` (with -repeats %d -scale %g -qps %d -pod-duration %s), %s in all.\n\n",
-			strings.Join(o.args, " "), o.repeats, o.scale, o.raisedQPS, o.podDuration, took.Round(time.Second))
+		spent := fmt.Sprintf("%s in all", took.Round(time.Second))
+		if len(o.done) > 0 {
+			spent = fmt.Sprintf("resumed (-resume) after %d runs, %s since", len(o.done), took.Round(time.Second))
+		}
+		fmt.Fprintf(&b, "Command: `go run ./hack/bench %s` (with -repeats %d -scale %g -qps %d -pod-duration %s), %s.\n\n",
+			strings.Join(o.args, " "), o.repeats, o.scale, o.raisedQPS, o.podDuration, spent)
 		fmt.Fprintf(&b, "Machine: %s. Versions: Go %s, Kubernetes v1.35.4 (built from source), KWOK v0.7.0, SafeJob %s.\n\n",
 			machine(), strings.TrimPrefix(runtime.Version(), "go"), o.rev)
 	}

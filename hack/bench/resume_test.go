@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestResumeKeepsFinishedRuns(t *testing.T) {
@@ -58,5 +59,23 @@ func TestResumeRefusesAnotherSet(t *testing.T) {
 		if _, err := loadCheckpoint(path, other.runName()); err == nil || !strings.Contains(err.Error(), "without -resume") {
 			t.Errorf("resuming %s with the results of %s: %v, want it refused", other.runName(), mine.runName(), err)
 		}
+	}
+}
+
+// TestReportOfAResumedSet: the report of a set resumed names its one
+// command and says that the time it gives is since the resumption.
+func TestReportOfAResumedSet(t *testing.T) {
+	w := workload{Name: "W9", Desc: "test", Jobs: 1, Completions: 100}
+	results := []result{{Workload: "W9", Mode: modeSafeJob, Repeat: 1, Completions: 100, PerSecond: 10}}
+	o := options{args: withoutResume([]string{"-workloads", "W9", "-resume"}), repeats: 1, scale: 1, raisedQPS: 200,
+		podDuration: "1s", rev: "commit abc"}
+	if out := report(o, []workload{w}, results, nil, "c.png", time.Minute); !strings.Contains(out, "1m0s in all") {
+		t.Errorf("a set run whole: want its time in all, got:\n%s", out[:min(len(out), 1200)])
+	}
+	o.done = map[string]result{"W9/limit/1": {}, "W9/built-in/1": {}}
+	out := report(o, []workload{w}, results, nil, "c.png", time.Minute)
+	if !strings.Contains(out, "`go run ./hack/bench -workloads W9` (with") ||
+		!strings.Contains(out, "resumed (-resume) after 2 runs, 1m0s since") {
+		t.Errorf("a resumed set: want its command without -resume and the time since resuming, got:\n%s", out[:min(len(out), 1200)])
 	}
 }
