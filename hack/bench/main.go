@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -272,9 +271,8 @@ func main() {
 // writeOutputs writes the raw results, the charts and the report, and then
 // drops the results so far that an interrupted set would have resumed from.
 func writeOutputs(o options, ws []workload, results, failedRuns []result, out, chart, jsonOut string, took time.Duration) error {
-	raw, _ := json.MarshalIndent(append(slices.Clone(results), failedRuns...), "", " ")
-	if err := os.WriteFile(jsonOut, raw, 0o644); err != nil {
-		return fmt.Errorf("writing the raw results: %w", err)
+	if err := writeRaw(jsonOut, results, failedRuns); err != nil {
+		return err
 	}
 	failed := failedLines(results, failedRuns)
 	o.earlier, o.jsonOut = earlierRuns(o, results, failedRuns), jsonOut
@@ -452,7 +450,7 @@ func (o options) saveProgress(results, failed []result) {
 	if o.checkpoint == "" {
 		return
 	}
-	if err := saveCheckpoint(o.checkpoint, results, failed); err != nil {
+	if err := writeRaw(o.checkpoint, results, failed); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v (an interrupted set cannot be resumed past this run)\n", err)
 	}
 }

@@ -14,18 +14,20 @@ import (
 // at most the run it was in (-resume continues it).
 func partialPath(jsonOut string) string { return jsonOut + ".partial" }
 
-// saveCheckpoint writes the results so far beside the raw results file.
-func saveCheckpoint(path string, results, failed []result) error {
+// writeRaw writes raw results, those of the runs that failed after the
+// rest, to path whole or not at all (a set killed mid-write keeps the copy
+// before): the -json file, and the results so far beside it.
+func writeRaw(path string, results, failed []result) error {
 	raw, err := json.MarshalIndent(slices.Concat(results, failed), "", " ")
 	if err != nil {
-		return fmt.Errorf("encoding the results so far: %w", err)
+		return fmt.Errorf("encoding raw results: %w", err)
 	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, raw, 0o644); err != nil {
-		return fmt.Errorf("writing the results so far: %w", err)
+		return fmt.Errorf("writing raw results: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("writing the results so far: %w", err)
+		return fmt.Errorf("writing raw results: %w", err)
 	}
 	return nil
 }

@@ -20,7 +20,7 @@ func TestResumeKeepsFinishedRuns(t *testing.T) {
 	}
 	failed := []result{{Workload: "W1", Mode: modeSafeJob, Repeat: 1, Run: o.runName(), Spec: &w1, Failed: "timed out"}}
 	path := partialPath(filepath.Join(t.TempDir(), "bench-results.json"))
-	if err := saveCheckpoint(path, results, failed); err != nil {
+	if err := writeRaw(path, results, failed); err != nil {
 		t.Fatal(err)
 	}
 	done, err := loadCheckpoint(path, o.runName())
@@ -49,7 +49,7 @@ func TestResumeRefusesAnotherSet(t *testing.T) {
 	}
 	path := filepath.Join(dir, "bench-results.json.partial")
 	mine := options{args: []string{"-workloads", "W1"}, rev: "commit abc"}
-	if err := saveCheckpoint(path, []result{{Workload: "W1", Mode: modeLimit, Repeat: 1, Run: mine.runName()}}, nil); err != nil {
+	if err := writeRaw(path, []result{{Workload: "W1", Mode: modeLimit, Repeat: 1, Run: mine.runName()}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, other := range []options{
