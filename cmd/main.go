@@ -59,6 +59,11 @@ func main() {
 	flag.DurationVar(&s.failureBackoff, "pod-failure-backoff", jobs.DefaultBackoff.Base,
 		"The delay before a failed pod is replaced, doubling with each failure since the last success, "+
 			"at most 60 times this (batch/v1: 10s, at most 10m).")
+	flag.IntVar(&s.launchWindow, "launch-window", controller.DefaultLaunchWindow,
+		"The pods launched across all SafeJobs that may wait to start at once (created or about to be, not yet running); "+
+			"SafeJobs beyond it wait their turn (0: unbounded).")
+	flag.DurationVar(&s.launchWindowTimeout, "launch-window-timeout", controller.DefaultLaunchWindowTimeout,
+		"The longest a pod that does not start holds its place in --launch-window.")
 	flag.StringVar(&s.pprofAddr, "pprof-bind-address", "0", "The address the pprof endpoint binds to (0 disables it).")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
@@ -83,6 +88,8 @@ type settings struct {
 	burst                                           int
 	podBatch, readyBatch, readyBusy, readyBusyLimit time.Duration
 	failureBackoff                                  time.Duration
+	launchWindow                                    int
+	launchWindowTimeout                             time.Duration
 }
 
 func run(s settings) error {
@@ -143,6 +150,8 @@ func run(s settings) error {
 		ReadyBusyPeriod:         s.readyBusy,
 		ReadyBusyLimit:          s.readyBusyLimit,
 		Backoff:                 jobs.Backoff{Base: s.failureBackoff, Max: 60 * s.failureBackoff},
+		LaunchWindow:            s.launchWindow,
+		LaunchWindowTimeout:     s.launchWindowTimeout,
 		Kueue:                   withKueue,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {

@@ -53,16 +53,16 @@ func (r *SafeJobReconciler) commit(ctx context.Context, sj *batchv1alpha1.SafeJo
 	return updated, nil
 }
 
-// writeStatus commits a job plan's status; events follow only a successful
-// write.
-func (r *SafeJobReconciler) writeStatus(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *jobs.Plan) error {
+// writeStatus commits a job plan's status and reports whether it wrote;
+// events follow only a successful write.
+func (r *SafeJobReconciler) writeStatus(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *jobs.Plan) (bool, error) {
 	updated, err := r.commit(ctx, sj, plan.Status, plan.Append)
 	if err != nil || updated == nil {
-		return err
+		return false, err
 	}
 	r.recordEvents(updated, sj, plan)
 	r.Metrics.recordFinished(sj, updated)
-	return nil
+	return true, nil
 }
 
 // markLedgerInvalid reports a ledger that cannot be read. Nothing else is

@@ -46,6 +46,10 @@ type Metrics struct {
 	// for a release worker: a count that keeps growing says the API server
 	// takes the operator's pod writes more slowly than pods end.
 	ReleasesWaiting prometheus.Gauge
+	// LaunchWindowHeld is how many launched pods hold a place in the launch
+	// window (not started yet); LaunchWindowWaiting how many SafeJobs wait
+	// for a place.
+	LaunchWindowHeld, LaunchWindowWaiting prometheus.Gauge
 }
 
 // labelResult is the label of a reconcile's or a SafeJob's result.
@@ -100,13 +104,22 @@ func NewMetrics() *Metrics {
 			Name: "safejob_finalizer_releases_waiting",
 			Help: "Ledger finalizer releases of pods whose outcome is recorded, waiting for a release worker.",
 		}),
+		LaunchWindowHeld: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "safejob_launch_window_pods",
+			Help: "Launched pods not started yet that hold a place in the launch window.",
+		}),
+		LaunchWindowWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "safejob_launch_window_waiting_safejobs",
+			Help: "SafeJobs waiting for a place in the launch window to launch pods.",
+		}),
 	}
 }
 
 // Register adds the metrics to a registry.
 func (m *Metrics) Register(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.Reconciles, m.Conflicts, m.PodsCreated, m.CreatesExpired, m.LedgerAppends, m.CommitObserve,
-		m.JobsFinished, m.PodFailures, m.ReconcileDuration, m.StatusWrites, m.ReleasesWaiting} {
+		m.JobsFinished, m.PodFailures, m.ReconcileDuration, m.StatusWrites, m.ReleasesWaiting,
+		m.LaunchWindowHeld, m.LaunchWindowWaiting} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("registering metric: %w", err)
 		}

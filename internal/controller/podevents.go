@@ -27,14 +27,26 @@ type podHandler struct {
 	// share its status write with).
 	cache client.Reader
 	batch time.Duration
+	// window, if set, learns which pods have started.
+	window *launchWindow
 }
 
 func (h *podHandler) Create(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if pod, ok := e.Object.(*corev1.Pod); ok && h.window != nil && ownedBySafeJob(pod) {
+		if started(pod) {
+			h.window.started(client.ObjectKeyFromObject(pod))
+		} else {
+			h.window.seen(client.ObjectKeyFromObject(pod), pod.CreationTimestamp.Time)
+		}
+	}
 	h.enqueueOwner(e.Object, q)
 }
 
 func (h *podHandler) Update(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	pod, ok := e.ObjectNew.(*corev1.Pod)
+	if ok && h.window != nil && started(pod) {
+		h.window.started(client.ObjectKeyFromObject(pod))
+	}
 	if ok && settled(pod) {
 		h.remember(pod)
 	}
@@ -56,8 +68,12 @@ func stray(pod *corev1.Pod) bool {
 }
 
 func (h *podHandler) Delete(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	if pod, ok := e.Object.(*corev1.Pod); ok && jobs.IsTerminal(pod) {
+	pod, ok := e.Object.(*corev1.Pod)
+	if ok && jobs.IsTerminal(pod) {
 		h.remember(pod)
+	}
+	if ok && h.window != nil {
+		h.window.started(client.ObjectKeyFromObject(pod))
 	}
 	h.enqueueOwner(e.Object, q)
 }
@@ -100,4 +116,25 @@ func (h *podHandler) batchFor(key types.NamespacedName) time.Duration {
 		return 0
 	}
 	return h.batch
+}
+
+// ownedBySafeJob reports whether a SafeJob controls pod.
+func ownedBySafeJob(pod *corev1.Pod) bool {
+	ref := metav1.GetControllerOf(pod)
+	return ref != nil && batchv1alpha1.IsSafeJobRef(ref)
+}
+
+// started reports whether pod no longer waits to start, for the launch
+// window: it left Pending, is being deleted, or the scheduler found no node
+// for it (it waits for the cluster, not for a kubelet).
+func started(pod *corev1.Pod) bool {
+	if pod.Status.Phase != corev1.PodPending || pod.DeletionTimestamp != nil {
+		return true
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return true
+		}
+	}
+	return false
 }

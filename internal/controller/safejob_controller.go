@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -73,6 +74,12 @@ type SafeJobReconciler struct {
 	// Backoff is the delay before a failed pod is replaced; the zero
 	// Backoff is jobs.DefaultBackoff, batch/v1's.
 	Backoff jobs.Backoff
+	// LaunchWindow bounds the pods launched across all SafeJobs that have
+	// not started yet (launchWindow); 0 or less: no bound.
+	LaunchWindow int
+	// LaunchWindowTimeout is the longest a pod that does not start holds
+	// its place in the window; 0 is DefaultLaunchWindowTimeout.
+	LaunchWindowTimeout time.Duration
 
 	tracker *tracker
 	// podWrites holds the slots of ConcurrentPodWrites.
@@ -86,6 +93,11 @@ type SafeJobReconciler struct {
 	// waiting returns how many SafeJobs wait in the work queue for a
 	// worker; set when the queue is built, before any reconcile.
 	waiting func() int
+	// window bounds the launched pods not yet started (LaunchWindow); nil
+	// when there is no bound.
+	window *launchWindow
+	// enqueue queues a SafeJob; set when the queue is built.
+	enqueue func(types.NamespacedName)
 }
 
 // +kubebuilder:rbac:groups=batch.safejob.dev,resources=safejobs,verbs=get;list;watch;create;delete;patch
@@ -189,6 +201,9 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 	if err := r.Client.Get(ctx, req.NamespacedName, sj); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.tracker.forget(req.NamespacedName)
+			if r.window != nil {
+				r.window.forget(req.NamespacedName)
+			}
 			r.tracker.takeStrays(req.NamespacedName)
 			return reconcile.Result{}, errors.Join(r.releaseGone(ctx, req), r.releaseWorkloads(ctx, req, ""))
 		}
@@ -240,15 +255,28 @@ func (r *SafeJobReconciler) reconcileJob(ctx context.Context, sj *batchv1alpha1.
 	}
 	decided := plan.Status
 	holdWait := r.spaceWrites(sj, plan)
+	room := 0
 	if holdWait > 0 {
 		// Written too recently: the facts decided now join the next write.
 		// The pod work above acted on observed facts only; the Workload too
 		// hears only of what is written (its quota and finalizer wait).
 		plan.Status, decided, plan.Stopped = sj.Status, sj.Status, false
-	} else if holdWait = r.deferReadyOnly(sj, plan); holdWait > 0 {
-		plan.Status = sj.Status // nothing but the ready count changed: batch it with the next change
+	} else {
+		var held bool
+		if plan, room, held, err = r.fitWindow(sj, in, plan); err != nil {
+			return reconcile.Result{}, r.markLedgerInvalid(ctx, sj, err)
+		}
+		decided = plan.Status
+		if held {
+			// Waiting for room in the launch window, which queues it again.
+			plan.Status, decided, plan.Stopped = sj.Status, sj.Status, false
+		} else if holdWait = r.deferReadyOnly(sj, plan); holdWait > 0 {
+			plan.Status = sj.Status // nothing but the ready count changed: batch it with the next change
+		}
 	}
-	if err := r.writeStatus(ctx, sj, plan); err != nil {
+	written, err := r.writeStatus(ctx, sj, plan)
+	r.settleWindow(sj, room, written, plan.Append)
+	if err != nil {
 		return reconcile.Result{}, err
 	}
 	plan.Status = decided

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -130,6 +131,7 @@ func (r *SafeJobReconciler) newQueue(mgr manager.Manager) func(string, workqueue
 			o.RateLimiter = rl
 		})
 		r.waiting = q.Len
+		r.enqueue = func(key types.NamespacedName) { q.Add(reconcile.Request{NamespacedName: key}) }
 		return &stoppableQueue{PriorityQueue: q, done: make(chan struct{})}
 	}
 }
@@ -246,6 +248,11 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 	})); err != nil {
 		return fmt.Errorf("adding the finalizer release workers: %w", err)
 	}
+	if r.LaunchWindow > 0 {
+		if err := r.setupWindow(mgr); err != nil {
+			return err
+		}
+	}
 	indexer := mgr.GetFieldIndexer()
 	if err := indexer.IndexField(context.Background(), &corev1.Pod{}, controllerUIDIndex, indexActivePodController); err != nil {
 		return fmt.Errorf("indexing pods by owner: %w", err)
@@ -277,7 +284,7 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 		b = b.Owns(&kueue.Workload{}).Watches(&kueue.Workload{}, &prebuiltHandler{cache: mgr.GetCache()})
 	}
 	err = b.
-		Watches(&corev1.Pod{}, &podHandler{tracker: r.tracker, cache: mgr.GetCache(), batch: r.PodBatchPeriod}).
+		Watches(&corev1.Pod{}, &podHandler{tracker: r.tracker, cache: mgr.GetCache(), batch: r.PodBatchPeriod, window: r.window}).
 		// A SafeJob whose background finalizer release failed is queued
 		// with the queue's backoff (releaseInBackground).
 		WatchesRawSource(source.Channel(r.retry, handler.Funcs{

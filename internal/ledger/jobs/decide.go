@@ -78,6 +78,10 @@ type Input struct {
 	// CreateRefusal is what this process last heard of the SafeJob's pod
 	// creates; nil when it has issued none since it started.
 	CreateRefusal *CreateRefusal
+	// LaunchRoom bounds the launches this decision may append, beyond every
+	// bound the SafeJob sets itself: the controller's share of a window it
+	// keeps across SafeJobs. nil: no such bound.
+	LaunchRoom *int32
 }
 
 // CreateRefusal is the API server's answer to the latest pod create:
@@ -598,6 +602,9 @@ func (d *decision) launch() {
 		return
 	}
 	slots := min(d.parallelism()-int32(len(d.st.Open)), WaveSize)
+	if d.in.LaunchRoom != nil {
+		slots = min(slots, *d.in.LaunchRoom)
+	}
 	if d.isTrue(batchv1alpha1.ConditionPodCreateFailure) {
 		slots = min(slots, 1-d.uncreatedOpen())
 	}

@@ -580,6 +580,8 @@ type driver struct {
 	status    *batchv1alpha1.SafeJobStatus
 	uncreated map[string]bool
 	pods      []*corev1.Pod
+	// room is the Input's LaunchRoom.
+	room *int32
 }
 
 func newDriver(s batchv1alpha1.SafeJobSpec) *driver {
@@ -589,7 +591,7 @@ func newDriver(s batchv1alpha1.SafeJobSpec) *driver {
 func (d *driver) step(t testing.TB, now time.Time) *Plan {
 	t.Helper()
 	plan, err := Decide(&Input{Name: "sj", Spec: &d.spec, Status: d.status, Pods: d.pods, Now: now, Uncreated: d.uncreated, Backoff: noBackoff,
-		Gone: map[string]bool{}, LastSeen: map[string]*corev1.Pod{}})
+		Gone: map[string]bool{}, LastSeen: map[string]*corev1.Pod{}, LaunchRoom: d.room})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -667,6 +669,44 @@ func TestLaunchAndStopInWaves(t *testing.T) {
 	}
 	if !slices.Equal(waves, want) {
 		t.Fatalf("Stopping per write %v, want %v", waves, want)
+	}
+}
+
+// TestLaunchRoom checks that a LaunchRoom bounds the launches of one
+// decision below parallelism, takes the lowest undone indexes as without
+// it, and at 0 launches nothing while the rest of the decision goes on.
+func TestLaunchRoom(t *testing.T) {
+	dr := newDriver(spec(10, 20))
+	launched := func(plan *Plan) []string {
+		var names []string
+		for _, e := range plan.Append {
+			if e.Type == batchv1alpha1.EntryLaunched {
+				names = append(names, e.Pod)
+			}
+		}
+		return names
+	}
+	dr.room = ptr.To[int32](0)
+	if got := launched(dr.step(t, t0)); len(got) != 0 {
+		t.Fatalf("room 0 launched %v", got)
+	}
+	dr.room = ptr.To[int32](3)
+	if got, want := launched(dr.step(t, t0)), []string{PodName("sj", 0, 0), PodName("sj", 1, 0), PodName("sj", 2, 0)}; !slices.Equal(got, want) {
+		t.Fatalf("room 3 launched %v, want %v", got, want)
+	}
+	dr.room = ptr.To[int32](100) // more than parallelism leaves parallelism the bound
+	if got := launched(dr.step(t, t0)); len(got) != 7 || got[0] != PodName("sj", 3, 0) {
+		t.Fatalf("room 100 with 3 open of parallelism 10 launched %v, want indexes 3-9", got)
+	}
+	dr.step(t, t0) // creates them
+	dr.room = ptr.To[int32](0)
+	dr.pods[0].Status.Phase = corev1.PodSucceeded
+	plan := dr.step(t, t0)
+	if got := launched(plan); len(got) != 0 {
+		t.Fatalf("room 0 after a success launched %v", got)
+	}
+	if dr.status.Succeeded != 1 {
+		t.Fatalf("room 0 held back the outcome: succeeded %d, want 1", dr.status.Succeeded)
 	}
 }
 

@@ -1,0 +1,385 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger/jobs"
+)
+
+// launchWindow bounds the operator's pods that are launched but not yet
+// started, across all SafeJobs. A burst of SafeJobs otherwise has thousands
+// of pods committed and created at once, each then waiting its turn at the
+// kubelets while every one of them costs the API server its writes: the pods
+// of the first SafeJobs succeed later than if the later ones had waited
+// (docs/performance.md, "A launch window"). The Job controller's few
+// workers bound it the same way, less deliberately.
+//
+// A pod holds its place from the write that commits its launch until it is
+// seen running or finished, deleted, or refused by the scheduler, and never
+// longer than the timeout: a pod that never starts (an image that cannot be
+// pulled, a node that never runs it) frees its place then, so that it slows
+// the SafeJobs behind it and never stops them. SafeJobs that found no room
+// wait in arrival order; room that frees is set aside for the oldest of them
+// and the SafeJob is queued, so a stream of new SafeJobs cannot pass those
+// already waiting. Safety never depends on the window: it only delays
+// launches, and every launch it lets through is decided and committed as
+// any other.
+type launchWindow struct {
+	size    int
+	timeout time.Duration
+	clock   clock.PassiveClock
+	// wake queues a SafeJob that room was set aside for; called without the
+	// lock held.
+	wake func(types.NamespacedName)
+	// gauges (may be nil) show the places held and the SafeJobs waiting.
+	held, waitingGauge prometheus.Gauge
+
+	mu sync.Mutex
+	// pending holds the pods holding a place, with when they took it.
+	pending map[types.NamespacedName]time.Time
+	// order lists pending's pods by when they took their place, for expiry;
+	// a pod that left pending, or took its place again, is skipped.
+	order []placed
+	// reserved counts the places taken by decisions not written yet.
+	reserved int
+	// waiters are the SafeJobs that found no room, oldest first, each once.
+	waiters []waiter
+	waiting map[types.NamespacedName]bool
+	// granted is the room set aside for woken SafeJobs until they come back
+	// for it, or the timeout passes; grantedSum is its total.
+	granted    map[types.NamespacedName]placed
+	grantedSum int
+}
+
+// placed is a place taken at a time: a pod's (n 1) or a grant of n.
+type placed struct {
+	key types.NamespacedName
+	at  time.Time
+	n   int
+}
+
+// waiter is a SafeJob waiting for room, and how many launches it wanted.
+type waiter struct {
+	job  types.NamespacedName
+	want int
+}
+
+// newLaunchWindow returns a window of size places, each held at most timeout.
+func newLaunchWindow(size int, timeout time.Duration, clk clock.PassiveClock, wake func(types.NamespacedName)) *launchWindow {
+	return &launchWindow{size: size, timeout: timeout, clock: clk, wake: wake,
+		pending: map[types.NamespacedName]time.Time{}, waiting: map[types.NamespacedName]bool{},
+		granted: map[types.NamespacedName]placed{}}
+}
+
+// free is the room nobody holds; the lock must be held.
+func (w *launchWindow) free() int {
+	return w.size - len(w.pending) - w.reserved - w.grantedSum
+}
+
+// take reserves up to want places for the launches of job's next write and
+// returns how many; the caller gives back (placed or giveBack) exactly
+// that. A SafeJob woken for room set aside gets that room first; others get
+// free room only while no SafeJob waits for it. One that gets less than it
+// wants waits for room (behind those already waiting).
+func (w *launchWindow) take(job types.NamespacedName, want int) int {
+	if want <= 0 {
+		return 0
+	}
+	w.mu.Lock()
+	w.expire()
+	got := 0
+	if g, ok := w.granted[job]; ok {
+		got = min(want, g.n)
+		w.grantedSum -= g.n
+		delete(w.granted, job)
+	}
+	if len(w.waiters) == 0 {
+		got += min(want-got, max(w.free(), 0))
+	}
+	w.reserved += got
+	if got < want && !w.waiting[job] {
+		w.waiting[job] = true
+		w.waiters = append(w.waiters, waiter{job: job, want: want - got})
+	}
+	woken := w.dispatch()
+	w.measured()
+	w.mu.Unlock()
+	w.wakeAll(woken)
+	return got
+}
+
+// placed turns n places reserved by take into the places of the pods whose
+// launches the write committed (at most n; a pod already holding one keeps
+// it), and gives back the rest.
+func (w *launchWindow) placed(n int, pods []types.NamespacedName) {
+	w.mu.Lock()
+	w.reserved -= n
+	now := w.clock.Now()
+	for _, p := range pods[:min(n, len(pods))] {
+		if _, ok := w.pending[p]; ok {
+			continue
+		}
+		w.pending[p] = now
+		w.order = append(w.order, placed{key: p, at: now, n: 1})
+	}
+	woken := w.dispatch()
+	w.measured()
+	w.mu.Unlock()
+	w.wakeAll(woken)
+}
+
+// giveBack returns n places reserved by take and not written.
+func (w *launchWindow) giveBack(n int) {
+	if n <= 0 {
+		return
+	}
+	w.placed(n, nil)
+}
+
+// started frees pod's place, if it holds one: it runs, finished, is
+// deleted, or the scheduler refused it.
+func (w *launchWindow) started(pod types.NamespacedName) {
+	w.mu.Lock()
+	if _, ok := w.pending[pod]; !ok {
+		w.mu.Unlock()
+		return
+	}
+	delete(w.pending, pod)
+	woken := w.dispatch()
+	w.measured()
+	w.mu.Unlock()
+	w.wakeAll(woken)
+}
+
+// seen gives a pod not yet started that this process did not place (one
+// created before it started) a place from when it was created, unless that
+// is past the timeout: the window then counts the pods an earlier process
+// left waiting.
+func (w *launchWindow) seen(pod types.NamespacedName, created time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.pending[pod]; ok || !w.clock.Now().Before(created.Add(w.timeout)) {
+		return
+	}
+	w.pending[pod] = created
+	w.order = append(w.order, placed{key: pod, at: created, n: 1})
+	w.measured()
+}
+
+// forget drops job's wait and the room set aside for it (it is gone).
+func (w *launchWindow) forget(job types.NamespacedName) {
+	w.mu.Lock()
+	if g, ok := w.granted[job]; ok {
+		w.grantedSum -= g.n
+		delete(w.granted, job)
+	}
+	if w.waiting[job] {
+		delete(w.waiting, job)
+		for i, x := range w.waiters {
+			if x.job == job {
+				w.waiters = append(w.waiters[:i], w.waiters[i+1:]...)
+				break
+			}
+		}
+	}
+	woken := w.dispatch()
+	w.measured()
+	w.mu.Unlock()
+	w.wakeAll(woken)
+}
+
+// tick frees the places and the room set aside that the timeout ended, and
+// serves the SafeJobs waiting for them.
+func (w *launchWindow) tick() {
+	w.mu.Lock()
+	w.expire()
+	woken := w.dispatch()
+	w.measured()
+	w.mu.Unlock()
+	w.wakeAll(woken)
+}
+
+// run ticks every period until ctx ends: places that time out free room
+// with no event to say so.
+func (w *launchWindow) run(ctx context.Context, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			w.tick()
+		}
+	}
+}
+
+// expire frees the places held, and the room set aside, for the timeout or
+// longer; the lock must be held. Places taken out of order (seen) may
+// outlive it by as much as they are out of order.
+func (w *launchWindow) expire() {
+	now := w.clock.Now()
+	i := 0
+	for ; i < len(w.order); i++ {
+		p := w.order[i]
+		if now.Before(p.at.Add(w.timeout)) {
+			break
+		}
+		if at, ok := w.pending[p.key]; ok && at.Equal(p.at) {
+			delete(w.pending, p.key)
+		}
+	}
+	w.order = w.order[i:]
+	for job, g := range w.granted {
+		if !now.Before(g.at.Add(w.timeout)) {
+			w.grantedSum -= g.n
+			delete(w.granted, job)
+		}
+	}
+}
+
+// dispatch sets free room aside for the oldest waiting SafeJobs and returns
+// them, to be woken; the lock must be held.
+func (w *launchWindow) dispatch() []types.NamespacedName {
+	var woken []types.NamespacedName
+	now := w.clock.Now()
+	for len(w.waiters) > 0 && w.free() > 0 {
+		x := w.waiters[0]
+		w.waiters[0] = waiter{}
+		w.waiters = w.waiters[1:]
+		delete(w.waiting, x.job)
+		n := min(x.want, w.free())
+		g := w.granted[x.job]
+		w.granted[x.job] = placed{key: x.job, at: now, n: g.n + n}
+		w.grantedSum += n
+		woken = append(woken, x.job)
+	}
+	return woken
+}
+
+// wakeAll queues the woken SafeJobs; called without the lock.
+func (w *launchWindow) wakeAll(jobs []types.NamespacedName) {
+	if w.wake == nil {
+		return
+	}
+	for _, j := range jobs {
+		w.wake(j)
+	}
+}
+
+// measured updates the gauges; the lock must be held.
+func (w *launchWindow) measured() {
+	if w.held != nil {
+		w.held.Set(float64(len(w.pending)))
+	}
+	if w.waitingGauge != nil {
+		w.waitingGauge.Set(float64(len(w.waiters)))
+	}
+}
+
+// DefaultLaunchWindowTimeout is the operator's LaunchWindowTimeout: longer
+// than a busy cluster's pods take to start once scheduled, short enough that
+// pods which never start hold the SafeJobs behind them for no more than that.
+const DefaultLaunchWindowTimeout = 30 * time.Second
+
+// fitWindow fits the launches of plan into the launch window: it reserves a
+// place for each and, when the window holds fewer, decides again with that
+// room. It returns the plan to write and the places reserved, which
+// settleWindow gives back or keeps once the write is done. held is true
+// when the window left the SafeJob no launch and no ledger fact to write:
+// the write then waits for room, so that a SafeJob waiting its turn costs
+// no write of its own (its start time and counts travel with its first
+// launch).
+func (r *SafeJobReconciler) fitWindow(sj *batchv1alpha1.SafeJob, in *jobs.Input, plan *jobs.Plan) (_ *jobs.Plan, room int, held bool, _ error) {
+	if r.window == nil {
+		return plan, 0, false, nil
+	}
+	key := client.ObjectKeyFromObject(sj)
+	want := launches(plan.Append)
+	if want == 0 {
+		r.window.forget(key) // room set aside for it goes to the next in line
+		return plan, 0, false, nil
+	}
+	got := r.window.take(key, want)
+	if got == want {
+		return plan, got, false, nil
+	}
+	in.LaunchRoom = ptr.To(int32(got))
+	fitted, err := jobs.Decide(in)
+	if err != nil {
+		r.window.giveBack(got)
+		return nil, 0, false, err
+	}
+	return fitted, got, len(fitted.Append) == 0, nil
+}
+
+// settleWindow keeps the places reserved for the launches a status write
+// committed, and gives back the rest.
+func (r *SafeJobReconciler) settleWindow(sj *batchv1alpha1.SafeJob, room int, written bool, appended []batchv1alpha1.LedgerEntry) {
+	if r.window == nil || room == 0 {
+		return
+	}
+	if !written {
+		r.window.giveBack(room)
+		return
+	}
+	var pods []types.NamespacedName
+	for _, e := range appended {
+		if e.Type == batchv1alpha1.EntryLaunched {
+			pods = append(pods, types.NamespacedName{Namespace: sj.Namespace, Name: e.Pod})
+		}
+	}
+	r.window.placed(room, pods)
+}
+
+// launches counts the Launched entries among appended.
+func launches(appended []batchv1alpha1.LedgerEntry) int {
+	n := 0
+	for _, e := range appended {
+		if e.Type == batchv1alpha1.EntryLaunched {
+			n++
+		}
+	}
+	return n
+}
+
+// windowTick is how often places that time out are freed.
+const windowTick = time.Second
+
+// setupWindow builds the launch window and runs its ticker with the
+// controller, under the same leader election.
+func (r *SafeJobReconciler) setupWindow(mgr manager.Manager) error {
+	timeout := r.LaunchWindowTimeout
+	if timeout <= 0 {
+		timeout = DefaultLaunchWindowTimeout
+	}
+	r.window = newLaunchWindow(r.LaunchWindow, timeout, r.Clock, func(key types.NamespacedName) {
+		if r.enqueue != nil {
+			r.enqueue(key)
+		}
+	})
+	if r.Metrics != nil {
+		r.window.held, r.window.waitingGauge = r.Metrics.LaunchWindowHeld, r.Metrics.LaunchWindowWaiting
+	}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		r.window.run(ctx, windowTick)
+		return nil
+	})); err != nil {
+		return fmt.Errorf("adding the launch window: %w", err)
+	}
+	return nil
+}
+
+// DefaultLaunchWindow is the operator's LaunchWindow.
+const DefaultLaunchWindow = 0
