@@ -139,6 +139,12 @@ type managerOptions struct {
 	// backoff replaces the suite's short delay before a failed pod is
 	// replaced (testBackoff).
 	backoff jobs.Backoff
+	// launchWindow and launchWindowTimeout are the controller's
+	// LaunchWindow and LaunchWindowTimeout.
+	launchWindow        int
+	launchWindowTimeout time.Duration
+	// metrics, if set, receives the controller's metrics.
+	metrics **controller.Metrics
 }
 
 // testBackoff keeps the suite's retries quick; TestFailureBackoff checks
@@ -181,6 +187,11 @@ func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 		ConcurrentPodWrites: controller.DefaultConcurrentPodWrites,
 		Fence:               opts.fence,
 		Backoff:             opts.backoff,
+		LaunchWindow:        opts.launchWindow,
+		LaunchWindowTimeout: opts.launchWindowTimeout,
+	}
+	if opts.metrics != nil {
+		*opts.metrics = m
 	}
 	if r.Backoff == (jobs.Backoff{}) {
 		r.Backoff = testBackoff

@@ -1,0 +1,172 @@
+package controller
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// windowUnderTest is a launch window on a fake clock that records whom it
+// wakes.
+type windowUnderTest struct {
+	*launchWindow
+	t     *testing.T
+	clk   *clocktesting.FakePassiveClock
+	woken []string
+}
+
+func newWindowUnderTest(t *testing.T, size int, timeout time.Duration) *windowUnderTest {
+	w := &windowUnderTest{t: t, clk: clocktesting.NewFakePassiveClock(time.Unix(1000, 0))}
+	w.launchWindow = newLaunchWindow(size, timeout, w.clk, func(job types.NamespacedName) { w.woken = append(w.woken, job.Name) })
+	return w
+}
+
+func job(name string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: name} }
+func pod(name string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: name} }
+
+// take asks for want places for job and checks how many it gets.
+func (w *windowUnderTest) take(name string, want, wantGot int) {
+	w.t.Helper()
+	if got := w.launchWindow.take(job(name), want); got != wantGot {
+		w.t.Fatalf("take(%s, %d) = %d, want %d", name, want, got, wantGot)
+	}
+}
+
+// place keeps n reserved places for the named pods.
+func (w *windowUnderTest) place(n int, pods ...string) {
+	var keys []types.NamespacedName
+	for _, p := range pods {
+		keys = append(keys, pod(p))
+	}
+	w.placed(n, keys)
+}
+
+// wokenNow checks whom the window woke since the last check.
+func (w *windowUnderTest) wokenNow(want ...string) {
+	w.t.Helper()
+	if !slices.Equal(w.woken, want) {
+		w.t.Fatalf("woken %v, want %v", w.woken, want)
+	}
+	w.woken = nil
+}
+
+// TestWindowServesInArrivalOrder checks that the window holds no more pods
+// than its size, that a SafeJob that found no room waits, behind those that
+// waited before it, and that room freed by a started pod is set aside for
+// the oldest waiting SafeJob, which is woken, and taken by nobody else.
+func TestWindowServesInArrivalOrder(t *testing.T) {
+	w := newWindowUnderTest(t, 3, time.Minute)
+	w.take("a", 2, 2)
+	w.place(2, "a-0", "a-1")
+	w.take("b", 2, 1) // one place left; b waits for the other
+	w.take("c", 1, 0) // b waits: c queues behind it, though nothing is free either way
+	w.place(1, "b-0")
+	w.wokenNow()
+
+	w.started(pod("a-0"))
+	w.wokenNow("b") // the place goes to b, the oldest waiting
+	w.take("d", 1, 0)
+	w.take("c", 1, 0) // set aside for b: c still waits
+	w.take("b", 1, 1)
+	w.place(1, "b-1")
+
+	w.started(pod("a-1"))
+	w.started(pod("b-0"))
+	w.wokenNow("c", "d") // c came before d
+	w.take("d", 1, 1)
+	w.take("c", 1, 1)
+	w.place(1, "c-0")
+	w.place(1, "d-0")
+	if n := len(w.pending); n != 3 {
+		t.Fatalf("%d places held, want 3", n)
+	}
+	w.started(pod("b-0")) // twice: nothing more to free
+	w.started(pod("x-0")) // never placed
+	w.take("e", 1, 0)
+	w.wokenNow()
+}
+
+// TestWindowGivesBackUnwritten checks that places reserved for a write that
+// did not happen, or that committed fewer launches, return to the window
+// and go to the SafeJobs waiting.
+func TestWindowGivesBackUnwritten(t *testing.T) {
+	w := newWindowUnderTest(t, 2, time.Minute)
+	w.take("a", 2, 2)
+	w.take("b", 1, 0)
+	w.giveBack(2) // a's write conflicted
+	w.wokenNow("b")
+	w.take("a", 2, 1) // b holds one place now; a waits for the other
+	w.take("b", 1, 1)
+	w.place(1, "b-0")
+	w.place(1) // a wrote none of its launch after all
+	w.wokenNow("a")
+	w.take("a", 1, 1)
+	w.place(1, "a-0")
+	if n := w.free(); n != 0 {
+		t.Fatalf("free %d after two pods placed in a window of 2", n)
+	}
+}
+
+// TestWindowTimeout checks that a pod that never starts frees its place
+// once the timeout passes, as does room set aside for a SafeJob that never
+// came back for it, so that neither holds the SafeJobs behind them.
+func TestWindowTimeout(t *testing.T) {
+	w := newWindowUnderTest(t, 1, 30*time.Second)
+	w.take("a", 1, 1)
+	w.place(1, "a-0")
+	w.take("b", 1, 0)
+	w.clk.SetTime(w.clk.Now().Add(29 * time.Second))
+	w.tick()
+	w.wokenNow()
+	w.clk.SetTime(w.clk.Now().Add(time.Second))
+	// The place a-0 held is free now, with no tick yet to say so: c, asking
+	// first, still comes after b.
+	w.take("c", 1, 0)
+	w.wokenNow("b")
+	// b never comes back (its SafeJob needs no pod any more, or its worker
+	// is slow): its room goes to c after the timeout.
+	w.clk.SetTime(w.clk.Now().Add(30 * time.Second))
+	w.tick()
+	w.wokenNow("c")
+	w.take("c", 1, 1)
+	w.place(1, "c-0")
+	w.started(pod("a-0")) // a-0 starts late: its place was freed already
+	if n := w.free(); n != 0 {
+		t.Fatalf("free %d, want 0: c-0 holds the only place", n)
+	}
+}
+
+// TestWindowSeesEarlierPods checks that pods not started when the process
+// starts hold places from when they were created, until the timeout.
+func TestWindowSeesEarlierPods(t *testing.T) {
+	w := newWindowUnderTest(t, 2, 30*time.Second)
+	now := w.clk.Now()
+	w.seen(pod("old"), now.Add(-time.Minute)) // past the timeout: not counted
+	w.seen(pod("a-0"), now.Add(-20*time.Second))
+	w.seen(pod("a-0"), now.Add(-20*time.Second)) // its create seen twice
+	w.take("b", 2, 1)
+	w.clk.SetTime(w.clk.Now().Add(10 * time.Second))
+	w.tick()
+	w.wokenNow("b")
+}
+
+// TestWindowForget checks that a SafeJob that is gone, or no longer wants
+// to launch, leaves the line, and that room set aside for it goes to the
+// next.
+func TestWindowForget(t *testing.T) {
+	w := newWindowUnderTest(t, 1, time.Minute)
+	w.take("a", 1, 1)
+	w.place(1, "a-0")
+	w.take("b", 1, 0)
+	w.take("c", 1, 0)
+	w.take("d", 1, 0)
+	w.forget(job("c"))
+	w.started(pod("a-0"))
+	w.wokenNow("b")
+	w.forget(job("b")) // deleted before it came back
+	w.wokenNow("d")
+	w.take("d", 1, 1)
+}

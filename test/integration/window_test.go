@@ -1,0 +1,144 @@
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/controller"
+	safejobtestutil "github.com/safejob/safejob/test/testutil"
+)
+
+// podsIn lists the pods of namespace ns.
+func podsIn(t *testing.T, ns string) []corev1.Pod {
+	t.Helper()
+	pods := &corev1.PodList{}
+	if err := k8s.List(context.Background(), pods, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	return pods.Items
+}
+
+// setPodStatus plays the kubelet (or the scheduler) for one pod.
+func setPodStatus(t *testing.T, pod *corev1.Pod, change func(*corev1.PodStatus)) {
+	t.Helper()
+	p := pod.DeepCopy()
+	change(&p.Status)
+	if err := k8s.Status().Update(context.Background(), p); err != nil {
+		t.Fatalf("updating the status of pod %s: %v", pod.Name, err)
+	}
+}
+
+// waitPods waits until want pods exist in ns, fails if there are more, and
+// returns them.
+func waitPods(t *testing.T, ns string, want int) []corev1.Pod {
+	t.Helper()
+	var pods []corev1.Pod
+	waitFor(t, 30*time.Second, "pods in "+ns, func() (bool, error) {
+		pods = podsIn(t, ns)
+		return len(pods) >= want, nil
+	})
+	if len(pods) != want {
+		t.Fatalf("%d pods, want %d", len(pods), want)
+	}
+	return pods
+}
+
+// waitWindow waits until the launch window holds pods places and SafeJobs
+// wait for one.
+func waitWindow(t *testing.T, m *controller.Metrics, held, waiting int) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "the launch window", func() (bool, error) {
+		return testutil.ToFloat64(m.LaunchWindowHeld) == float64(held) && testutil.ToFloat64(m.LaunchWindowWaiting) == float64(waiting), nil
+	})
+}
+
+// TestLaunchWindow checks that the operator keeps no more of its pods
+// waiting to start than its launch window, across SafeJobs: a SafeJob
+// beyond it writes nothing and creates no pod until a pod starts, or the
+// scheduler refuses one, and every SafeJob then runs to Complete.
+func TestLaunchWindow(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	var m *controller.Metrics
+	startManager(t, ns, managerOptions{launchWindow: 1, launchWindowTimeout: time.Hour, metrics: &m})
+	names := []string{"a", "b", "c"}
+	for _, name := range names {
+		if err := k8s.Create(context.Background(), safejobtestutil.MakeSafeJob(name, ns).Obj()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitWindow(t, m, 1, 2)
+	first := waitPods(t, ns, 1)[0]
+	for _, name := range names {
+		sj := &batchv1alpha1.SafeJob{}
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, sj); err != nil {
+			t.Fatal(err)
+		}
+		if metav1.IsControlledBy(&first, sj) {
+			continue
+		}
+		// A SafeJob waiting its turn costs no status write.
+		if sj.Status.StartTime != nil || sj.Status.Ledger.Seq != 0 {
+			t.Errorf("SafeJob %s waits for the window yet has status written: %+v", name, sj.Status)
+		}
+	}
+
+	setPodStatus(t, &first, func(s *corev1.PodStatus) { s.Phase = corev1.PodRunning })
+	waitWindow(t, m, 1, 1)
+	var second corev1.Pod
+	for _, p := range waitPods(t, ns, 2) {
+		if p.Name != first.Name {
+			second = p
+		}
+	}
+	// The scheduler finds no node for it: it waits for the cluster, not a
+	// kubelet, and gives up its place.
+	setPodStatus(t, &second, func(s *corev1.PodStatus) {
+		s.Conditions = append(s.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+			Reason: corev1.PodReasonUnschedulable, LastTransitionTime: metav1.Now()})
+	})
+	waitWindow(t, m, 1, 0)
+	waitPods(t, ns, 3)
+
+	for _, p := range podsIn(t, ns) {
+		setPodStatus(t, &p, func(s *corev1.PodStatus) { s.Phase = corev1.PodSucceeded })
+	}
+	for _, name := range names {
+		if got := waitFinished(t, client.ObjectKey{Namespace: ns, Name: name}, time.Minute); !conditionTrue(got, batchv1alpha1.ConditionComplete) {
+			t.Errorf("SafeJob %s: want Complete, got conditions %+v", name, got.Status.Conditions)
+		}
+	}
+	waitWindow(t, m, 0, 0)
+}
+
+// TestLaunchWindowTimeout checks that a pod that never starts holds its
+// place no longer than the window's timeout: the SafeJob behind it gets its
+// pod then, not before.
+func TestLaunchWindowTimeout(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	var m *controller.Metrics
+	const timeout = 3 * time.Second
+	startManager(t, ns, managerOptions{launchWindow: 1, launchWindowTimeout: timeout, metrics: &m})
+	for _, name := range []string{"a", "b"} {
+		if err := k8s.Create(context.Background(), safejobtestutil.MakeSafeJob(name, ns).Obj()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitWindow(t, m, 1, 1)
+	first := waitPods(t, ns, 1)[0]
+	pods := waitPods(t, ns, 2)
+	for _, p := range pods {
+		if gap := p.CreationTimestamp.Sub(first.CreationTimestamp.Time); p.Name != first.Name && gap < timeout-time.Second {
+			// Creation times are whole seconds: a second is lost to them.
+			t.Errorf("pod %s created %s after %s, before the window's timeout of %s", p.Name, gap, first.Name, timeout)
+		}
+	}
+}
