@@ -119,14 +119,14 @@ func (w *launchWindow) take(job types.NamespacedName, want int) int {
 	return got
 }
 
-// placed turns n places reserved by take into the places of the pods whose
-// launches the write committed (at most n; a pod already holding one keeps
-// it), and gives back the rest.
+// placed gives back n places reserved by take and places the pods whose
+// launches the write committed (a pod already holding one keeps it): as
+// many as were reserved, or more for a SafeJob that was running already.
 func (w *launchWindow) placed(n int, pods []types.NamespacedName) {
 	w.mu.Lock()
 	w.reserved -= n
 	now := w.clock.Now()
-	for _, p := range pods[:min(n, len(pods))] {
+	for _, p := range pods {
 		if _, ok := w.pending[p]; ok {
 			continue
 		}
@@ -307,8 +307,13 @@ func (r *SafeJobReconciler) fitWindow(sj *batchv1alpha1.SafeJob, in *jobs.Input,
 	}
 	key := client.ObjectKeyFromObject(sj)
 	want := launches(plan.Append)
-	if want == 0 {
-		r.window.forget(key) // room set aside for it goes to the next in line
+	if want == 0 || sj.Status.Active > 0 {
+		// Nothing to launch, or running already: a SafeJob waits its turn
+		// to start, never again once it runs (its pods up to parallelism
+		// replace one another), so that the window paces new SafeJobs and
+		// never one's own parallelism. Its launches hold places all the
+		// same (settleWindow). Room set aside for it goes to the next.
+		r.window.forget(key)
 		return plan, 0, false, nil
 	}
 	got := r.window.take(key, want)
@@ -327,7 +332,7 @@ func (r *SafeJobReconciler) fitWindow(sj *batchv1alpha1.SafeJob, in *jobs.Input,
 // settleWindow keeps the places reserved for the launches a status write
 // committed, and gives back the rest.
 func (r *SafeJobReconciler) settleWindow(sj *batchv1alpha1.SafeJob, room int, written bool, appended []batchv1alpha1.LedgerEntry) {
-	if r.window == nil || room == 0 {
+	if r.window == nil {
 		return
 	}
 	if !written {
@@ -340,7 +345,9 @@ func (r *SafeJobReconciler) settleWindow(sj *batchv1alpha1.SafeJob, room int, wr
 			pods = append(pods, types.NamespacedName{Namespace: sj.Namespace, Name: e.Pod})
 		}
 	}
-	r.window.placed(room, pods)
+	if room > 0 || len(pods) > 0 {
+		r.window.placed(room, pods)
+	}
 }
 
 // launches counts the Launched entries among appended.
