@@ -388,5 +388,9 @@ func (r *SafeJobReconciler) setupWindow(mgr manager.Manager) error {
 	return nil
 }
 
-// DefaultLaunchWindow is the operator's LaunchWindow.
-const DefaultLaunchWindow = 0
+// DefaultLaunchWindow is the operator's LaunchWindow: large enough that a
+// cluster whose pods take the whole timeout to start still starts new
+// SafeJobs faster than the Job controller at its default client rate, small
+// enough that a burst of SafeJobs does not queue thousands of pods at the
+// kubelets (docs/performance.md, "A launch window").
+const DefaultLaunchWindow = 500

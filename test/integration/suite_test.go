@@ -140,7 +140,7 @@ type managerOptions struct {
 	// replaced (testBackoff).
 	backoff jobs.Backoff
 	// launchWindow and launchWindowTimeout are the controller's
-	// LaunchWindow and LaunchWindowTimeout.
+	// LaunchWindow (0: the operator's default) and LaunchWindowTimeout.
 	launchWindow        int
 	launchWindowTimeout time.Duration
 	// metrics, if set, receives the controller's metrics.
@@ -192,6 +192,9 @@ func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 	}
 	if opts.metrics != nil {
 		*opts.metrics = m
+	}
+	if r.LaunchWindow == 0 {
+		r.LaunchWindow = controller.DefaultLaunchWindow
 	}
 	if r.Backoff == (jobs.Backoff{}) {
 		r.Backoff = testBackoff

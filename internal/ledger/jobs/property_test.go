@@ -125,9 +125,16 @@ func (w *world) reconcile(c *modelController, crash bool) {
 		in.Pods = append(in.Pods, p)
 	}
 	w.readLive(in)
+	if w.rng.IntN(3) == 0 {
+		// The controller's launch window leaves it little or no room.
+		in.LaunchRoom = ptr.To(int32(w.rng.IntN(3)))
+	}
 	plan, err := Decide(in)
 	if err != nil {
 		w.t.Fatalf("Decide: %v", err)
+	}
+	if n := launchedIn(plan); in.LaunchRoom != nil && n > int(*in.LaunchRoom) {
+		w.t.Fatalf("%d launches with room for %d", n, *in.LaunchRoom)
 	}
 	w.act(c, plan)
 	if crash {
@@ -569,4 +576,15 @@ func (w *world) checkEnd(t *testing.T) {
 	if cur.Succeeded != int32(st.Succeeded.Len()) || cur.Active != 0 {
 		t.Fatalf("status counters %d/%d active %d, ledger says %d", cur.Succeeded, completions, cur.Active, st.Succeeded.Len())
 	}
+}
+
+// launchedIn counts a plan's Launched entries.
+func launchedIn(plan *Plan) int {
+	n := 0
+	for _, e := range plan.Append {
+		if e.Type == batchv1alpha1.EntryLaunched {
+			n++
+		}
+	}
+	return n
 }
