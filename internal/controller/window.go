@@ -317,8 +317,13 @@ func (r *SafeJobReconciler) fitWindow(sj *batchv1alpha1.SafeJob, in *jobs.Input,
 		return plan, 0, false, nil
 	}
 	got := r.window.take(key, want)
-	if got == want {
+	switch {
+	case got == want:
 		return plan, got, false, nil
+	case got == 0 && want == len(plan.Append):
+		// Nothing but launches, and no room: deciding again would append
+		// nothing.
+		return plan, 0, true, nil
 	}
 	in.LaunchRoom = ptr.To(int32(got))
 	fitted, err := jobs.Decide(in)
