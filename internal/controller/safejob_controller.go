@@ -253,9 +253,9 @@ func (r *SafeJobReconciler) reconcileJob(ctx context.Context, sj *batchv1alpha1.
 	if err := r.act(ctx, sj, plan, q.podInfo); err != nil {
 		return reconcile.Result{}, err
 	}
-	decided := plan.Status
 	holdWait := r.spaceWrites(sj, plan)
 	room := 0
+	var decided batchv1alpha1.SafeJobStatus
 	if holdWait > 0 {
 		// Written too recently: the facts decided now join the next write.
 		// The pod work above acted on observed facts only; the Workload too

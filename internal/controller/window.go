@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -213,16 +214,7 @@ func (w *launchWindow) tick() {
 // run ticks every period until ctx ends: places that time out free room
 // with no event to say so.
 func (w *launchWindow) run(ctx context.Context, period time.Duration) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			w.tick()
-		}
-	}
+	wait.UntilWithContext(ctx, func(context.Context) { w.tick() }, period)
 }
 
 // expire frees the places held, and the room set aside, for the timeout or
@@ -269,11 +261,11 @@ func (w *launchWindow) dispatch() []types.NamespacedName {
 }
 
 // wakeAll queues the woken SafeJobs; called without the lock.
-func (w *launchWindow) wakeAll(jobs []types.NamespacedName) {
+func (w *launchWindow) wakeAll(keys []types.NamespacedName) {
 	if w.wake == nil {
 		return
 	}
-	for _, j := range jobs {
+	for _, j := range keys {
 		w.wake(j)
 	}
 }
@@ -301,7 +293,8 @@ const DefaultLaunchWindowTimeout = 30 * time.Second
 // the write then waits for room, so that a SafeJob waiting its turn costs
 // no write of its own (its start time and counts travel with its first
 // launch).
-func (r *SafeJobReconciler) fitWindow(sj *batchv1alpha1.SafeJob, in *jobs.Input, plan *jobs.Plan) (_ *jobs.Plan, room int, held bool, _ error) {
+func (r *SafeJobReconciler) fitWindow(sj *batchv1alpha1.SafeJob, in *jobs.Input,
+	plan *jobs.Plan) (_ *jobs.Plan, room int, held bool, _ error) {
 	if r.window == nil {
 		return plan, 0, false, nil
 	}
@@ -329,7 +322,7 @@ func (r *SafeJobReconciler) fitWindow(sj *batchv1alpha1.SafeJob, in *jobs.Input,
 	fitted, err := jobs.Decide(in)
 	if err != nil {
 		r.window.giveBack(got)
-		return nil, 0, false, err
+		return nil, 0, false, fmt.Errorf("deciding within the launch window: %w", err)
 	}
 	return fitted, got, len(fitted.Append) == 0, nil
 }
