@@ -300,12 +300,13 @@ func (r *SafeJobReconciler) fitWindow(sj *batchv1alpha1.SafeJob, in *jobs.Input,
 	}
 	key := client.ObjectKeyFromObject(sj)
 	want := launches(plan.Append)
-	if want == 0 || sj.Status.Active > 0 {
-		// Nothing to launch, or running already: a SafeJob waits its turn
-		// to start, never again once it runs (its pods up to parallelism
-		// replace one another), so that the window paces new SafeJobs and
-		// never one's own parallelism. Its launches hold places all the
-		// same (settleWindow). Room set aside for it goes to the next.
+	if want == 0 || plan.OpenBefore > 0 {
+		// Nothing to launch, or started already (launches open): a SafeJob
+		// waits its turn to start, never again while it runs (its waves,
+		// and its pods up to parallelism, follow one another), so that the
+		// window paces new SafeJobs and never one's own parallelism. Its
+		// launches hold places all the same (settleWindow). Room set aside
+		// for it goes to the next.
 		r.window.forget(key)
 		return plan, 0, false, nil
 	}

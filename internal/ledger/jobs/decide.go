@@ -131,6 +131,9 @@ type Plan struct {
 	Forget []string
 	// RequeueAfter is when the plan changes with time alone (0: never).
 	RequeueAfter time.Duration
+	// OpenBefore is the number of launches open in the observed ledger,
+	// before this plan.
+	OpenBefore int
 	// Stopped is true when the SafeJob is stopped for suspension or
 	// withdrawn admission and none of its pods is active or holds the
 	// ledger finalizer any more.
@@ -172,7 +175,7 @@ func Decide(in *Input) (*Plan, error) {
 	if err := st.within(ledgerIndexLimit(in.Spec)); err != nil {
 		return nil, err
 	}
-	d := &decision{in: in, st: st, seen: observed(in), plan: &Plan{}, fence: in.Fence.OrDefault()}
+	d := &decision{in: in, st: st, seen: observed(in), plan: &Plan{OpenBefore: len(st.Open)}, fence: in.Fence.OrDefault()}
 	d.stopOrdered = maps.Clone(st.Stopping)
 	d.status = *in.Status.DeepCopy()
 	d.target = d.stickyTarget()

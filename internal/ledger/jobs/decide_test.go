@@ -695,13 +695,17 @@ func TestLaunchRoom(t *testing.T) {
 		t.Fatalf("room 3 launched %v, want %v", got, want)
 	}
 	dr.room = ptr.To[int32](100) // more than parallelism leaves parallelism the bound
-	if got := launched(dr.step(t, t0)); len(got) != 7 || got[0] != PodName("sj", 3, 0) {
+	plan := dr.step(t, t0)
+	if plan.OpenBefore != 3 {
+		t.Fatalf("OpenBefore %d with 3 launches open, want 3", plan.OpenBefore)
+	}
+	if got := launched(plan); len(got) != 7 || got[0] != PodName("sj", 3, 0) {
 		t.Fatalf("room 100 with 3 open of parallelism 10 launched %v, want indexes 3-9", got)
 	}
 	dr.step(t, t0) // creates them
 	dr.room = ptr.To[int32](0)
 	dr.pods[0].Status.Phase = corev1.PodSucceeded
-	plan := dr.step(t, t0)
+	plan = dr.step(t, t0)
 	if got := launched(plan); len(got) != 0 {
 		t.Fatalf("room 0 after a success launched %v", got)
 	}
