@@ -51,7 +51,7 @@ type launchWindow struct {
 	pending map[types.NamespacedName]time.Time
 	// order lists pending's pods by when they took their place, for expiry;
 	// a pod that left pending, or took its place again, is skipped.
-	order []placed
+	order []place
 	// reserved counts the places taken by decisions not written yet.
 	reserved int
 	// waiters are the SafeJobs that found no room, oldest first, each once.
@@ -59,15 +59,20 @@ type launchWindow struct {
 	waiting map[types.NamespacedName]bool
 	// granted is the room set aside for woken SafeJobs until they come back
 	// for it, or the timeout passes; grantedSum is its total.
-	granted    map[types.NamespacedName]placed
+	granted    map[types.NamespacedName]grant
 	grantedSum int
 }
 
-// placed is a place taken at a time: a pod's (n 1) or a grant of n.
-type placed struct {
-	key types.NamespacedName
+// place is a pod's place, taken at a time.
+type place struct {
+	pod types.NamespacedName
 	at  time.Time
-	n   int
+}
+
+// grant is room set aside for a SafeJob at a time.
+type grant struct {
+	n  int
+	at time.Time
 }
 
 // waiter is a SafeJob waiting for room, and how many launches it wanted.
@@ -80,7 +85,7 @@ type waiter struct {
 func newLaunchWindow(size int, timeout time.Duration, clk clock.PassiveClock, wake func(types.NamespacedName)) *launchWindow {
 	return &launchWindow{size: size, timeout: timeout, clock: clk, wake: wake,
 		pending: map[types.NamespacedName]time.Time{}, waiting: map[types.NamespacedName]bool{},
-		granted: map[types.NamespacedName]placed{}}
+		granted: map[types.NamespacedName]grant{}}
 }
 
 // free is the room nobody holds; the lock must be held.
@@ -113,10 +118,7 @@ func (w *launchWindow) take(job types.NamespacedName, want int) int {
 		w.waiting[job] = true
 		w.waiters = append(w.waiters, waiter{job: job, want: want - got})
 	}
-	woken := w.dispatch()
-	w.measured()
-	w.mu.Unlock()
-	w.wakeAll(woken)
+	w.unlock()
 	return got
 }
 
@@ -132,12 +134,9 @@ func (w *launchWindow) placed(n int, pods []types.NamespacedName) {
 			continue
 		}
 		w.pending[p] = now
-		w.order = append(w.order, placed{key: p, at: now, n: 1})
+		w.order = append(w.order, place{pod: p, at: now})
 	}
-	woken := w.dispatch()
-	w.measured()
-	w.mu.Unlock()
-	w.wakeAll(woken)
+	w.unlock()
 }
 
 // giveBack returns n places reserved by take and not written.
@@ -157,10 +156,7 @@ func (w *launchWindow) started(pod types.NamespacedName) {
 		return
 	}
 	delete(w.pending, pod)
-	woken := w.dispatch()
-	w.measured()
-	w.mu.Unlock()
-	w.wakeAll(woken)
+	w.unlock()
 }
 
 // seen gives a pod not yet started that this process did not place (one
@@ -174,13 +170,17 @@ func (w *launchWindow) seen(pod types.NamespacedName, created time.Time) {
 		return
 	}
 	w.pending[pod] = created
-	w.order = append(w.order, placed{key: pod, at: created, n: 1})
+	w.order = append(w.order, place{pod: pod, at: created})
 	w.measured()
 }
 
 // forget drops job's wait and the room set aside for it (it is gone).
 func (w *launchWindow) forget(job types.NamespacedName) {
 	w.mu.Lock()
+	if _, ok := w.granted[job]; !ok && !w.waiting[job] {
+		w.mu.Unlock() // every reconcile of a SafeJob that launches nothing comes here
+		return
+	}
 	if g, ok := w.granted[job]; ok {
 		w.grantedSum -= g.n
 		delete(w.granted, job)
@@ -194,10 +194,7 @@ func (w *launchWindow) forget(job types.NamespacedName) {
 			}
 		}
 	}
-	woken := w.dispatch()
-	w.measured()
-	w.mu.Unlock()
-	w.wakeAll(woken)
+	w.unlock()
 }
 
 // tick frees the places and the room set aside that the timeout ended, and
@@ -205,10 +202,7 @@ func (w *launchWindow) forget(job types.NamespacedName) {
 func (w *launchWindow) tick() {
 	w.mu.Lock()
 	w.expire()
-	woken := w.dispatch()
-	w.measured()
-	w.mu.Unlock()
-	w.wakeAll(woken)
+	w.unlock()
 }
 
 // run ticks every period until ctx ends: places that time out free room
@@ -228,8 +222,8 @@ func (w *launchWindow) expire() {
 		if now.Before(p.at.Add(w.timeout)) {
 			break
 		}
-		if at, ok := w.pending[p.key]; ok && at.Equal(p.at) {
-			delete(w.pending, p.key)
+		if at, ok := w.pending[p.pod]; ok && at.Equal(p.at) {
+			delete(w.pending, p.pod)
 		}
 	}
 	w.order = w.order[i:]
@@ -252,12 +246,20 @@ func (w *launchWindow) dispatch() []types.NamespacedName {
 		w.waiters = w.waiters[1:]
 		delete(w.waiting, x.job)
 		n := min(x.want, w.free())
-		g := w.granted[x.job]
-		w.granted[x.job] = placed{key: x.job, at: now, n: g.n + n}
+		w.granted[x.job] = grant{n: w.granted[x.job].n + n, at: now}
 		w.grantedSum += n
 		woken = append(woken, x.job)
 	}
 	return woken
+}
+
+// unlock serves the SafeJobs waiting for room that is free now, updates the
+// gauges, releases the lock and wakes those served.
+func (w *launchWindow) unlock() {
+	woken := w.dispatch()
+	w.measured()
+	w.mu.Unlock()
+	w.wakeAll(woken)
 }
 
 // wakeAll queues the woken SafeJobs; called without the lock.
