@@ -142,3 +142,38 @@ func TestLaunchWindowTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestLaunchWindowDeletedWhileWaiting checks that a SafeJob deleted while it
+// waits for a place leaves the line: the place that frees goes to the one
+// behind it, and nothing is launched for the deleted one.
+func TestLaunchWindowDeletedWhileWaiting(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	var m *controller.Metrics
+	startManager(t, ns, managerOptions{launchWindow: 1, launchWindowTimeout: time.Hour, metrics: &m})
+	for _, name := range []string{"a", "b", "c"} {
+		if err := k8s.Create(context.Background(), safejobtestutil.MakeSafeJob(name, ns).Obj()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitWindow(t, m, 1, 2)
+	first := waitPods(t, ns, 1)[0]
+	var waiting []string
+	for _, name := range []string{"a", "b", "c"} {
+		if first.Labels[batchv1alpha1.SafeJobNameLabel] != name {
+			waiting = append(waiting, name)
+		}
+	}
+	gone := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: waiting[0]}}
+	if err := k8s.Delete(context.Background(), gone); err != nil {
+		t.Fatal(err)
+	}
+	waitWindow(t, m, 1, 1)
+	setPodStatus(t, &first, func(s *corev1.PodStatus) { s.Phase = corev1.PodRunning })
+	waitWindow(t, m, 1, 0)
+	for _, p := range waitPods(t, ns, 2) {
+		if owner := p.Labels[batchv1alpha1.SafeJobNameLabel]; owner == waiting[0] {
+			t.Errorf("pod %s launched for SafeJob %s, deleted while it waited", p.Name, owner)
+		}
+	}
+}
