@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -209,8 +208,8 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 		}
 		return reconcile.Result{}, fmt.Errorf("getting SafeJob: %w", err)
 	}
-	logger := log.FromContext(ctx).WithValues("safeJob", klog.KObj(sj))
-	ctx = log.IntoContext(ctx, logger)
+	// controller-runtime's logger names the SafeJob already.
+	logger := log.FromContext(ctx)
 	if dispatched(sj) {
 		return r.reconcileDispatched(ctx, sj)
 	}
