@@ -90,7 +90,7 @@ func CacheOptions() cache.Options {
 	return cache.Options{
 		DefaultTransform: stripManagedFields,
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:            {Label: sel.Add(*req), Transform: stripPodForCache},
+			&corev1.Pod{}:            {Label: sel.Add(*req), Transform: stripForCache},
 			&batchv1alpha1.SafeJob{}: {Transform: stripForCache},
 		},
 	}
@@ -115,20 +115,6 @@ func stripForCache(in any) (any, error) {
 			delete(a, corev1.LastAppliedConfigAnnotation)
 			obj.SetAnnotations(a) // a copy, for an unstructured object
 		}
-	}
-	return in, nil
-}
-
-// stripPodForCache is stripForCache, and leaves out of a cached pod its
-// spec but the node it is bound to: of a pod this controller reads only the
-// metadata (ownership, labels, finalizers) and the status (phase, exit
-// codes, conditions), and it writes pods by JSON patches of their metadata,
-// never whole. The spec is most of a pod's bytes, in the cache and in every
-// copy a list of a SafeJob's pods makes.
-func stripPodForCache(in any) (any, error) {
-	in, _ = stripForCache(in) // never fails
-	if pod, ok := in.(*corev1.Pod); ok {
-		pod.Spec = corev1.PodSpec{NodeName: pod.Spec.NodeName}
 	}
 	return in, nil
 }

@@ -88,30 +88,3 @@ func TestStripForCache(t *testing.T) {
 		t.Errorf("a tombstone came back as %v, %v", out, err)
 	}
 }
-
-// TestStripPodForCache: a cached pod keeps its metadata, its status and its
-// node, and nothing else of its spec.
-func TestStripPodForCache(t *testing.T) {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "a-0", Labels: map[string]string{"team": "batch"},
-			Finalizers: []string{"batch.safejob.dev/tracking"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
-		Spec: corev1.PodSpec{NodeName: "node-1", RestartPolicy: corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
-		Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: "main",
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 3}}}}},
-	}
-	want := pod.DeepCopy()
-	want.ManagedFields = nil
-	want.Spec = corev1.PodSpec{NodeName: "node-1"}
-	out, err := stripPodForCache(pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(want, out); diff != "" {
-		t.Errorf("cached pod (-want,+got):\n%s", diff)
-	}
-	tomb := toolscache.DeletedFinalStateUnknown{Key: "ns/a-0", Obj: pod}
-	if out, err := stripPodForCache(tomb); err != nil || out != any(tomb) {
-		t.Errorf("a tombstone came back as %v, %v", out, err)
-	}
-}
