@@ -40,6 +40,11 @@ type launchWindow struct {
 	size    int
 	timeout time.Duration
 	clock   clock.PassiveClock
+	// since is when this process's window began, to the second below (as
+	// creation times are kept): a pod created before it may be one an
+	// earlier process left waiting; one created since was placed by this
+	// process's own write, or is not this process's.
+	since time.Time
 	// wake queues a SafeJob that room was set aside for; called without the
 	// lock held.
 	wake func(types.NamespacedName)
@@ -83,7 +88,7 @@ type waiter struct {
 
 // newLaunchWindow returns a window of size places, each held at most timeout.
 func newLaunchWindow(size int, timeout time.Duration, clk clock.PassiveClock, wake func(types.NamespacedName)) *launchWindow {
-	return &launchWindow{size: size, timeout: timeout, clock: clk, wake: wake,
+	return &launchWindow{size: size, timeout: timeout, clock: clk, since: clk.Now().Truncate(time.Second), wake: wake,
 		pending: map[types.NamespacedName]time.Time{}, waiting: map[types.NamespacedName]bool{},
 		granted: map[types.NamespacedName]grant{}}
 }
@@ -159,14 +164,15 @@ func (w *launchWindow) started(pod types.NamespacedName) {
 	w.unlock()
 }
 
-// seen gives a pod not yet started that this process did not place (one
-// created before it started) a place from when it was created, unless that
-// is past the timeout: the window then counts the pods an earlier process
-// left waiting.
+// seen gives a pod not yet started that was created before this process
+// began a place from when it was created, unless that is past the timeout:
+// the window then counts the pods an earlier process left waiting. A pod
+// created since then that this process did not place is not its own (a
+// stranger's object naming a SafeJob as controller) and takes no place.
 func (w *launchWindow) seen(pod types.NamespacedName, created time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, ok := w.pending[pod]; ok || !w.clock.Now().Before(created.Add(w.timeout)) {
+	if _, ok := w.pending[pod]; ok || !created.Before(w.since) || !w.clock.Now().Before(created.Add(w.timeout)) {
 		return
 	}
 	w.pending[pod] = created

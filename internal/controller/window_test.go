@@ -153,6 +153,16 @@ func TestWindowSeesEarlierPods(t *testing.T) {
 	w.wokenNow("b")
 }
 
+// TestWindowIgnoresStrangers checks that a pending pod created after the
+// window began that it never placed (not the operator's: someone else's pod
+// naming a SafeJob as controller) holds no place.
+func TestWindowIgnoresStrangers(t *testing.T) {
+	w := newWindowUnderTest(t, 1, 30*time.Second)
+	w.clk.SetTime(w.clk.Now().Add(time.Second))
+	w.seen(pod("stranger"), w.clk.Now())
+	w.take("a", 1, 1)
+}
+
 // TestWindowForget checks that a SafeJob that is gone, or no longer wants
 // to launch, leaves the line, and that room set aside for it goes to the
 // next.

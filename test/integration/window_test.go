@@ -177,3 +177,49 @@ func TestLaunchWindowDeletedWhileWaiting(t *testing.T) {
 		}
 	}
 }
+
+// TestLaunchWindowIgnoresStrangers checks that a pod someone else creates
+// naming a SafeJob as its controller, and which never starts, takes no place
+// in the launch window: the SafeJobs after it launch as if it were not there.
+func TestLaunchWindowIgnoresStrangers(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	var m *controller.Metrics
+	startManager(t, ns, managerOptions{launchWindow: 1, launchWindowTimeout: time.Hour, metrics: &m})
+	owner := safejobtestutil.MakeSafeJob("owner", ns).Suspend(true).Obj()
+	if err := k8s.Create(context.Background(), owner); err != nil {
+		t.Fatal(err)
+	}
+	stranger := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stranger",
+			Labels:          map[string]string{batchv1alpha1.SafeJobNameLabel: owner.Name},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(owner, batchv1alpha1.GroupVersion.WithKind("SafeJob"))}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
+	}
+	if err := k8s.Create(context.Background(), stranger); err != nil {
+		t.Fatal(err)
+	}
+	// Each SafeJob gets its pod, and once that pod runs the window holds
+	// nothing: the stranger, Pending all along, holds no place, whether its
+	// create reached the operator before the first SafeJob or after.
+	for _, name := range []string{"a", "b"} {
+		if err := k8s.Create(context.Background(), safejobtestutil.MakeSafeJob(name, ns).Obj()); err != nil {
+			t.Fatal(err)
+		}
+		var pod *corev1.Pod
+		waitFor(t, 30*time.Second, "the pod of SafeJob "+name, func() (bool, error) {
+			for _, p := range podsIn(t, ns) {
+				if p.Labels[batchv1alpha1.SafeJobNameLabel] == name {
+					pod = &p
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		setPodStatus(t, pod, func(s *corev1.PodStatus) { s.Phase = corev1.PodRunning })
+		waitWindow(t, m, 0, 0)
+	}
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(stranger), stranger); err != nil {
+		t.Fatalf("the stranger's pod: %v", err)
+	}
+}
