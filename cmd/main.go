@@ -64,6 +64,9 @@ func main() {
 			"SafeJobs beyond it wait their turn (0: unbounded).")
 	flag.DurationVar(&s.launchWindowTimeout, "launch-window-timeout", controller.DefaultLaunchWindowTimeout,
 		"The longest a pod that does not start holds its place in --launch-window.")
+	flag.DurationVar(&s.outcomeHold, "outcome-hold", controller.DefaultOutcomeHold,
+		"While SafeJobs wait for --launch-window, the longest a status write that records nothing but pod successes "+
+			"waits, so that pods start first (0: never held).")
 	flag.StringVar(&s.pprofAddr, "pprof-bind-address", "0", "The address the pprof endpoint binds to (0 disables it).")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
@@ -89,7 +92,7 @@ type settings struct {
 	podBatch, readyBatch, readyBusy, readyBusyLimit time.Duration
 	failureBackoff                                  time.Duration
 	launchWindow                                    int
-	launchWindowTimeout                             time.Duration
+	launchWindowTimeout, outcomeHold                time.Duration
 }
 
 func run(s settings) error {
@@ -152,6 +155,7 @@ func run(s settings) error {
 		Backoff:                 jobs.Backoff{Base: s.failureBackoff, Max: 60 * s.failureBackoff},
 		LaunchWindow:            s.launchWindow,
 		LaunchWindowTimeout:     s.launchWindowTimeout,
+		OutcomeHold:             s.outcomeHold,
 		Kueue:                   withKueue,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {

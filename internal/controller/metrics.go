@@ -49,7 +49,9 @@ type Metrics struct {
 	// LaunchWindowHeld is how many launched pods hold a place in the launch
 	// window (not started yet); LaunchWindowWaiting how many SafeJobs wait
 	// for a place.
-	LaunchWindowHeld, LaunchWindowWaiting prometheus.Gauge
+	// LaunchWindowHeldOutcomes how many SafeJobs have a status write that
+	// records successes held meanwhile.
+	LaunchWindowHeld, LaunchWindowWaiting, LaunchWindowHeldOutcomes prometheus.Gauge
 }
 
 // labelResult is the label of a reconcile's or a SafeJob's result.
@@ -112,6 +114,10 @@ func NewMetrics() *Metrics {
 			Name: "safejob_launch_window_waiting_safejobs",
 			Help: "SafeJobs waiting for a place in the launch window to launch pods.",
 		}),
+		LaunchWindowHeldOutcomes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "safejob_launch_window_held_outcomes",
+			Help: "SafeJobs whose pod successes wait to be recorded while other SafeJobs wait for the launch window.",
+		}),
 	}
 }
 
@@ -119,7 +125,7 @@ func NewMetrics() *Metrics {
 func (m *Metrics) Register(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.Reconciles, m.Conflicts, m.PodsCreated, m.CreatesExpired, m.LedgerAppends, m.CommitObserve,
 		m.JobsFinished, m.PodFailures, m.ReconcileDuration, m.StatusWrites, m.ReleasesWaiting,
-		m.LaunchWindowHeld, m.LaunchWindowWaiting} {
+		m.LaunchWindowHeld, m.LaunchWindowWaiting, m.LaunchWindowHeldOutcomes} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("registering metric: %w", err)
 		}

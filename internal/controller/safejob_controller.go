@@ -79,6 +79,10 @@ type SafeJobReconciler struct {
 	// LaunchWindowTimeout is the longest a pod that does not start holds
 	// its place in the window; 0 is DefaultLaunchWindowTimeout.
 	LaunchWindowTimeout time.Duration
+	// OutcomeHold is the longest a status write that records nothing but
+	// pod successes is held while SafeJobs wait for the launch window; 0:
+	// never held.
+	OutcomeHold time.Duration
 
 	tracker *tracker
 	// podWrites holds the slots of ConcurrentPodWrites.
@@ -201,7 +205,7 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 		if apierrors.IsNotFound(err) {
 			r.tracker.forget(req.NamespacedName)
 			if r.window != nil {
-				r.window.forget(req.NamespacedName)
+				r.window.gone(req.NamespacedName)
 			}
 			r.tracker.takeStrays(req.NamespacedName)
 			return reconcile.Result{}, errors.Join(r.releaseGone(ctx, req), r.releaseWorkloads(ctx, req, ""))
@@ -266,8 +270,9 @@ func (r *SafeJobReconciler) reconcileJob(ctx context.Context, sj *batchv1alpha1.
 			return reconcile.Result{}, r.markLedgerInvalid(ctx, sj, err)
 		}
 		decided = plan.Status
-		if held {
-			// Waiting for room in the launch window, which queues it again.
+		if held || r.holdOutcomes(sj, plan) {
+			// Waiting for room in the launch window, or its outcomes held
+			// while others wait: the window queues it again.
 			plan.Status, decided, plan.Stopped = sj.Status, sj.Status, false
 		} else if holdWait = r.deferReadyOnly(sj, plan); holdWait > 0 {
 			plan.Status = sj.Status // nothing but the ready count changed: batch it with the next change

@@ -48,8 +48,9 @@ type launchWindow struct {
 	// wake queues a SafeJob that room was set aside for; called without the
 	// lock held.
 	wake func(types.NamespacedName)
-	// gauges (may be nil) show the places held and the SafeJobs waiting.
-	held, waitingGauge prometheus.Gauge
+	// gauges (may be nil) show the places held, the SafeJobs waiting and
+	// those whose outcomes are held.
+	held, waitingGauge, outcomesGauge prometheus.Gauge
 
 	mu sync.Mutex
 	// pending holds the pods holding a place, with when they took it.
@@ -66,6 +67,11 @@ type launchWindow struct {
 	// for it, or the timeout passes; grantedSum is its total.
 	granted    map[types.NamespacedName]grant
 	grantedSum int
+	// outcomes are the SafeJobs whose status writes, recording nothing but
+	// successes, are held while SafeJobs wait, with when each was held, for
+	// at most outcomeHold.
+	outcomes    map[types.NamespacedName]time.Time
+	outcomeHold time.Duration
 }
 
 // place is a pod's place, taken at a time.
@@ -86,11 +92,13 @@ type waiter struct {
 	want int
 }
 
-// newLaunchWindow returns a window of size places, each held at most timeout.
-func newLaunchWindow(size int, timeout time.Duration, clk clock.PassiveClock, wake func(types.NamespacedName)) *launchWindow {
-	return &launchWindow{size: size, timeout: timeout, clock: clk, since: clk.Now().Truncate(time.Second), wake: wake,
+// newLaunchWindow returns a window of size places, each held at most
+// timeout, that holds outcomes at most outcomeHold (0: never).
+func newLaunchWindow(size int, timeout, outcomeHold time.Duration, clk clock.PassiveClock, wake func(types.NamespacedName)) *launchWindow {
+	return &launchWindow{size: size, timeout: timeout, outcomeHold: outcomeHold, clock: clk,
+		since: clk.Now().Truncate(time.Second), wake: wake,
 		pending: map[types.NamespacedName]time.Time{}, waiting: map[types.NamespacedName]bool{},
-		granted: map[types.NamespacedName]grant{}}
+		granted: map[types.NamespacedName]grant{}, outcomes: map[types.NamespacedName]time.Time{}}
 }
 
 // free is the room nobody holds; the lock must be held.
@@ -203,12 +211,54 @@ func (w *launchWindow) forget(job types.NamespacedName) {
 	w.unlock()
 }
 
+// gone drops everything the window keeps of job: it is deleted.
+func (w *launchWindow) gone(job types.NamespacedName) {
+	w.forget(job)
+	w.mu.Lock()
+	delete(w.outcomes, job)
+	w.measured()
+	w.mu.Unlock()
+}
+
+// holdOutcomes reports whether job's status write, which records nothing but
+// successes, is to wait: while SafeJobs wait for room, the API server's
+// time goes to starting pods first. Held outcomes are recorded as soon as
+// no SafeJob waits (each held is queued then), or after outcomeHold.
+func (w *launchWindow) holdOutcomes(job types.NamespacedName) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.waiters) == 0 || w.outcomeHold <= 0 {
+		delete(w.outcomes, job)
+		return false
+	}
+	now := w.clock.Now()
+	since, ok := w.outcomes[job]
+	switch {
+	case !ok:
+		w.outcomes[job] = now
+		w.measured()
+		return true
+	case !now.Before(since.Add(w.outcomeHold)):
+		delete(w.outcomes, job)
+		return false
+	}
+	return true
+}
+
 // tick frees the places and the room set aside that the timeout ended, and
-// serves the SafeJobs waiting for them.
+// serves the SafeJobs waiting for them and those whose outcomes were held
+// the timeout.
 func (w *launchWindow) tick() {
 	w.mu.Lock()
 	w.expire()
-	w.unlock()
+	var due []types.NamespacedName
+	now := w.clock.Now()
+	for job, since := range w.outcomes {
+		if !now.Before(since.Add(w.outcomeHold)) {
+			due = append(due, job)
+		}
+	}
+	w.unlock(due...)
 }
 
 // run ticks every period until ctx ends: places that time out free room
@@ -259,10 +309,17 @@ func (w *launchWindow) dispatch() []types.NamespacedName {
 	return woken
 }
 
-// unlock serves the SafeJobs waiting for room that is free now, updates the
-// gauges, releases the lock and wakes those served.
-func (w *launchWindow) unlock() {
-	woken := w.dispatch()
+// unlock serves the SafeJobs waiting for room that is free now, and those
+// whose outcomes were held once none waits, updates the gauges, releases the
+// lock and wakes those served and also.
+func (w *launchWindow) unlock(also ...types.NamespacedName) {
+	woken := append(w.dispatch(), also...)
+	if len(w.waiters) == 0 && len(w.outcomes) > 0 {
+		for job := range w.outcomes {
+			woken = append(woken, job)
+		}
+		clear(w.outcomes)
+	}
 	w.measured()
 	w.mu.Unlock()
 	w.wakeAll(woken)
@@ -285,6 +342,9 @@ func (w *launchWindow) measured() {
 	}
 	if w.waitingGauge != nil {
 		w.waitingGauge.Set(float64(len(w.waiters)))
+	}
+	if w.outcomesGauge != nil {
+		w.outcomesGauge.Set(float64(len(w.outcomes)))
 	}
 }
 
@@ -336,6 +396,24 @@ func (r *SafeJobReconciler) fitWindow(sj *batchv1alpha1.SafeJob, in *jobs.Input,
 	return fitted, got, len(fitted.Append) == 0, nil
 }
 
+// holdOutcomes reports whether to hold a status write that records nothing
+// but pod successes, while new SafeJobs wait for the launch window: the
+// Job controller's pods run ahead of its status writes the same way. Not
+// for a SafeJob whose finish something waits on (a deadline, a queue's
+// quota, a schedule's next run).
+func (r *SafeJobReconciler) holdOutcomes(sj *batchv1alpha1.SafeJob, plan *jobs.Plan) bool {
+	if r.window == nil || len(plan.Append) == 0 || sj.Spec.ActiveDeadlineSeconds != nil ||
+		queueName(sj) != "" || batchv1alpha1.RunParent(sj) != nil {
+		return false
+	}
+	for _, e := range plan.Append {
+		if e.Type != batchv1alpha1.EntrySucceeded {
+			return false
+		}
+	}
+	return r.window.holdOutcomes(client.ObjectKeyFromObject(sj))
+}
+
 // settleWindow keeps the places reserved for the launches a status write
 // committed, and gives back the rest.
 func (r *SafeJobReconciler) settleWindow(sj *batchv1alpha1.SafeJob, room int, written bool, appended []batchv1alpha1.LedgerEntry) {
@@ -378,13 +456,14 @@ func (r *SafeJobReconciler) setupWindow(mgr manager.Manager) error {
 	if timeout <= 0 {
 		timeout = DefaultLaunchWindowTimeout
 	}
-	r.window = newLaunchWindow(r.LaunchWindow, timeout, r.Clock, func(key types.NamespacedName) {
+	r.window = newLaunchWindow(r.LaunchWindow, timeout, r.OutcomeHold, r.Clock, func(key types.NamespacedName) {
 		if r.enqueue != nil {
 			r.enqueue(key)
 		}
 	})
 	if r.Metrics != nil {
 		r.window.held, r.window.waitingGauge = r.Metrics.LaunchWindowHeld, r.Metrics.LaunchWindowWaiting
+		r.window.outcomesGauge = r.Metrics.LaunchWindowHeldOutcomes
 	}
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		r.window.run(ctx, windowTick)
@@ -401,3 +480,10 @@ func (r *SafeJobReconciler) setupWindow(mgr manager.Manager) error {
 // enough that a burst of SafeJobs does not queue thousands of pods at the
 // kubelets (docs/performance.md, "A launch window").
 const DefaultLaunchWindow = 500
+
+// DefaultOutcomeHold is the operator's OutcomeHold: long enough that a
+// burst of SafeJobs larger than the window gets its pods run first and its
+// outcomes recorded after (docs/performance.md, "Outcomes after pods"),
+// short enough that a SafeJob under a steady backlog still shows its finish
+// within minutes.
+const DefaultOutcomeHold = 2 * time.Minute

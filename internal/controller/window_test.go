@@ -20,7 +20,7 @@ type windowUnderTest struct {
 
 func newWindowUnderTest(t *testing.T, size int, timeout time.Duration) *windowUnderTest {
 	w := &windowUnderTest{t: t, clk: clocktesting.NewFakePassiveClock(time.Unix(1000, 0))}
-	w.launchWindow = newLaunchWindow(size, timeout, w.clk, func(job types.NamespacedName) { w.woken = append(w.woken, job.Name) })
+	w.launchWindow = newLaunchWindow(size, timeout, 0, w.clk, func(job types.NamespacedName) { w.woken = append(w.woken, job.Name) })
 	return w
 }
 
@@ -179,4 +179,63 @@ func TestWindowForget(t *testing.T) {
 	w.forget(job("b")) // deleted before it came back
 	w.wokenNow("d")
 	w.take("d", 1, 1)
+}
+
+// TestWindowHoldsOutcomes checks that a status write recording successes
+// only is held while a SafeJob waits for room, and that the SafeJob is woken
+// as soon as none waits, or once held for outcomeHold; never held when
+// outcomeHold is 0.
+func TestWindowHoldsOutcomes(t *testing.T) {
+	w := newWindowUnderTest(t, 1, time.Hour)
+	w.take("a", 1, 1)
+	w.place(1, "a-0")
+	w.take("b", 1, 0)
+	if w.holdOutcomes(job("x")) {
+		t.Fatal("held with outcomeHold 0")
+	}
+
+	w = newWindowUnderTest(t, 1, time.Hour)
+	w.outcomeHold = time.Minute
+	if w.holdOutcomes(job("x")) {
+		t.Fatal("held while no SafeJob waits")
+	}
+	w.take("a", 1, 1)
+	w.place(1, "a-0")
+	w.take("b", 1, 0)
+	if !w.holdOutcomes(job("x")) || !w.holdOutcomes(job("x")) {
+		t.Fatal("not held while b waits")
+	}
+	w.started(pod("a-0")) // b gets the room: nothing waits any more
+	w.wokenNow("b", "x")
+	if w.holdOutcomes(job("x")) {
+		t.Fatal("held again while no SafeJob waits")
+	}
+
+	// c waits all along: y is held for outcomeHold, not longer.
+	w.take("b", 1, 1)
+	w.place(1, "b-0")
+	w.take("c", 1, 0)
+	if !w.holdOutcomes(job("y")) {
+		t.Fatal("not held while c waits")
+	}
+	w.clk.SetTime(w.clk.Now().Add(59 * time.Second))
+	w.tick()
+	w.wokenNow()
+	if !w.holdOutcomes(job("y")) {
+		t.Fatal("not held before outcomeHold passed")
+	}
+	w.clk.SetTime(w.clk.Now().Add(time.Second))
+	w.tick()
+	w.wokenNow("y")
+	if w.holdOutcomes(job("y")) {
+		t.Fatal("held past outcomeHold")
+	}
+
+	// A SafeJob deleted while its outcomes are held is not woken for them.
+	if !w.holdOutcomes(job("z")) {
+		t.Fatal("not held while c waits")
+	}
+	w.gone(job("z"))
+	w.started(pod("b-0"))
+	w.wokenNow("c")
 }

@@ -143,6 +143,9 @@ type managerOptions struct {
 	// LaunchWindow (0: the operator's default) and LaunchWindowTimeout.
 	launchWindow        int
 	launchWindowTimeout time.Duration
+	// outcomeHold is the controller's OutcomeHold (0: the operator's
+	// default).
+	outcomeHold time.Duration
 	// metrics, if set, receives the controller's metrics.
 	metrics **controller.Metrics
 }
@@ -189,12 +192,16 @@ func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 		Backoff:             opts.backoff,
 		LaunchWindow:        opts.launchWindow,
 		LaunchWindowTimeout: opts.launchWindowTimeout,
+		OutcomeHold:         opts.outcomeHold,
 	}
 	if opts.metrics != nil {
 		*opts.metrics = m
 	}
 	if r.LaunchWindow == 0 {
 		r.LaunchWindow = controller.DefaultLaunchWindow
+	}
+	if r.OutcomeHold == 0 {
+		r.OutcomeHold = controller.DefaultOutcomeHold
 	}
 	if r.Backoff == (jobs.Backoff{}) {
 		r.Backoff = testBackoff

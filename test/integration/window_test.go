@@ -223,3 +223,78 @@ func TestLaunchWindowIgnoresStrangers(t *testing.T) {
 		t.Fatalf("the stranger's pod: %v", err)
 	}
 }
+
+// heldOutcomesWait starts three SafeJobs under a launch window of one, lets
+// the first one's pod succeed, and waits until its success is held while
+// the third waits (the second has launched). It returns the first two pods.
+func heldOutcomesWait(t *testing.T, ns string, m *controller.Metrics) (first, second corev1.Pod) {
+	t.Helper()
+	for _, name := range []string{"a", "b", "c"} {
+		if err := k8s.Create(context.Background(), safejobtestutil.MakeSafeJob(name, ns).Obj()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitWindow(t, m, 1, 2)
+	first = waitPods(t, ns, 1)[0]
+	setPodStatus(t, &first, func(s *corev1.PodStatus) { s.Phase = corev1.PodSucceeded })
+	waitFor(t, 30*time.Second, "the first success held", func() (bool, error) {
+		return testutil.ToFloat64(m.LaunchWindowHeldOutcomes) == 1, nil
+	})
+	waitWindow(t, m, 1, 1)
+	for _, p := range waitPods(t, ns, 2) {
+		if p.Name != first.Name {
+			second = p
+		}
+	}
+	return first, second
+}
+
+// TestLaunchWindowHoldsOutcomes checks that while a SafeJob waits for the
+// launch window, a write that records nothing but another SafeJob's pod
+// success is held, and is made as soon as no SafeJob waits.
+func TestLaunchWindowHoldsOutcomes(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	var m *controller.Metrics
+	startManager(t, ns, managerOptions{launchWindow: 1, launchWindowTimeout: time.Hour, outcomeHold: time.Hour, metrics: &m})
+	first, second := heldOutcomesWait(t, ns, m)
+	owner := client.ObjectKey{Namespace: ns, Name: first.Labels[batchv1alpha1.SafeJobNameLabel]}
+	sj := &batchv1alpha1.SafeJob{}
+	if err := k8s.Get(context.Background(), owner, sj); err != nil {
+		t.Fatal(err)
+	}
+	if sj.Status.Succeeded != 0 || conditionTrue(sj, batchv1alpha1.ConditionComplete) {
+		t.Fatalf("SafeJob %s recorded its success while another waits: %+v", owner.Name, sj.Status)
+	}
+
+	// The second pod succeeds too: the third SafeJob gets the room, none
+	// waits, and both successes are recorded.
+	setPodStatus(t, &second, func(s *corev1.PodStatus) { s.Phase = corev1.PodSucceeded })
+	for _, p := range []corev1.Pod{first, second} {
+		key := client.ObjectKey{Namespace: ns, Name: p.Labels[batchv1alpha1.SafeJobNameLabel]}
+		if got := waitFinished(t, key, 30*time.Second); !conditionTrue(got, batchv1alpha1.ConditionComplete) || got.Status.Succeeded != 1 {
+			t.Errorf("SafeJob %s: want Complete with 1 succeeded, got %+v", key.Name, got.Status)
+		}
+	}
+	waitFor(t, 30*time.Second, "no success held", func() (bool, error) {
+		return testutil.ToFloat64(m.LaunchWindowHeldOutcomes) == 0, nil
+	})
+}
+
+// TestLaunchWindowOutcomeHoldLimit checks that a success is held no longer
+// than the outcome hold while SafeJobs keep waiting.
+func TestLaunchWindowOutcomeHoldLimit(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	var m *controller.Metrics
+	startManager(t, ns, managerOptions{launchWindow: 1, launchWindowTimeout: time.Hour, outcomeHold: 2 * time.Second, metrics: &m})
+	first, _ := heldOutcomesWait(t, ns, m)
+	owner := client.ObjectKey{Namespace: ns, Name: first.Labels[batchv1alpha1.SafeJobNameLabel]}
+	if got := waitFinished(t, owner, 30*time.Second); !conditionTrue(got, batchv1alpha1.ConditionComplete) {
+		t.Fatalf("SafeJob %s: want Complete, got conditions %+v", owner.Name, got.Status.Conditions)
+	}
+	// Recorded by the limit: the third SafeJob still waits.
+	if waiting := testutil.ToFloat64(m.LaunchWindowWaiting); waiting != 1 {
+		t.Errorf("%v SafeJobs wait for the window, want 1", waiting)
+	}
+}
