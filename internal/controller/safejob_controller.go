@@ -337,7 +337,8 @@ func countsOnly(before, after *batchv1alpha1.SafeJobStatus) bool {
 	return equality.Semantic.DeepEqual(*same, *before)
 }
 
-// backlogged reports whether SafeJobs wait in the queue for a worker.
+// backlogged reports whether SafeJobs wait in the queue for a worker, or
+// for room in the launch window.
 func (r *SafeJobReconciler) backlogged() bool {
-	return r.waiting != nil && r.waiting() > 0
+	return (r.waiting != nil && r.waiting() > 0) || (r.window != nil && r.window.busy())
 }

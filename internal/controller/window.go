@@ -211,6 +211,13 @@ func (w *launchWindow) forget(job types.NamespacedName) {
 	w.unlock()
 }
 
+// busy reports whether SafeJobs wait for room.
+func (w *launchWindow) busy() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.waiters) > 0
+}
+
 // gone drops everything the window keeps of job: it is deleted.
 func (w *launchWindow) gone(job types.NamespacedName) {
 	w.forget(job)

@@ -201,7 +201,13 @@ func TestWindowHoldsOutcomes(t *testing.T) {
 	}
 	w.take("a", 1, 1)
 	w.place(1, "a-0")
+	if w.busy() {
+		t.Fatal("busy while no SafeJob waits")
+	}
 	w.take("b", 1, 0)
+	if !w.busy() {
+		t.Fatal("not busy while b waits")
+	}
 	for range 2 { // held, and held again when decided again
 		if !w.holdOutcomes(job("x")) {
 			t.Fatal("not held while b waits")
