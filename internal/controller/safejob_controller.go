@@ -270,7 +270,7 @@ func (r *SafeJobReconciler) reconcileJob(ctx context.Context, sj *batchv1alpha1.
 			return reconcile.Result{}, r.markLedgerInvalid(ctx, sj, err)
 		}
 		decided = plan.Status
-		if held || r.holdOutcomes(sj, plan) {
+		if outcomesHeld := r.holdOutcomes(sj, plan); held || outcomesHeld {
 			// Waiting for room in the launch window, or its outcomes held
 			// while others wait: the window queues it again.
 			plan.Status, decided, plan.Stopped = sj.Status, sj.Status, false

@@ -221,10 +221,18 @@ func (w *launchWindow) busy() bool {
 // gone drops everything the window keeps of job: it is deleted.
 func (w *launchWindow) gone(job types.NamespacedName) {
 	w.forget(job)
+	w.dropOutcomes(job)
+}
+
+// dropOutcomes forgets that job's outcomes were held: it is deleted, or
+// its next write is not one to hold (it records more than successes).
+func (w *launchWindow) dropOutcomes(job types.NamespacedName) {
 	w.mu.Lock()
-	delete(w.outcomes, job)
-	w.measured()
-	w.mu.Unlock()
+	defer w.mu.Unlock()
+	if _, ok := w.outcomes[job]; ok {
+		delete(w.outcomes, job)
+		w.measured()
+	}
 }
 
 // holdOutcomes reports whether job's status write, which records nothing but
@@ -234,20 +242,16 @@ func (w *launchWindow) gone(job types.NamespacedName) {
 func (w *launchWindow) holdOutcomes(job types.NamespacedName) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.waiters) == 0 || w.outcomeHold <= 0 {
-		delete(w.outcomes, job)
-		return false
-	}
 	now := w.clock.Now()
 	since, ok := w.outcomes[job]
 	switch {
+	case len(w.waiters) == 0 || w.outcomeHold <= 0 || ok && !now.Before(since.Add(w.outcomeHold)):
+		delete(w.outcomes, job)
+		w.measured()
+		return false
 	case !ok:
 		w.outcomes[job] = now
 		w.measured()
-		return true
-	case !now.Before(since.Add(w.outcomeHold)):
-		delete(w.outcomes, job)
-		return false
 	}
 	return true
 }
@@ -409,16 +413,20 @@ func (r *SafeJobReconciler) fitWindow(sj *batchv1alpha1.SafeJob, in *jobs.Input,
 // for a SafeJob whose finish something waits on (a deadline, a queue's
 // quota, a schedule's next run).
 func (r *SafeJobReconciler) holdOutcomes(sj *batchv1alpha1.SafeJob, plan *jobs.Plan) bool {
-	if r.window == nil || len(plan.Append) == 0 || sj.Spec.ActiveDeadlineSeconds != nil ||
-		queueName(sj) != "" || batchv1alpha1.RunParent(sj) != nil {
+	if r.window == nil {
 		return false
 	}
+	key := client.ObjectKeyFromObject(sj)
+	hold := len(plan.Append) > 0 && sj.Spec.ActiveDeadlineSeconds == nil && queueName(sj) == "" && batchv1alpha1.RunParent(sj) == nil
 	for _, e := range plan.Append {
-		if e.Type != batchv1alpha1.EntrySucceeded {
-			return false
-		}
+		hold = hold && e.Type == batchv1alpha1.EntrySucceeded
 	}
-	return r.window.holdOutcomes(client.ObjectKeyFromObject(sj))
+	if !hold {
+		// Held before, if at all: the write it waits for is another now.
+		r.window.dropOutcomes(key)
+		return false
+	}
+	return r.window.holdOutcomes(key)
 }
 
 // settleWindow keeps the places reserved for the launches a status write

@@ -247,3 +247,22 @@ func TestWindowHoldsOutcomes(t *testing.T) {
 	w.started(pod("b-0"))
 	w.wokenNow("c")
 }
+
+// TestWindowDropsOutcomes checks that a SafeJob whose held write is no
+// longer one to hold is not woken for it again.
+func TestWindowDropsOutcomes(t *testing.T) {
+	w := newWindowUnderTest(t, 1, time.Hour)
+	w.outcomeHold = time.Minute
+	w.take("a", 1, 1)
+	w.place(1, "a-0")
+	w.take("b", 1, 0)
+	if !w.holdOutcomes(job("x")) {
+		t.Fatal("not held while b waits")
+	}
+	w.dropOutcomes(job("x"))
+	w.clk.SetTime(w.clk.Now().Add(time.Minute))
+	w.tick()
+	w.wokenNow()
+	w.started(pod("a-0"))
+	w.wokenNow("b")
+}
