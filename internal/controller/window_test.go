@@ -5,8 +5,13 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
 // windowUnderTest is a launch window on a fake clock that records whom it
@@ -265,4 +270,54 @@ func TestWindowDropsOutcomes(t *testing.T) {
 	w.wokenNow()
 	w.started(pod("a-0"))
 	w.wokenNow("b")
+}
+
+// TestHoldOutcomesWhich checks which status writes are held while a
+// SafeJob waits for room: those that record nothing but successes, and
+// never for a SafeJob whose finish something waits on.
+func TestHoldOutcomesWhich(t *testing.T) {
+	entries := func(kinds ...batchv1alpha1.EntryType) *jobs.Plan {
+		p := &jobs.Plan{}
+		for i, typ := range kinds {
+			p.Append = append(p.Append, batchv1alpha1.LedgerEntry{Type: typ, Pod: "p-" + string(rune('a'+i))})
+		}
+		return p
+	}
+	successes := entries(batchv1alpha1.EntrySucceeded, batchv1alpha1.EntrySucceeded)
+	for _, c := range []struct {
+		name   string
+		change func(*batchv1alpha1.SafeJob)
+		plan   *jobs.Plan
+		want   bool
+	}{
+		{name: "successes", plan: successes, want: true},
+		{name: "nothing appended", plan: entries()},
+		{name: "a failure too", plan: entries(batchv1alpha1.EntrySucceeded, batchv1alpha1.EntryFailed)},
+		{name: "a launch too", plan: entries(batchv1alpha1.EntrySucceeded, batchv1alpha1.EntryLaunched)},
+		{name: "a lost pod", plan: entries(batchv1alpha1.EntryLost)},
+		{name: "a deadline", plan: successes,
+			change: func(sj *batchv1alpha1.SafeJob) { sj.Spec.ActiveDeadlineSeconds = ptr.To[int64](600) }},
+		{name: "queued through Kueue", plan: successes,
+			change: func(sj *batchv1alpha1.SafeJob) { sj.Labels = map[string]string{QueueNameLabel: "q"} }},
+		{name: "a run of a schedule", plan: successes, change: func(sj *batchv1alpha1.SafeJob) {
+			sj.OwnerReferences = []metav1.OwnerReference{{APIVersion: batchv1alpha1.GroupVersion.String(), Kind: "SafeJob",
+				Name: "nightly", UID: "u", Controller: ptr.To(true)}}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWindowUnderTest(t, 1, time.Hour)
+			w.outcomeHold = time.Minute
+			w.take("a", 1, 1)
+			w.place(1, "a-0")
+			w.take("b", 1, 0)
+			r := &SafeJobReconciler{window: w.launchWindow}
+			sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x"}}
+			if c.change != nil {
+				c.change(sj)
+			}
+			if got := r.holdOutcomes(sj, c.plan); got != c.want {
+				t.Errorf("held = %v, want %v", got, c.want)
+			}
+		})
+	}
 }
