@@ -42,6 +42,8 @@ func main() {
 	flag.IntVar(&s.concurrency, "concurrent-reconciles", 32, "The number of SafeJobs reconciled at once.")
 	flag.IntVar(&s.podWrites, "concurrent-pod-writes", controller.DefaultConcurrentPodWrites,
 		"The pod creates, finalizer releases and deletes in flight at once, across all SafeJobs (0: unbounded).")
+	flag.IntVar(&s.statusWrites, "concurrent-status-writes", controller.DefaultConcurrentStatusWrites,
+		"The SafeJob status writes in flight at once, across all SafeJobs (0: unbounded).")
 	flag.Float64Var(&s.qps, "kube-api-qps", 100, "Queries per second to the API server.")
 	flag.IntVar(&s.burst, "kube-api-burst", 200, "Burst of queries to the API server.")
 	flag.DurationVar(&s.podBatch, "pod-batch-period", controller.DefaultPodBatchPeriod,
@@ -86,7 +88,7 @@ type settings struct {
 	leaderElectionNamespace                         string
 	leaderElect, secureMetrics                      bool
 	concurrency                                     int
-	podWrites                                       int
+	podWrites, statusWrites                         int
 	qps                                             float64
 	burst                                           int
 	podBatch, readyBatch, readyBusy, readyBusyLimit time.Duration
@@ -148,6 +150,7 @@ func run(s settings) error {
 		Metrics:                 m,
 		MaxConcurrentReconciles: s.concurrency,
 		ConcurrentPodWrites:     s.podWrites,
+		ConcurrentStatusWrites:  s.statusWrites,
 		PodBatchPeriod:          s.podBatch,
 		ReadyBatchPeriod:        s.readyBatch,
 		ReadyBusyPeriod:         s.readyBusy,

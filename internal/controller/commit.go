@@ -35,7 +35,12 @@ func (r *SafeJobReconciler) commit(ctx context.Context, sj *batchv1alpha1.SafeJo
 	prevRV := sj.ResourceVersion
 	updated := sj.DeepCopy()
 	updated.Status = status
-	if err := r.Client.Status().Update(ctx, updated); err != nil {
+	if !r.statusWrites.acquire(ctx) {
+		return nil, fmt.Errorf("waiting to write SafeJob status: %w", ctx.Err())
+	}
+	err := r.Client.Status().Update(ctx, updated)
+	r.statusWrites.release()
+	if err != nil {
 		switch {
 		case apierrors.IsConflict(err):
 			log.FromContext(ctx).V(2).Info("Status write conflicted; deciding again on the newer object")

@@ -34,6 +34,13 @@ const (
 	// then lists or re-watches all pods. Bounding the writes in flight keeps
 	// the operator's bursts within what the watchers drain.
 	DefaultConcurrentPodWrites = 8
+	// DefaultConcurrentStatusWrites bounds the SafeJob status writes in
+	// flight across all reconciles. A kubelet writes its pods' status a few
+	// at a time, and the API server shares its CPU among the requests in
+	// flight: a controller with many more writes in flight than the
+	// kubelets slows every pod's start and finish, though it decides no
+	// faster. Reconciles that write nothing are not bounded by it.
+	DefaultConcurrentStatusWrites = 8
 )
 
 // act carries out the plan's pod work, which refers only to facts already

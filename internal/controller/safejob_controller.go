@@ -64,6 +64,11 @@ type SafeJobReconciler struct {
 	// deletes in flight at once across all reconciles (see
 	// DefaultConcurrentPodWrites). 0 or less leaves them unbounded.
 	ConcurrentPodWrites int
+	// ConcurrentStatusWrites bounds the SafeJob status writes in flight at
+	// once across all reconciles (see DefaultConcurrentStatusWrites), so
+	// that workers deciding at once do not crowd out the kubelets' pod
+	// status writes at the API server. 0 or less leaves them unbounded.
+	ConcurrentStatusWrites int
 	// Kueue turns on queueing through Kueue Workloads (SafeJobs labelled
 	// kueue.x-k8s.io/queue-name); set it when the Workload API is served.
 	Kueue bool
@@ -87,6 +92,8 @@ type SafeJobReconciler struct {
 	tracker *tracker
 	// podWrites holds the slots of ConcurrentPodWrites.
 	podWrites slots
+	// statusWrites holds the slots of ConcurrentStatusWrites.
+	statusWrites slots
 	// releases holds the finalizer releases issued in the background until
 	// a release worker takes them (releaseInBackground).
 	releases *releaseQueue

@@ -234,6 +234,7 @@ func (q *stoppableQueue) ShuttingDown() bool { return q.stopped() }
 func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 	r.tracker = newTracker()
 	r.podWrites = newSlots(r.ConcurrentPodWrites)
+	r.statusWrites = newSlots(r.ConcurrentStatusWrites)
 	r.retry = make(chan event.GenericEvent)
 	var waiting prometheus.Gauge
 	if r.Metrics != nil {
