@@ -35,11 +35,19 @@ func (r *SafeJobReconciler) commit(ctx context.Context, sj *batchv1alpha1.SafeJo
 	prevRV := sj.ResourceVersion
 	updated := sj.DeepCopy()
 	updated.Status = status
-	if !r.statusWrites.acquire(ctx) {
+	// Writes that commit launches are bounded process-wide
+	// (DefaultConcurrentStatusWrites): a burst of them would otherwise crowd
+	// out the kubelets' pod status writes, which start and finish the pods.
+	// Other writes go at the workers' pace.
+	var slots slots
+	if launches(appended) > 0 {
+		slots = r.statusWrites
+	}
+	if !slots.acquire(ctx) {
 		return nil, fmt.Errorf("waiting to write SafeJob status: %w", ctx.Err())
 	}
 	err := r.Client.Status().Update(ctx, updated)
-	r.statusWrites.release()
+	slots.release()
 	if err != nil {
 		switch {
 		case apierrors.IsConflict(err):

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,90 +19,146 @@ import (
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 )
 
-// TestStatusWritesShareProcessWideSlots checks that no more status writes
-// are in flight at once than ConcurrentStatusWrites, however many
-// reconciles commit together, that every one of them is still made, and
-// that a commit whose context ends while it waits for a slot writes
-// nothing and says so.
-func TestStatusWritesShareProcessWideSlots(t *testing.T) {
+// statusWritesUnderTest commits a status write for each of n SafeJobs at
+// once through a client whose writes all wait at a gate, and counts them.
+type statusWritesUnderTest struct {
+	r                            *SafeJobReconciler
+	c                            client.Client
+	jobs                         []*batchv1alpha1.SafeJob
+	inFlight, most, writes, late atomic.Int32
+	gate                         chan struct{}
+}
+
+func newStatusWritesUnderTest(t *testing.T, n, slots int) *statusWritesUnderTest {
+	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := batchv1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	const n, slotsN = 12, 3
-	var jobs []*batchv1alpha1.SafeJob
+	s := &statusWritesUnderTest{gate: make(chan struct{})}
 	var objs []client.Object
 	for i := range n {
 		sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("sj-%d", i), Namespace: "ns"}}
-		jobs = append(jobs, sj)
+		s.jobs = append(s.jobs, sj)
 		objs = append(objs, sj)
 	}
-	var inFlight, most, writes, late atomic.Int32
-	gate := make(chan struct{})
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
+	s.c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
 		WithStatusSubresource(&batchv1alpha1.SafeJob{}).
 		WithInterceptorFuncs(interceptor.Funcs{
 			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-				if ctx.Err() != nil { // the cancelled commit below, had it been let through
-					late.Add(1)
+				if ctx.Err() != nil { // a cancelled commit, had it been let through
+					s.late.Add(1)
 					return ctx.Err()
 				}
-				now := inFlight.Add(1)
-				defer inFlight.Add(-1)
+				now := s.inFlight.Add(1)
+				defer s.inFlight.Add(-1)
 				for {
-					m := most.Load()
-					if now <= m || most.CompareAndSwap(m, now) {
+					m := s.most.Load()
+					if now <= m || s.most.CompareAndSwap(m, now) {
 						break
 					}
 				}
-				<-gate // every write waits until the test lets them all go
-				writes.Add(1)
+				<-s.gate
+				s.writes.Add(1)
 				return c.SubResource(sub).Update(ctx, obj, opts...)
 			},
 		}).Build()
-	r := &SafeJobReconciler{Client: c, Clock: clocktesting.NewFakePassiveClock(metav1.Now().Time),
-		Metrics: NewMetrics(), tracker: newTracker(), statusWrites: newSlots(slotsN)}
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	s.r = &SafeJobReconciler{Client: s.c, Clock: clk, Metrics: NewMetrics(), tracker: newTracker(),
+		statusWrites: newSlots(slots)}
+	return s
+}
 
-	ctx := context.Background()
+// commitAll starts every SafeJob's commit, appending one entry of type
+// entry, and returns a func that opens
+// the gate and reports the commits' errors once all have returned.
+func (s *statusWritesUnderTest) commitAll(t *testing.T, entry batchv1alpha1.EntryType) func() []error {
+	t.Helper()
 	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for _, sj := range jobs {
+	errs := make(chan error, len(s.jobs))
+	for _, sj := range s.jobs {
 		cur := &batchv1alpha1.SafeJob{}
-		if err := c.Get(ctx, client.ObjectKeyFromObject(sj), cur); err != nil {
+		if err := s.c.Get(context.Background(), client.ObjectKeyFromObject(sj), cur); err != nil {
 			t.Fatal(err)
 		}
 		wg.Go(func() {
+			appended := []batchv1alpha1.LedgerEntry{{Type: entry, Pod: cur.Name + "-0-0"}}
 			status := *cur.Status.DeepCopy()
 			status.Active = 1
-			_, err := r.commit(ctx, cur, status, nil)
+			status.Ledger.Entries = appended
+			_, err := s.r.commit(context.Background(), cur, status, appended)
 			errs <- err
 		})
 	}
-	for inFlight.Load() < slotsN { // every slot taken, by writes held at the gate
-		goruntime.Gosched()
+	return func() []error {
+		close(s.gate)
+		wg.Wait()
+		close(errs)
+		var all []error
+		for err := range errs {
+			if err != nil {
+				all = append(all, err)
+			}
+		}
+		return all
 	}
-	// A commit whose context ends while every slot is held makes no write.
-	cancelled, cancel := context.WithCancel(ctx)
-	cancel()
-	extra := jobs[0].DeepCopy()
-	if _, err := r.commit(cancelled, extra, batchv1alpha1.SafeJobStatus{Active: 2}, nil); err == nil {
-		t.Error("a commit whose context ended while waiting for a slot reported no error")
-	}
-	if late.Load() != 0 {
-		t.Error("a commit whose context ended while every slot was held reached the API server")
-	}
-	close(gate)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Errorf("commit: %v", err)
+}
+
+// waitInFlight waits until n writes are at the gate, or a deadline passes.
+func (s *statusWritesUnderTest) waitInFlight(n int32) bool {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); goruntime.Gosched() {
+		if s.inFlight.Load() >= n {
+			return true
 		}
 	}
-	if got := writes.Load(); got != n {
+	return false
+}
+
+// TestLaunchCommitsBounded checks that no more status writes committing
+// launches are in flight at once than ConcurrentStatusWrites, however many
+// reconciles commit together; that every one of them is still made; and
+// that a commit whose context ends while it waits for a slot writes nothing
+// and says so.
+func TestLaunchCommitsBounded(t *testing.T) {
+	const n, slots = 12, 3
+	s := newStatusWritesUnderTest(t, n, slots)
+	finish := s.commitAll(t, batchv1alpha1.EntryLaunched)
+	if !s.waitInFlight(slots) {
+		t.Fatalf("%d status writes in flight, want every one of the %d slots taken", s.inFlight.Load(), slots)
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	launch := []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryLaunched, Pod: "sj-0-0-1"}}
+	if _, err := s.r.commit(cancelled, s.jobs[0].DeepCopy(), batchv1alpha1.SafeJobStatus{Active: 2}, launch); err == nil {
+		t.Error("a commit whose context ended while waiting for a slot reported no error")
+	}
+	if s.late.Load() != 0 {
+		t.Error("a commit whose context ended while every slot was held reached the API server")
+	}
+	for _, err := range finish() {
+		t.Errorf("commit: %v", err)
+	}
+	if got := s.writes.Load(); got != n {
 		t.Errorf("%d status writes made, want %d", got, n)
 	}
-	if got := most.Load(); got > slotsN {
-		t.Errorf("%d status writes were in flight at once, want at most %d", got, slotsN)
+	if got := s.most.Load(); got > slots {
+		t.Errorf("%d status writes were in flight at once, want at most %d", got, slots)
+	}
+}
+
+// TestOtherStatusWritesUnbounded checks that the bound applies only to
+// writes that commit launches: outcomes are written at the workers' pace.
+func TestOtherStatusWritesUnbounded(t *testing.T) {
+	const n, slots = 12, 3
+	s := newStatusWritesUnderTest(t, n, slots)
+	finish := s.commitAll(t, batchv1alpha1.EntrySucceeded)
+	if !s.waitInFlight(n) {
+		t.Errorf("%d outcome writes in flight, want all %d", s.inFlight.Load(), n)
+	}
+	for _, err := range finish() {
+		t.Errorf("commit: %v", err)
+	}
+	if got := s.writes.Load(); got != n {
+		t.Errorf("%d status writes made, want %d", got, n)
 	}
 }

@@ -35,12 +35,12 @@ const (
 	// the operator's bursts within what the watchers drain.
 	DefaultConcurrentPodWrites = 8
 	// DefaultConcurrentStatusWrites bounds the SafeJob status writes in
-	// flight across all reconciles. A kubelet writes its pods' status a few
-	// at a time, and the API server shares its CPU among the requests in
-	// flight: a controller with many more writes in flight than the
-	// kubelets slows every pod's start and finish, though it decides no
-	// faster. Reconciles that write nothing are not bounded by it.
-	DefaultConcurrentStatusWrites = 8
+	// flight across all reconciles while SafeJobs wait for the launch
+	// window. A kubelet writes its pods' status a few at a time, and the API
+	// server shares its CPU among the requests in flight: a controller with
+	// many more writes in flight than the kubelets slows every pod's start
+	// and finish, though it decides no faster.
+	DefaultConcurrentStatusWrites = 2
 )
 
 // act carries out the plan's pod work, which refers only to facts already

@@ -65,9 +65,10 @@ type SafeJobReconciler struct {
 	// DefaultConcurrentPodWrites). 0 or less leaves them unbounded.
 	ConcurrentPodWrites int
 	// ConcurrentStatusWrites bounds the SafeJob status writes in flight at
-	// once across all reconciles (see DefaultConcurrentStatusWrites), so
-	// that workers deciding at once do not crowd out the kubelets' pod
-	// status writes at the API server. 0 or less leaves them unbounded.
+	// once across all reconciles while SafeJobs wait for the launch window
+	// (see DefaultConcurrentStatusWrites), so that workers deciding at once
+	// do not crowd out the kubelets' pod status writes at the API server.
+	// 0 or less leaves them unbounded.
 	ConcurrentStatusWrites int
 	// Kueue turns on queueing through Kueue Workloads (SafeJobs labelled
 	// kueue.x-k8s.io/queue-name); set it when the Workload API is served.
