@@ -43,7 +43,7 @@ func main() {
 	flag.IntVar(&s.podWrites, "concurrent-pod-writes", controller.DefaultConcurrentPodWrites,
 		"The pod creates, finalizer releases and deletes in flight at once, across all SafeJobs (0: unbounded).")
 	flag.IntVar(&s.statusWrites, "concurrent-status-writes", controller.DefaultConcurrentStatusWrites,
-		"The SafeJob status writes in flight at once, across all SafeJobs, while SafeJobs wait for the launch window (0: unbounded).")
+		"The status writes that commit launches in flight at once, across all SafeJobs (0: unbounded).")
 	flag.Float64Var(&s.qps, "kube-api-qps", 100, "Queries per second to the API server.")
 	flag.IntVar(&s.burst, "kube-api-burst", 200, "Burst of queries to the API server.")
 	flag.DurationVar(&s.podBatch, "pod-batch-period", controller.DefaultPodBatchPeriod,

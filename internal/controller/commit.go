@@ -35,10 +35,9 @@ func (r *SafeJobReconciler) commit(ctx context.Context, sj *batchv1alpha1.SafeJo
 	prevRV := sj.ResourceVersion
 	updated := sj.DeepCopy()
 	updated.Status = status
-	// Writes that commit launches are bounded process-wide
-	// (DefaultConcurrentStatusWrites): a burst of them would otherwise crowd
-	// out the kubelets' pod status writes, which start and finish the pods.
-	// Other writes go at the workers' pace.
+	// Writes that commit launches may be bounded process-wide
+	// (ConcurrentStatusWrites), so that a burst of them does not crowd out
+	// the kubelets' pod status writes; other writes go at the workers' pace.
 	var slots slots
 	if launches(appended) > 0 {
 		slots = r.statusWrites

@@ -34,13 +34,15 @@ const (
 	// then lists or re-watches all pods. Bounding the writes in flight keeps
 	// the operator's bursts within what the watchers drain.
 	DefaultConcurrentPodWrites = 8
-	// DefaultConcurrentStatusWrites bounds the SafeJob status writes in
-	// flight across all reconciles while SafeJobs wait for the launch
-	// window. A kubelet writes its pods' status a few at a time, and the API
-	// server shares its CPU among the requests in flight: a controller with
-	// many more writes in flight than the kubelets slows every pod's start
-	// and finish, though it decides no faster.
-	DefaultConcurrentStatusWrites = 2
+	// DefaultConcurrentStatusWrites leaves the status writes that commit
+	// launches unbounded. A kubelet writes its pods' status a few at a
+	// time, and the API server shares its CPU among the requests in flight:
+	// many launch commits in flight make each pod wait longer to start and
+	// finish. Bounding them (ConcurrentStatusWrites) brings a burst of a few
+	// thousand SafeJobs' first pods sooner, and caps how fast pods are
+	// launched under a larger one (docs/performance.md, "Launch commits in
+	// flight"), so it is left to the operator's flag.
+	DefaultConcurrentStatusWrites = 0
 )
 
 // act carries out the plan's pod work, which refers only to facts already

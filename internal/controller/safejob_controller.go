@@ -64,10 +64,9 @@ type SafeJobReconciler struct {
 	// deletes in flight at once across all reconciles (see
 	// DefaultConcurrentPodWrites). 0 or less leaves them unbounded.
 	ConcurrentPodWrites int
-	// ConcurrentStatusWrites bounds the SafeJob status writes in flight at
-	// once across all reconciles while SafeJobs wait for the launch window
-	// (see DefaultConcurrentStatusWrites), so that workers deciding at once
-	// do not crowd out the kubelets' pod status writes at the API server.
+	// ConcurrentStatusWrites bounds the status writes that commit launches
+	// in flight at once across all reconciles (see
+	// DefaultConcurrentStatusWrites); other status writes are not bounded.
 	// 0 or less leaves them unbounded.
 	ConcurrentStatusWrites int
 	// Kueue turns on queueing through Kueue Workloads (SafeJobs labelled
