@@ -27,6 +27,8 @@ type statusWritesUnderTest struct {
 	jobs                         []*batchv1alpha1.SafeJob
 	inFlight, most, writes, late atomic.Int32
 	gate                         chan struct{}
+	wg                           sync.WaitGroup
+	errs                         chan error
 }
 
 func newStatusWritesUnderTest(t *testing.T, n, slots int) *statusWritesUnderTest {
@@ -70,37 +72,39 @@ func newStatusWritesUnderTest(t *testing.T, n, slots int) *statusWritesUnderTest
 }
 
 // commitAll starts every SafeJob's commit, appending one entry of type
-// entry, and returns a func that opens
-// the gate and reports the commits' errors once all have returned.
-func (s *statusWritesUnderTest) commitAll(t *testing.T, entry batchv1alpha1.EntryType) func() []error {
+// entry; finish lets them through.
+func (s *statusWritesUnderTest) commitAll(t *testing.T, entry batchv1alpha1.EntryType) {
 	t.Helper()
-	var wg sync.WaitGroup
-	errs := make(chan error, len(s.jobs))
+	s.errs = make(chan error, len(s.jobs))
 	for _, sj := range s.jobs {
 		cur := &batchv1alpha1.SafeJob{}
 		if err := s.c.Get(context.Background(), client.ObjectKeyFromObject(sj), cur); err != nil {
 			t.Fatal(err)
 		}
-		wg.Go(func() {
+		s.wg.Go(func() {
 			appended := []batchv1alpha1.LedgerEntry{{Type: entry, Pod: cur.Name + "-0-0"}}
 			status := *cur.Status.DeepCopy()
 			status.Active = 1
 			status.Ledger.Entries = appended
 			_, err := s.r.commit(context.Background(), cur, status, appended)
-			errs <- err
+			s.errs <- err
 		})
 	}
-	return func() []error {
-		close(s.gate)
-		wg.Wait()
-		close(errs)
-		var all []error
-		for err := range errs {
-			if err != nil {
-				all = append(all, err)
-			}
+}
+
+// finish opens the gate and checks that every commit was written.
+func (s *statusWritesUnderTest) finish(t *testing.T) {
+	t.Helper()
+	close(s.gate)
+	s.wg.Wait()
+	close(s.errs)
+	for err := range s.errs {
+		if err != nil {
+			t.Errorf("commit: %v", err)
 		}
-		return all
+	}
+	if got := s.writes.Load(); got != int32(len(s.jobs)) {
+		t.Errorf("%d status writes made, want %d", got, len(s.jobs))
 	}
 }
 
@@ -122,7 +126,7 @@ func (s *statusWritesUnderTest) waitInFlight(n int32) bool {
 func TestLaunchCommitsBounded(t *testing.T) {
 	const n, slots = 12, 3
 	s := newStatusWritesUnderTest(t, n, slots)
-	finish := s.commitAll(t, batchv1alpha1.EntryLaunched)
+	s.commitAll(t, batchv1alpha1.EntryLaunched)
 	if !s.waitInFlight(slots) {
 		t.Fatalf("%d status writes in flight, want every one of the %d slots taken", s.inFlight.Load(), slots)
 	}
@@ -135,12 +139,7 @@ func TestLaunchCommitsBounded(t *testing.T) {
 	if s.late.Load() != 0 {
 		t.Error("a commit whose context ended while every slot was held reached the API server")
 	}
-	for _, err := range finish() {
-		t.Errorf("commit: %v", err)
-	}
-	if got := s.writes.Load(); got != n {
-		t.Errorf("%d status writes made, want %d", got, n)
-	}
+	s.finish(t)
 	if got := s.most.Load(); got > slots {
 		t.Errorf("%d status writes were in flight at once, want at most %d", got, slots)
 	}
@@ -151,14 +150,9 @@ func TestLaunchCommitsBounded(t *testing.T) {
 func TestOtherStatusWritesUnbounded(t *testing.T) {
 	const n, slots = 12, 3
 	s := newStatusWritesUnderTest(t, n, slots)
-	finish := s.commitAll(t, batchv1alpha1.EntrySucceeded)
+	s.commitAll(t, batchv1alpha1.EntrySucceeded)
 	if !s.waitInFlight(n) {
 		t.Errorf("%d outcome writes in flight, want all %d", s.inFlight.Load(), n)
 	}
-	for _, err := range finish() {
-		t.Errorf("commit: %v", err)
-	}
-	if got := s.writes.Load(); got != n {
-		t.Errorf("%d status writes made, want %d", got, n)
-	}
+	s.finish(t)
 }

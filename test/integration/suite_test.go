@@ -146,6 +146,8 @@ type managerOptions struct {
 	// outcomeHold is the controller's OutcomeHold (0: the operator's
 	// default).
 	outcomeHold time.Duration
+	// statusWrites is the controller's ConcurrentStatusWrites.
+	statusWrites int
 	// metrics, if set, receives the controller's metrics.
 	metrics **controller.Metrics
 }
@@ -184,15 +186,16 @@ func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 	r := &controller.SafeJobReconciler{
 		Client: cl, APIReader: mgr.GetAPIReader(), Recorder: eventRecorder(mgr),
 		Clock: opts.clock, Metrics: m, MaxConcurrentReconciles: 4, Kueue: !opts.noKueue,
-		ReadyBatchPeriod:    controller.DefaultReadyBatchPeriod,
-		ReadyBusyPeriod:     controller.DefaultReadyBusyPeriod,
-		ReadyBusyLimit:      controller.DefaultReadyBusyLimit,
-		ConcurrentPodWrites: controller.DefaultConcurrentPodWrites,
-		Fence:               opts.fence,
-		Backoff:             opts.backoff,
-		LaunchWindow:        opts.launchWindow,
-		LaunchWindowTimeout: opts.launchWindowTimeout,
-		OutcomeHold:         opts.outcomeHold,
+		ReadyBatchPeriod:       controller.DefaultReadyBatchPeriod,
+		ReadyBusyPeriod:        controller.DefaultReadyBusyPeriod,
+		ReadyBusyLimit:         controller.DefaultReadyBusyLimit,
+		ConcurrentPodWrites:    controller.DefaultConcurrentPodWrites,
+		Fence:                  opts.fence,
+		Backoff:                opts.backoff,
+		LaunchWindow:           opts.launchWindow,
+		LaunchWindowTimeout:    opts.launchWindowTimeout,
+		OutcomeHold:            opts.outcomeHold,
+		ConcurrentStatusWrites: opts.statusWrites,
 	}
 	if opts.metrics != nil {
 		*opts.metrics = m
