@@ -118,17 +118,27 @@ func (s *statusWritesUnderTest) waitInFlight(n int32) bool {
 	return false
 }
 
+// testCommits SafeJobs commit at once through testSlots slots.
+const testCommits, testSlots = 12, 3
+
+// startCommits starts testCommits SafeJobs' commits, each appending an entry of
+// type entry, through a reconciler with testSlots status-write slots.
+func startCommits(t *testing.T, entry batchv1alpha1.EntryType) *statusWritesUnderTest {
+	t.Helper()
+	s := newStatusWritesUnderTest(t, testCommits, testSlots)
+	s.commitAll(t, entry)
+	return s
+}
+
 // TestLaunchCommitsBounded checks that no more status writes committing
 // launches are in flight at once than ConcurrentStatusWrites, however many
 // reconciles commit together; that every one of them is still made; and
 // that a commit whose context ends while it waits for a slot writes nothing
 // and says so.
 func TestLaunchCommitsBounded(t *testing.T) {
-	const n, slots = 12, 3
-	s := newStatusWritesUnderTest(t, n, slots)
-	s.commitAll(t, batchv1alpha1.EntryLaunched)
-	if !s.waitInFlight(slots) {
-		t.Fatalf("%d status writes in flight, want every one of the %d slots taken", s.inFlight.Load(), slots)
+	s := startCommits(t, batchv1alpha1.EntryLaunched)
+	if !s.waitInFlight(testSlots) {
+		t.Fatalf("%d status writes in flight, want every one of the %d slots taken", s.inFlight.Load(), testSlots)
 	}
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -140,19 +150,17 @@ func TestLaunchCommitsBounded(t *testing.T) {
 		t.Error("a commit whose context ended while every slot was held reached the API server")
 	}
 	s.finish(t)
-	if got := s.most.Load(); got > slots {
-		t.Errorf("%d status writes were in flight at once, want at most %d", got, slots)
+	if got := s.most.Load(); got > testSlots {
+		t.Errorf("%d status writes were in flight at once, want at most %d", got, testSlots)
 	}
 }
 
 // TestOtherStatusWritesUnbounded checks that the bound applies only to
 // writes that commit launches: outcomes are written at the workers' pace.
 func TestOtherStatusWritesUnbounded(t *testing.T) {
-	const n, slots = 12, 3
-	s := newStatusWritesUnderTest(t, n, slots)
-	s.commitAll(t, batchv1alpha1.EntrySucceeded)
-	if !s.waitInFlight(n) {
-		t.Errorf("%d outcome writes in flight, want all %d", s.inFlight.Load(), n)
+	s := startCommits(t, batchv1alpha1.EntrySucceeded)
+	if !s.waitInFlight(testCommits) {
+		t.Errorf("%d outcome writes in flight, want all %d", s.inFlight.Load(), testCommits)
 	}
 	s.finish(t)
 }
