@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -417,11 +418,10 @@ func (r *SafeJobReconciler) holdOutcomes(sj *batchv1alpha1.SafeJob, plan *jobs.P
 		return false
 	}
 	key := client.ObjectKeyFromObject(sj)
-	hold := len(plan.Append) > 0 && sj.Spec.ActiveDeadlineSeconds == nil && queueName(sj) == "" && batchv1alpha1.RunParent(sj) == nil
-	for _, e := range plan.Append {
-		hold = hold && e.Type == batchv1alpha1.EntrySucceeded
-	}
-	if !hold {
+	onlySuccesses := len(plan.Append) > 0 && !slices.ContainsFunc(plan.Append, func(e batchv1alpha1.LedgerEntry) bool {
+		return e.Type != batchv1alpha1.EntrySucceeded
+	})
+	if !onlySuccesses || sj.Spec.ActiveDeadlineSeconds != nil || queueName(sj) != "" || batchv1alpha1.RunParent(sj) != nil {
 		// Held before, if at all: the write it waits for is another now.
 		r.window.dropOutcomes(key)
 		return false
