@@ -78,3 +78,70 @@ func benchmarkToCompletion(b *testing.B, mode batchv1alpha1.CompletionMode, comp
 	b.ReportMetric(float64(bytes)/n, "status-bytes/completion")
 	b.ReportMetric(0, "ns/op")
 }
+
+// BenchmarkDecideSteady measures one reconcile of a SafeJob whose
+// parallelism is reached, as the controller runs it under load: a few pods
+// have succeeded since the last pass (batch), Unaccounted and Decide record
+// them, and the next pass creates their replacements. A pass reads the
+// whole listed ledger (every open launch), so its cost grows with
+// parallelism while it records only a handful of completions: this, not
+// BenchmarkDecideToCompletion's passes of thousands of outcomes, is what a
+// completion costs the controller at large parallelism.
+//
+//	go test ./internal/ledger/jobs -run '^$' -bench DecideSteady
+func BenchmarkDecideSteady(b *testing.B) {
+	for _, mode := range []batchv1alpha1.CompletionMode{batchv1alpha1.NonIndexedCompletion, batchv1alpha1.IndexedCompletion} {
+		for _, par := range []int32{100, 2000} {
+			for _, batch := range []int{1, 20} {
+				b.Run(fmt.Sprintf("%s/parallelism=%d/batch=%d", mode, par, batch), func(b *testing.B) {
+					benchmarkSteady(b, mode, par, batch)
+				})
+			}
+		}
+	}
+}
+
+func benchmarkSteady(b *testing.B, mode batchv1alpha1.CompletionMode, par int32, batch int) {
+	const completions = 100000
+	var dr *driver
+	start := func() {
+		s := spec(par, completions)
+		s.CompletionMode = mode
+		dr = newDriver(s)
+		for k := 0; dr.status.Active < par || len(dr.uncreated) > 0; k++ {
+			if k > int(par) {
+				b.Fatalf("parallelism %d not reached: %d active", par, dr.status.Active)
+			}
+			dr.step(b, t0)
+		}
+	}
+	pass := func() {
+		in := &Input{Name: "sj", Spec: &dr.spec, Status: dr.status, Pods: dr.pods, Now: t0, Uncreated: dr.uncreated,
+			Backoff: noBackoff, Gone: map[string]bool{}, LastSeen: map[string]*corev1.Pod{}}
+		if _, _, err := Unaccounted(in); err != nil {
+			b.Fatal(err)
+		}
+		dr.step(b, t0)
+	}
+	start()
+	var recorded int
+	for b.Loop() {
+		if dr.status.Succeeded+int32(batch)+par >= completions {
+			b.StopTimer()
+			start()
+			b.StartTimer()
+		}
+		ended := 0
+		for k, p := range dr.pods {
+			if ended < batch && p.Status.Phase == corev1.PodRunning {
+				dr.pods[k] = withPhase(p, corev1.PodSucceeded, 0)
+				ended++
+			}
+		}
+		pass() // records the outcomes, releases the pods, launches again
+		dr.pods = slices.DeleteFunc(dr.pods, func(p *corev1.Pod) bool { return IsTerminal(p) && len(p.Finalizers) == 0 })
+		pass() // creates the launches its commit authorised
+		recorded += ended
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(recorded), "ns/completion")
+}

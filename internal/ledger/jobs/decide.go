@@ -815,12 +815,21 @@ func observed(in *Input) map[string]*corev1.Pod {
 	return seen
 }
 
+// sortedOpen returns the open launches in seq order, in a slice of the
+// caller's own.
 func sortedOpen(st *State) []PodRef {
 	refs := make([]PodRef, 0, len(st.Open))
-	for _, r := range st.Open {
-		refs = append(refs, r)
+	for _, r := range st.launches {
+		if open, ok := st.Open[r.Name]; ok && open.Seq == r.Seq {
+			refs = append(refs, r)
+		}
 	}
-	slices.SortFunc(refs, func(a, b PodRef) int { return int(a.Seq - b.Seq) })
+	if len(refs) == len(st.Open) {
+		return refs
+	}
+	// A State not built by applying entries: sort what it holds.
+	refs = slices.AppendSeq(refs[:0], maps.Values(st.Open))
+	slices.SortFunc(refs, func(a, b PodRef) int { return cmp.Compare(a.Seq, b.Seq) })
 	return refs
 }
 

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -237,4 +238,47 @@ func TestStopsListedAsRuns(t *testing.T) {
 		t.Errorf("after the stop: %d open, %d evicted, %d succeeded; want 0, %d, 0", len(st.Open), st.Evicted, st.Succeeded.Len(), par)
 	}
 	t.Logf("largest status %d bytes while %d pods were being stopped", largest, par)
+}
+
+// TestFollowsComparesEveryField checks that an entry joins a run only when
+// every field of LedgerEntry agrees, field by field through reflection, so
+// that a field added to the type is not left out of follows: the run would
+// otherwise stand for pods whose entries said something else.
+func TestFollowsComparesEveryField(t *testing.T) {
+	first := named("sj", 10, 3)
+	first.Run, first.Missed, first.Reason, first.UID = "run", 1, "reason", "uid"
+	first.ScheduledTime = ptr.To(metav1.NewTime(t0))
+	next := first
+	next.Seq, next.Index, next.Pod = 11, 4, PodName("sj", 4, 0)
+	prefix, ok := runPrefix(&first)
+	if !ok || !follows(&first, prefix, &next) {
+		t.Fatalf("the next pod's entry does not follow its run")
+	}
+	// Count says how many pods an entry stands for, not what they are:
+	// an entry with a count may join a run too.
+	ignored := map[string]bool{"Count": true}
+	typ := reflect.TypeFor[batchv1alpha1.LedgerEntry]()
+	for k := range typ.NumField() {
+		f := typ.Field(k)
+		if ignored[f.Name] {
+			continue
+		}
+		other := next
+		v := reflect.ValueOf(&other).Elem().Field(k)
+		switch v.Interface().(type) {
+		case string, batchv1alpha1.EntryType:
+			v.SetString(v.String() + "x")
+		case int32, int64:
+			v.SetInt(v.Int() + 1)
+		case metav1.Time:
+			v.Set(reflect.ValueOf(metav1.NewTime(t0.Add(time.Second))))
+		case *metav1.Time:
+			v.Set(reflect.ValueOf((*metav1.Time)(nil)))
+		default:
+			t.Fatalf("field %s of type %s: teach this test how to change it", f.Name, f.Type)
+		}
+		if follows(&first, prefix, &other) {
+			t.Errorf("an entry whose %s differs follows the run", f.Name)
+		}
+	}
 }

@@ -66,21 +66,26 @@ type State struct {
 	Stopping map[string]string
 
 	openIndex map[int32]bool
+	// launches holds every launch applied, in seq order (a ledger's seqs
+	// rise), closed ones too: sortedOpen filters it instead of sorting Open.
+	launches []PodRef
 }
 
 // Replay reads a ledger and returns its meaning, or an error naming the
 // first entry that breaks the ledger's rules. A ledger that fails Replay
 // must not be acted on.
 func Replay(l *batchv1alpha1.Ledger) (*State, error) {
+	launches, ends := sizes(l.Entries)
 	st := &State{
 		Seq:              l.Seq,
-		Attempts:         map[int32]int32{},
+		Attempts:         make(map[int32]int32, launches),
 		Failures:         map[int32]int32{},
 		LastIndexFailure: map[int32]time.Time{},
-		Open:             map[string]PodRef{},
-		Closed:           map[string]PodRef{},
+		Open:             make(map[string]PodRef, launches),
+		Closed:           make(map[string]PodRef, ends),
 		Stopping:         map[string]string{},
-		openIndex:        map[int32]bool{},
+		openIndex:        make(map[int32]bool, launches),
+		launches:         make([]PodRef, 0, launches),
 	}
 	if cp := l.Checkpoint; cp != nil {
 		if err := st.loadCheckpoint(cp); err != nil {
@@ -91,6 +96,21 @@ func Replay(l *batchv1alpha1.Ledger) (*State, error) {
 		return nil, fmt.Errorf("ledger: %w", err)
 	}
 	return st, nil
+}
+
+// sizes returns how many launches, and how many outcomes, entries list
+// (within MaxCompletions, whatever the counts say): the sizes of a replay's
+// maps, made once instead of grown.
+func sizes(entries []batchv1alpha1.LedgerEntry) (launches, outcomes int) {
+	for k := range entries {
+		switch e := &entries[k]; {
+		case e.Type == batchv1alpha1.EntryLaunched:
+			launches += int(e.Pods())
+		case !e.Countable():
+			outcomes++
+		}
+	}
+	return min(launches, ledger.MaxCompletions), min(outcomes, ledger.MaxCompletions)
 }
 
 func (st *State) loadCheckpoint(cp *batchv1alpha1.LedgerCheckpoint) error {
@@ -276,7 +296,9 @@ func (st *State) applyLaunch(e *batchv1alpha1.LedgerEntry) error {
 	// and is not kept (so a checkpoint lists failure times only for the
 	// indexes that wait, within the size bounds).
 	delete(st.LastIndexFailure, e.Index)
-	st.Open[e.Pod] = PodRef{Name: e.Pod, Index: e.Index, Attempt: e.Attempt, Seq: e.Seq, Time: e.Time.Time}
+	ref := PodRef{Name: e.Pod, Index: e.Index, Attempt: e.Attempt, Seq: e.Seq, Time: e.Time.Time}
+	st.Open[e.Pod] = ref
+	st.launches = append(st.launches, ref)
 	return nil
 }
 
