@@ -274,14 +274,20 @@ func (d *decision) applyAppends() {
 func (d *decision) recordOutcomes() {
 	failures := map[int32]int32{}
 	var outcomes []batchv1alpha1.LedgerEntry
-	for _, name := range ledger.SortedKeys(d.seen) {
+	// Only the pods of closed launches and the terminal pods have anything
+	// to record: taken in name order, without sorting the running ones.
+	var names []string
+	for name, pod := range d.seen {
+		if _, open := d.st.Open[name]; !open || IsTerminal(pod) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
 		pod := d.seen[name]
 		ref, open := d.st.Open[name]
 		if !open {
 			d.closedPod(pod)
-			continue
-		}
-		if !IsTerminal(pod) {
 			continue
 		}
 		e := d.outcome(pod, ref, failures)
@@ -725,9 +731,13 @@ func (d *decision) writeStatus() error {
 	l := ledger.Append(&d.in.Status.Ledger, d.plan.Append)
 	listed := len(d.in.Status.Ledger.Entries)
 	l.Entries = append(l.Entries[:listed], Pack(l.Entries[listed:])...) // the entries listed before stay as written
+	if len(d.unapplied) > 0 {
+		// Every entry decided is applied to st before the status is written.
+		panic(fmt.Sprintf("ledger: %d entries decided but not applied", len(d.unapplied)))
+	}
 	if len(st.Closed) > KeepOutcomes {
 		var err error
-		if l, err = Fold(&l, KeepOutcomes); err != nil {
+		if l, err = foldClosed(&l, st.Closed, KeepOutcomes); err != nil { // st is the State of l
 			return err
 		}
 	}
@@ -818,17 +828,20 @@ func observed(in *Input) map[string]*corev1.Pod {
 // sortedOpen returns the open launches in seq order, in a slice of the
 // caller's own.
 func sortedOpen(st *State) []PodRef {
-	refs := make([]PodRef, 0, len(st.Open))
-	for _, r := range st.launches {
-		if open, ok := st.Open[r.Name]; ok && open.Seq == r.Seq {
-			refs = append(refs, r)
+	if st.launchClosed {
+		open := st.launches[:0]
+		for _, r := range st.launches {
+			if cur, ok := st.Open[r.Name]; ok && cur.Seq == r.Seq {
+				open = append(open, r)
+			}
 		}
+		st.launches, st.launchClosed = open, false
 	}
-	if len(refs) == len(st.Open) {
-		return refs
+	if len(st.launches) == len(st.Open) {
+		return slices.Clone(st.launches)
 	}
 	// A State not built by applying entries: sort what it holds.
-	refs = slices.AppendSeq(refs[:0], maps.Values(st.Open))
+	refs := slices.Collect(maps.Values(st.Open))
 	slices.SortFunc(refs, func(a, b PodRef) int { return cmp.Compare(a.Seq, b.Seq) })
 	return refs
 }

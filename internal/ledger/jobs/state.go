@@ -66,9 +66,11 @@ type State struct {
 	Stopping map[string]string
 
 	openIndex map[int32]bool
-	// launches holds every launch applied, in seq order (a ledger's seqs
-	// rise), closed ones too: sortedOpen filters it instead of sorting Open.
-	launches []PodRef
+	// launches holds the launches applied in seq order (a ledger's seqs
+	// rise), and since launchClosed some that have closed: sortedOpen
+	// filters it instead of sorting Open.
+	launches     []PodRef
+	launchClosed bool
 }
 
 // Replay reads a ledger and returns its meaning, or an error naming the
@@ -257,6 +259,7 @@ func (st *State) applyEnd(e *batchv1alpha1.LedgerEntry) error {
 		return fmt.Errorf("unknown entry type %q", e.Type)
 	}
 	delete(st.Open, e.Pod)
+	st.launchClosed = true
 	delete(st.Stopping, e.Pod)
 	delete(st.openIndex, ref.Index)
 	st.Closed[e.Pod] = ref
@@ -361,26 +364,43 @@ func Fold(l *batchv1alpha1.Ledger, keep int) (batchv1alpha1.Ledger, error) {
 	if err != nil {
 		return batchv1alpha1.Ledger{}, err
 	}
-	entries, err := Unpack(l.Entries)
-	if err != nil {
-		return batchv1alpha1.Ledger{}, err
-	}
-	// Outcomes from the end that stay listed, with their Launched entries.
+	return foldClosed(l, st.Closed, keep)
+}
+
+// foldClosed is Fold for a ledger whose listed closed launches, by pod
+// name, are known (its State's Closed): Decide has them without replaying
+// the ledger it wrote.
+func foldClosed(l *batchv1alpha1.Ledger, closed map[string]PodRef, keep int) (batchv1alpha1.Ledger, error) {
+	// Outcomes from the end that stay listed, with their Launched entries
+	// (an outcome stands for one pod: never packed).
 	kept := map[string]bool{}
-	for k := len(entries) - 1; k >= 0 && len(kept) < keep; k-- {
-		if e := entries[k]; e.Type != batchv1alpha1.EntryLaunched && e.Type != batchv1alpha1.EntryStopping {
+	for k := len(l.Entries) - 1; k >= 0 && len(kept) < keep; k-- {
+		if e := &l.Entries[k]; !e.Countable() {
 			kept[e.Pod] = true
 		}
 	}
-	// Replay only the entries that fold, on top of the old checkpoint.
+	// Replay only the entries that fold, on top of the old checkpoint. An
+	// entry that stands for no closed pod stays listed as it is: only the
+	// runs that do are expanded, so a pass does not name every open pod.
 	folded := &batchv1alpha1.Ledger{Checkpoint: l.Checkpoint}
 	out := batchv1alpha1.Ledger{Seq: l.Seq}
-	for _, e := range entries {
-		if _, closed := st.Closed[e.Pod]; closed && !kept[e.Pod] {
-			folded.Entries = append(folded.Entries, e)
-			folded.Seq = e.Seq
+	sort := func(one *batchv1alpha1.LedgerEntry) error {
+		if _, isClosed := closed[one.Pod]; isClosed && !kept[one.Pod] {
+			folded.Entries = append(folded.Entries, *one)
+			folded.Seq = one.Seq
 		} else {
-			out.Entries = append(out.Entries, e)
+			out.Entries = append(out.Entries, *one)
+		}
+		return nil
+	}
+	for k := range l.Entries {
+		e := &l.Entries[k]
+		if !holdsClosed(e, closed) {
+			out.Entries = append(out.Entries, *e)
+			continue
+		}
+		if err := expand(e, sort); err != nil {
+			return batchv1alpha1.Ledger{}, fmt.Errorf("entry %d (seq %d): %w", k, e.Seq, err)
 		}
 	}
 	if len(folded.Entries) == 0 {
@@ -400,14 +420,38 @@ func Fold(l *batchv1alpha1.Ledger, keep int) (batchv1alpha1.Ledger, error) {
 	return out, nil
 }
 
+// holdsClosed reports whether e stands for a pod of closed (or may: an
+// entry with a count that expand refuses is reported as holding one, for
+// expand to name its fault).
+func holdsClosed(e *batchv1alpha1.LedgerEntry, closed map[string]PodRef) bool {
+	n := e.Pods()
+	if n == 1 {
+		_, ok := closed[e.Pod]
+		return ok
+	}
+	prefix, ok := runPrefix(e)
+	if !ok {
+		return true
+	}
+	for _, ref := range closed {
+		if ref.Attempt == e.Attempt && ref.Index >= e.Index && int64(ref.Index) < int64(e.Index)+int64(n) &&
+			ref.Name == podNamed(prefix, ref.Index, ref.Attempt) {
+			return true
+		}
+	}
+	return false
+}
+
 // dropRelaunchedFailureTimes clears the failure time of the checkpoint's
 // indexes that the listed entries launch again: they have waited out their
 // delay, and replay drops the time at that launch anyway.
 func dropRelaunchedFailureTimes(cp *batchv1alpha1.LedgerCheckpoint, entries []batchv1alpha1.LedgerEntry) {
 	relaunched := map[int32]bool{}
-	for _, e := range entries {
-		if e.Type == batchv1alpha1.EntryLaunched {
-			relaunched[e.Index] = true
+	for k := range entries {
+		if e := &entries[k]; e.Type == batchv1alpha1.EntryLaunched {
+			for i := range e.Pods() {
+				relaunched[e.Index+i] = true
+			}
 		}
 	}
 	for k := range cp.Indexes {
