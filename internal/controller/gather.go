@@ -36,7 +36,7 @@ func (r *SafeJobReconciler) gatherAll(ctx context.Context, sj *batchv1alpha1.Saf
 // of vanished pods, the launches this process has yet to create and, for launches that
 // none of these explain, a live read of the API server.
 func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJob) (*jobs.Input, time.Duration, error) {
-	pods, err := r.listPods(ctx, sj)
+	pods, err := r.podsOf(ctx, sj.Namespace, sj.UID)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -79,23 +79,6 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 		}
 	}
 	return in, wait, nil
-}
-
-// listPods lists a SafeJob's pods that run or hold the ledger finalizer
-// from the cache (indexActivePodController). The pods share their maps and
-// slices with the cache (no deep copy: it dominated the CPU profile under
-// W2) and must not be modified.
-func (r *SafeJobReconciler) listPods(ctx context.Context, sj *batchv1alpha1.SafeJob) ([]*corev1.Pod, error) {
-	var list corev1.PodList
-	if err := r.Client.List(ctx, &list, client.InNamespace(sj.Namespace),
-		client.MatchingFields{controllerUIDIndex: string(sj.UID)}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing pods: %w", err)
-	}
-	pods := make([]*corev1.Pod, len(list.Items))
-	for i := range list.Items {
-		pods[i] = &list.Items[i]
-	}
-	return pods, nil
 }
 
 // holder is who a live read found holding a name a SafeJob committed.

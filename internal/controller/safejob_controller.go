@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -90,6 +91,8 @@ type SafeJobReconciler struct {
 	OutcomeHold time.Duration
 
 	tracker *tracker
+	// pods is the pod informer's indexer (indexPods).
+	pods toolscache.Indexer
 	// podWrites holds the slots of ConcurrentPodWrites.
 	podWrites slots
 	// statusWrites holds the slots of ConcurrentStatusWrites.

@@ -109,13 +109,12 @@ func (r *SafeJobReconciler) gatherRuns(ctx context.Context, sj *batchv1alpha1.Sa
 // a pod that merely carries the parent's label or annotation never counts.
 func (r *SafeJobReconciler) countBusy(ctx context.Context, sj *batchv1alpha1.SafeJob, in *runs.Input) error {
 	for uid, name := range runs.UIDs(in) {
-		var pods corev1.PodList
-		if err := r.Client.List(ctx, &pods, client.InNamespace(sj.Namespace),
-			client.MatchingFields{controllerUIDIndex: string(uid)}, client.UnsafeDisableDeepCopy); err != nil {
-			return fmt.Errorf("listing pods of run %s: %w", name, err)
+		pods, err := r.podsOf(ctx, sj.Namespace, uid)
+		if err != nil {
+			return fmt.Errorf("run %s: %w", name, err)
 		}
-		for i := range pods.Items {
-			if !jobs.IsTerminal(&pods.Items[i]) {
+		for _, pod := range pods {
+			if !jobs.IsTerminal(pod) {
 				in.Busy[name]++
 			}
 		}

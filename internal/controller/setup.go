@@ -33,8 +33,9 @@ import (
 )
 
 // controllerUIDIndex indexes objects by the UID of the SafeJob that controls
-// them: pods while they can still change its decision
-// (indexActivePodController), runs of a schedule, and Workloads.
+// them: runs of a schedule, Workloads, and pods while they can still change
+// its decision (indexActivePodController) where activePodsIndex cannot be
+// read.
 const controllerUIDIndex = "metadata.ownerReferences.controllerSafeJobUID"
 
 // settled reports a pod that has ended and no longer holds the ledger
@@ -54,6 +55,83 @@ func indexActivePodController(obj client.Object) []string {
 		return nil
 	}
 	return indexController(obj)
+}
+
+// activePodsIndex indexes pods on the pod informer itself, under
+// "<namespace>/<UID of the SafeJob that controls them>", while they can
+// still change its decision (indexActivePodController). podsOf reads the
+// cached pods from it as they are: a cache List would copy every pod into
+// its list, the largest cost of reading a SafeJob of many pods.
+const activePodsIndex = "safejob.dev/active-pods"
+
+func indexActivePods(obj any) ([]string, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return nil, nil
+	}
+	keys := indexActivePodController(pod)
+	for k := range keys {
+		keys[k] = activePodsKey(pod.Namespace, types.UID(keys[k]))
+	}
+	return keys, nil
+}
+
+func activePodsKey(namespace string, uid types.UID) string { return namespace + "/" + string(uid) }
+
+// podsOf returns the pods in namespace that the SafeJob of uid controls and
+// that can still change its decision, from the cache. They are the cache's
+// own objects and must not be modified.
+func (r *SafeJobReconciler) podsOf(ctx context.Context, namespace string, uid types.UID) ([]*corev1.Pod, error) {
+	if r.pods == nil {
+		return r.listPodsOf(ctx, namespace, uid)
+	}
+	objs, err := r.pods.ByIndex(activePodsIndex, activePodsKey(namespace, uid))
+	if err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	pods := make([]*corev1.Pod, 0, len(objs))
+	for _, obj := range objs {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			pods = append(pods, pod)
+		}
+	}
+	return pods, nil
+}
+
+// listPodsOf is podsOf through a cache List, for a cache whose pod informer
+// offers no indexer to read (one limited to some namespaces).
+func (r *SafeJobReconciler) listPodsOf(ctx context.Context, namespace string, uid types.UID) ([]*corev1.Pod, error) {
+	var list corev1.PodList
+	if err := r.Client.List(ctx, &list, client.InNamespace(namespace),
+		client.MatchingFields{controllerUIDIndex: string(uid)}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	pods := make([]*corev1.Pod, len(list.Items))
+	for i := range list.Items {
+		pods[i] = &list.Items[i]
+	}
+	return pods, nil
+}
+
+// indexPods indexes the cached pods for podsOf: on the pod informer itself
+// when it offers its indexer, else as a field of the cache.
+func (r *SafeJobReconciler) indexPods(mgr manager.Manager) error {
+	informer, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
+	if err != nil {
+		return fmt.Errorf("getting the pod informer: %w", err)
+	}
+	indexed, ok := informer.(interface{ GetIndexer() toolscache.Indexer })
+	if !ok {
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, controllerUIDIndex, indexActivePodController); err != nil {
+			return fmt.Errorf("indexing pods by controller: %w", err)
+		}
+		return nil
+	}
+	if err := informer.AddIndexers(toolscache.Indexers{activePodsIndex: indexActivePods}); err != nil {
+		return fmt.Errorf("indexing pods by controller: %w", err)
+	}
+	r.pods = indexed.GetIndexer()
+	return nil
 }
 
 func indexController(obj client.Object) []string {
@@ -255,8 +333,8 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 		}
 	}
 	indexer := mgr.GetFieldIndexer()
-	if err := indexer.IndexField(context.Background(), &corev1.Pod{}, controllerUIDIndex, indexActivePodController); err != nil {
-		return fmt.Errorf("indexing pods by owner: %w", err)
+	if err := r.indexPods(mgr); err != nil {
+		return err
 	}
 	if err := indexer.IndexField(context.Background(), &batchv1alpha1.SafeJob{}, controllerUIDIndex, indexRunParent); err != nil {
 		return fmt.Errorf("indexing SafeJobs by owner: %w", err)

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"context"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -58,6 +60,41 @@ func TestIndexActivePodOwner(t *testing.T) {
 	other.OwnerReferences = nil
 	if got := indexActivePodController(other); got != nil {
 		t.Errorf("a pod no SafeJob controls is indexed under %v", got)
+	}
+}
+
+// TestPodsOf checks the pods a reconcile reads: its SafeJob's pods in its
+// namespace that can still change its decision, not a settled pod, not
+// another SafeJob's, and not a pod of another namespace that names the
+// SafeJob's UID as its controller.
+func TestPodsOf(t *testing.T) {
+	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "uid-1"}}
+	other := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "ns", UID: "uid-2"}}
+	running := newPod(sj, jobs.PodRef{Name: "a-0-0"})
+	ended := newPod(sj, jobs.PodRef{Name: "a-1-0"})
+	ended.Status.Phase = corev1.PodSucceeded
+	settledPod := newPod(sj, jobs.PodRef{Name: "a-2-0"})
+	settledPod.Status.Phase, settledPod.Finalizers = corev1.PodSucceeded, nil
+	elsewhere := newPod(sj, jobs.PodRef{Name: "a-3-0"})
+	elsewhere.Namespace = "stranger"
+	others := newPod(other, jobs.PodRef{Name: "b-0-0"})
+	r := &SafeJobReconciler{pods: toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{activePodsIndex: indexActivePods})}
+	for _, p := range []*corev1.Pod{running, ended, settledPod, elsewhere, others} {
+		if err := r.pods.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := r.podsOf(context.Background(), sj.Namespace, sj.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range got {
+		names = append(names, p.Namespace+"/"+p.Name)
+	}
+	slices.Sort(names)
+	if diff := cmp.Diff([]string{"ns/a-0-0", "ns/a-1-0"}, names); diff != "" {
+		t.Errorf("pods of %s (-want,+got):\n%s", sj.Name, diff)
 	}
 }
 
