@@ -25,6 +25,7 @@ import (
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/controller"
 	"github.com/safejob/safejob/internal/ledger/jobs"
+	"github.com/safejob/safejob/internal/logging"
 )
 
 func main() {
@@ -73,7 +74,7 @@ func main() {
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	ctrl.SetLogger(logging.Lazy(zap.New(zap.UseFlagOptions(&opts))))
 	setupLog := ctrl.Log.WithName("setup")
 
 	if err := run(s); err != nil {
