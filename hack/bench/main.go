@@ -761,7 +761,7 @@ func maybeProfile(o options, w workload, m mode, repeat int, cfg *rest.Config) f
 			return
 		}
 		raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(o.profileSeconds)).
-			Timeout(time.Duration(o.profileSeconds)*time.Second+time.Minute).DoRaw(context.Background())
+			Timeout(time.Duration(o.profileSeconds)*time.Second + time.Minute).DoRaw(context.Background())
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench: profiling kube-apiserver: %v\n", err)
 			return
