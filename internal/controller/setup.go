@@ -122,7 +122,8 @@ func (r *SafeJobReconciler) indexPods(mgr manager.Manager) error {
 	}
 	indexed, ok := informer.(interface{ GetIndexer() toolscache.Indexer })
 	if !ok {
-		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, controllerUIDIndex, indexActivePodController); err != nil {
+		fields := mgr.GetFieldIndexer()
+		if err := fields.IndexField(context.Background(), &corev1.Pod{}, controllerUIDIndex, indexActivePodController); err != nil {
 			return fmt.Errorf("indexing pods by controller: %w", err)
 		}
 		return nil
