@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -57,7 +58,39 @@ func (h *podHandler) Update(_ context.Context, e event.UpdateEvent, q workqueue.
 		h.tracker.sawStray(key)
 		q.Add(reconcile.Request{NamespacedName: key})
 	}
+	if old, isPod := e.ObjectOld.(*corev1.Pod); ok && isPod && onlyBound(old, pod) {
+		return
+	}
 	h.enqueueOwner(e.ObjectNew, q)
+}
+
+// onlyBound reports an update that only binds the pod to a node: its node
+// name set and its PodScheduled condition with it, nothing else of it
+// changed. No decision reads either, so its SafeJob is not queued for it:
+// where pods wait seconds at each step, every such event would otherwise
+// cost a reconcile that finds nothing to do.
+func onlyBound(old, pod *corev1.Pod) bool {
+	if old.Spec.NodeName != "" || pod.Spec.NodeName == "" {
+		return false
+	}
+	before, after := *old, *pod // shallow: what they share is only read
+	before.ResourceVersion, before.ManagedFields = after.ResourceVersion, after.ManagedFields
+	before.Spec.NodeName = after.Spec.NodeName
+	before.Status.Conditions = withoutScheduled(before.Status.Conditions)
+	after.Status.Conditions = withoutScheduled(after.Status.Conditions)
+	return equality.Semantic.DeepEqual(&before, &after)
+}
+
+// withoutScheduled returns conds without the PodScheduled condition, in a
+// slice of its own.
+func withoutScheduled(conds []corev1.PodCondition) []corev1.PodCondition {
+	out := make([]corev1.PodCondition, 0, len(conds))
+	for _, c := range conds {
+		if c.Type != corev1.PodScheduled {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // stray reports a pod that holds the ledger finalizer but that no SafeJob

@@ -52,3 +52,51 @@ func TestPodEventsBatchedOnlyForParallelSafeJobs(t *testing.T) {
 		})
 	}
 }
+
+// TestBindOnlyUpdateNotQueued checks that an update that only binds a pod to
+// a node queues no reconcile of its SafeJob, and that any other change
+// made with it, or any other update, still does.
+func TestBindOnlyUpdateNotQueued(t *testing.T) {
+	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "one", Namespace: "ns", UID: "u1"}}
+	pending := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "one-0-0", Namespace: "ns", ResourceVersion: "1",
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sj, batchv1alpha1.GroupVersion.WithKind("SafeJob"))}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	bound := func(change func(p *corev1.Pod)) *corev1.Pod {
+		p := pending.DeepCopy()
+		p.ResourceVersion, p.Spec.NodeName = "2", "node-1"
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
+		if change != nil {
+			change(p)
+		}
+		return p
+	}
+	unschedulable := pending.DeepCopy()
+	unschedulable.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+		Reason: corev1.PodReasonUnschedulable}}
+	for _, tc := range []struct {
+		name     string
+		old, new *corev1.Pod
+		want     int
+	}{
+		{"bound to a node", pending, bound(nil), 0},
+		{"bound after the scheduler had refused it", unschedulable, bound(nil), 0},
+		{"bound and running at once", pending, bound(func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning }), 1},
+		{"bound with another condition", pending, bound(func(p *corev1.Pod) {
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
+		}), 1},
+		{"bound and labelled", pending, bound(func(p *corev1.Pod) { p.Labels = map[string]string{"a": "b"} }), 1},
+		{"bound and being deleted", pending, bound(func(p *corev1.Pod) { p.DeletionTimestamp = ptr.To(metav1.Now()) }), 1},
+		{"refused by the scheduler", pending, unschedulable, 1},
+		{"running on its node", bound(nil), bound(func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning }), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+			defer q.ShutDown()
+			h := &podHandler{tracker: newTracker()}
+			h.Update(context.Background(), event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}, q)
+			if got := q.Len(); got != tc.want {
+				t.Errorf("reconciles queued = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
