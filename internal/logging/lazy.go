@@ -12,7 +12,11 @@ import (
 // they are added. controller-runtime gives every reconcile a logger with
 // values of its own (the controller, the object, a reconcile ID); zap
 // encodes them at once, on every reconcile, though a reconcile seldom writes
-// a line. The lines written are the same.
+// a line. The lines written are the same, but for two things: a value is
+// read when a line is written, not when it was added; and a Kubernetes
+// object among the values is written as controller-runtime's encoder
+// writes one given with a line (a reference, unless --zap-devel), not in
+// full.
 func Lazy(l logr.Logger) logr.Logger {
 	sink := l.GetSink()
 	if sink == nil {
@@ -54,6 +58,16 @@ func (s *lazySink) with(keysAndValues []any) []any {
 }
 
 func (s *lazySink) WithValues(keysAndValues ...any) logr.LogSink {
+	if len(keysAndValues)%2 != 0 {
+		// A key without a value: handed over now, for the sink to report as
+		// it would have, and so that it does not take the first value of a
+		// line as its own.
+		sink := s.sink
+		if len(s.values) > 0 {
+			sink = sink.WithValues(s.values...)
+		}
+		return &lazySink{sink: sink.WithValues(keysAndValues...)}
+	}
 	return &lazySink{sink: s.sink, values: append(slices.Clip(s.values), keysAndValues...)}
 }
 

@@ -31,6 +31,7 @@ func script(l logr.Logger) {
 	r.V(5).Info("never written")
 	r.Error(errors.New("boom"), "status write failed", "seq", 7)
 	r.WithName("window").WithValues("room", 3).Info("named")
+	r.WithValues("dangling").WithValues("after", 4).Info("odd", "k", 5)
 	helper(r)
 }
 
