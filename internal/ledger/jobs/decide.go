@@ -837,13 +837,7 @@ func sortedOpen(st *State) []PodRef {
 		}
 		st.launches, st.launchClosed = open, false
 	}
-	if len(st.launches) == len(st.Open) {
-		return slices.Clone(st.launches)
-	}
-	// A State not built by applying entries: sort what it holds.
-	refs := slices.Collect(maps.Values(st.Open))
-	slices.SortFunc(refs, func(a, b PodRef) int { return cmp.Compare(a.Seq, b.Seq) })
-	return refs
+	return slices.Clone(st.launches)
 }
 
 // RefFromPod reads a pod's index and attempt from its labels.
