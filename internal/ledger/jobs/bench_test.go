@@ -115,13 +115,12 @@ func benchmarkSteady(b *testing.B, mode batchv1alpha1.CompletionMode, par int32,
 			dr.step(b, t0)
 		}
 	}
-	pass := func() {
-		in := &Input{Name: "sj", Spec: &dr.spec, Status: dr.status, Pods: dr.pods, Now: t0, Uncreated: dr.uncreated,
-			Backoff: noBackoff, Gone: map[string]bool{}, LastSeen: map[string]*corev1.Pod{}}
+	pass := func() { // as a reconcile: the live-read check, then the decision, on one Input
+		in := dr.input(t0)
 		if _, _, err := Unaccounted(in); err != nil {
 			b.Fatal(err)
 		}
-		dr.step(b, t0)
+		dr.decide(b, in)
 	}
 	start()
 	var recorded int

@@ -82,6 +82,34 @@ type Input struct {
 	// bound the SafeJob sets itself: the controller's share of a window it
 	// keeps across SafeJobs. nil: no such bound.
 	LaunchRoom *int32
+
+	// replayed is Status.Ledger as Unaccounted replayed it, for the Decide
+	// that follows to take instead of replaying the same ledger again. The
+	// decision changes it, so it serves one Decide only; the ledger and its
+	// entries it was replayed from, and the seq, tell a ledger replaced or
+	// rewritten since (see replay).
+	replayed        *State
+	replayedFrom    *batchv1alpha1.Ledger
+	replayedEntries []batchv1alpha1.LedgerEntry
+}
+
+// remember keeps st, the replay of in.Status.Ledger, for the next Decide.
+func (in *Input) remember(st *State) {
+	in.replayed, in.replayedFrom, in.replayedEntries = st, &in.Status.Ledger, in.Status.Ledger.Entries
+}
+
+// replay returns the State of in.Status.Ledger, the caller's to change: the
+// one Unaccounted remembered if the ledger is still the one it read (the
+// same object, entries and seq), else a new Replay.
+func (in *Input) replay() (*State, error) {
+	st, from, entries := in.replayed, in.replayedFrom, in.replayedEntries
+	in.replayed, in.replayedFrom, in.replayedEntries = nil, nil, nil
+	l := &in.Status.Ledger
+	if st != nil && from == l && st.Seq == l.Seq && len(entries) == len(l.Entries) &&
+		(len(entries) == 0 || &entries[0] == &l.Entries[0]) {
+		return st, nil
+	}
+	return Replay(l)
 }
 
 // CreateRefusal is the API server's answer to the latest pod create:
@@ -150,6 +178,7 @@ func Unaccounted(in *Input) ([]PodRef, time.Duration, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	in.remember(st)
 	seen := observed(in)
 	fence := in.Fence.OrDefault()
 	var candidates []PodRef
@@ -168,7 +197,7 @@ func Unaccounted(in *Input) ([]PodRef, time.Duration, error) {
 // Decide computes the plan for one SafeJob. An error means the observed
 // ledger is invalid and nothing may be done.
 func Decide(in *Input) (*Plan, error) {
-	st, err := Replay(&in.Status.Ledger)
+	st, err := in.replay()
 	if err != nil {
 		return nil, err
 	}

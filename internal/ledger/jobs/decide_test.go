@@ -590,8 +590,19 @@ func newDriver(s batchv1alpha1.SafeJobSpec) *driver {
 
 func (d *driver) step(t testing.TB, now time.Time) *Plan {
 	t.Helper()
-	plan, err := Decide(&Input{Name: "sj", Spec: &d.spec, Status: d.status, Pods: d.pods, Now: now, Uncreated: d.uncreated, Backoff: noBackoff,
-		Gone: map[string]bool{}, LastSeen: map[string]*corev1.Pod{}, LaunchRoom: d.room})
+	return d.decide(t, d.input(now))
+}
+
+// input is the Input of the driver's SafeJob as it stands.
+func (d *driver) input(now time.Time) *Input {
+	return &Input{Name: "sj", Spec: &d.spec, Status: d.status, Pods: d.pods, Now: now, Uncreated: d.uncreated, Backoff: noBackoff,
+		Gone: map[string]bool{}, LastSeen: map[string]*corev1.Pod{}, LaunchRoom: d.room}
+}
+
+// decide decides in and carries the plan out as the controller would.
+func (d *driver) decide(t testing.TB, in *Input) *Plan {
+	t.Helper()
+	plan, err := Decide(in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -961,4 +972,63 @@ func TestElasticIndexedCounts(t *testing.T) {
 			t.Errorf("completions %d: the ledger lost index 3 (%v)", tc.completions, err)
 		}
 	}
+}
+
+// TestDecideAfterUnaccounted checks that Decide, which takes the ledger
+// Unaccounted replayed on the same Input instead of replaying it again,
+// plans exactly as on an Input of its own: once after Unaccounted, again on
+// that Input (the first decision changed the replayed State, so it must not
+// be taken twice), and after the Input's ledger was replaced or rewritten
+// in place since Unaccounted read it.
+func TestDecideAfterUnaccounted(t *testing.T) {
+	dr := newDriver(spec(3, 10))
+	dr.step(t, t0) // commits three launches
+	dr.step(t, t0) // creates their pods
+	dr.pods[0] = withPhase(dr.pods[0], corev1.PodSucceeded, 0)
+	decide := func(in *Input) *Plan {
+		t.Helper()
+		plan, err := Decide(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return plan
+	}
+	same := func(what string, want, got *Plan) {
+		t.Helper()
+		if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("%s: plan differs from a decision on an Input of its own (-want +got):\n%s", what, diff)
+		}
+	}
+	unaccounted := func(in *Input) {
+		t.Helper()
+		if _, _, err := Unaccounted(in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := decide(dr.input(t0))
+	if len(want.Append) < 2 {
+		t.Fatalf("the scenario should record an outcome and launch again, got %d entries", len(want.Append))
+	}
+
+	in := dr.input(t0)
+	unaccounted(in)
+	same("after Unaccounted", want, decide(in))
+	same("deciding the same Input again", want, decide(in))
+
+	// The next ledger (the plan's status written), as another Input sees it.
+	next := dr.input(t0)
+	next.Status = want.Status.DeepCopy()
+	wantNext := decide(next)
+
+	in = dr.input(t0)
+	unaccounted(in)
+	in.Status = want.Status.DeepCopy()
+	same("ledger replaced after Unaccounted", wantNext, decide(in))
+
+	status := *dr.status.DeepCopy()
+	in = dr.input(t0)
+	in.Status = &status
+	unaccounted(in)
+	*in.Status = *want.Status.DeepCopy() // the same status, rewritten in place
+	same("ledger rewritten in place after Unaccounted", wantNext, decide(in))
 }
