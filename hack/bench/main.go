@@ -158,7 +158,7 @@ type options struct {
 	timeout                                time.Duration
 	only                                   string
 	keepLogs                               bool
-	kcmVerbosity                           int
+	kcmVerbosity, kwokPodWorkers           int
 	profileSeconds                         int
 	profileAfter                           time.Duration
 	operatorArgs                           []string
@@ -204,6 +204,8 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "longest a single run may take")
 	flag.StringVar(&o.only, "only", "", "run only the modes whose name contains this (for experiments)")
 	flag.BoolVar(&o.keepLogs, "keep-logs", false, "keep each run's directory (component logs, audit log) and print where")
+	flag.IntVar(&o.kwokPodWorkers, "kwok-pod-workers", 0, "pod stages KWOK plays at once across its nodes "+
+		"(0: KWOK's default, 4; where every earlier figure came from); a real cluster has a kubelet per node")
 	flag.IntVar(&o.kcmVerbosity, "kcm-v", 0, "kube-controller-manager's log verbosity (with -keep-logs: the built-in controller's log)")
 	var opArgs string
 	flag.StringVar(&opArgs, "operator-args", "", "extra flags for the operator, space separated")
@@ -525,7 +527,8 @@ func runDir(o options, w workload, m mode, repeat int) (string, func(), error) {
 
 // clusterOptions is the local cluster a run gets.
 func clusterOptions(o options, w workload, m mode, dir string) cluster.Options {
-	copts := cluster.Options{Dir: dir, Root: o.root, Nodes: 4, ControllerManagerVerbosity: o.kcmVerbosity, Kueue: w.Quota > 0}
+	copts := cluster.Options{Dir: dir, Root: o.root, Nodes: 4, ControllerManagerVerbosity: o.kcmVerbosity, Kueue: w.Quota > 0,
+		KwokPodWorkers: o.kwokPodWorkers}
 	switch {
 	case m.QPS > 0:
 		// kube-controller-manager serves every mode (pod GC, the garbage

@@ -70,6 +70,11 @@ type Options struct {
 	// with this timeout, requeuing an evicted Workload once after a second
 	// and deactivating it at the second timeout.
 	KueuePodsReadyTimeout time.Duration
+	// KwokPodWorkers is how many pod stages KWOK plays at once, across all
+	// simulated nodes (default: KWOK's own, 4). A real cluster has a kubelet
+	// per node writing its own pods' status; KWOK's few workers write them
+	// all, so under a busy API server pods queue there.
+	KwokPodWorkers int
 }
 
 // Cluster is a running local cluster.
@@ -262,7 +267,7 @@ func (c *Cluster) controllerManagerArgs() []string {
 
 func (c *Cluster) startKwok(bin string) error {
 	stages := filepath.Join(c.opts.Dir, "kwok-stages.yaml")
-	if err := os.WriteFile(stages, podStages, 0o600); err != nil {
+	if err := os.WriteFile(stages, kwokConfig(c.opts.KwokPodWorkers), 0o600); err != nil {
 		return fmt.Errorf("writing KWOK stages: %w", err)
 	}
 	port, err := freePort()
@@ -272,6 +277,16 @@ func (c *Cluster) startKwok(bin string) error {
 	return c.run(bin, "kwok", "--kubeconfig="+c.Kubeconfig, "--config="+stages,
 		"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
 		"--cidr=10.0.0.1/16", "--node-ip=127.0.0.1", fmt.Sprintf("--server-address=127.0.0.1:%d", port))
+}
+
+// kwokConfig is KWOK's --config: the pod stages and, when podWorkers is set,
+// a configuration that plays that many pod stages at once.
+func kwokConfig(podWorkers int) []byte {
+	if podWorkers <= 0 {
+		return podStages
+	}
+	return fmt.Appendf(slices.Clone(podStages), "---\napiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\n"+
+		"options:\n  podPlayStageParallelism: %d\n", podWorkers)
 }
 
 // addNodes creates the simulated nodes and waits until they are Ready.
