@@ -26,6 +26,7 @@ import (
 	"github.com/safejob/safejob/internal/controller"
 	"github.com/safejob/safejob/internal/ledger/jobs"
 	"github.com/safejob/safejob/internal/logging"
+	"github.com/safejob/safejob/internal/recorder"
 )
 
 func main() {
@@ -143,10 +144,14 @@ func run(s settings) error {
 	if err := m.Register(metrics.Registry); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
+	rec, err := recorder.NewForManager(mgr, recorder.Options{Controller: "safejob-controller", Dropped: m.EventsDropped.Inc})
+	if err != nil {
+		return err
+	}
 	r := &controller.SafeJobReconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
-		Recorder:                mgr.GetEventRecorder("safejob-controller"),
+		Recorder:                rec,
 		Clock:                   clock.RealClock{},
 		Metrics:                 m,
 		MaxConcurrentReconciles: s.concurrency,

@@ -52,6 +52,9 @@ type Metrics struct {
 	// LaunchWindowHeldOutcomes how many SafeJobs have a status write that
 	// records successes held meanwhile.
 	LaunchWindowHeld, LaunchWindowWaiting, LaunchWindowHeldOutcomes prometheus.Gauge
+	// EventsDropped counts events not written because the event writers'
+	// queue was full (the API server answering too slowly).
+	EventsDropped prometheus.Counter
 }
 
 // labelResult is the label of a reconcile's or a SafeJob's result.
@@ -118,6 +121,10 @@ func NewMetrics() *Metrics {
 			Name: "safejob_launch_window_held_outcomes",
 			Help: "SafeJobs whose pod successes wait to be recorded while other SafeJobs wait for the launch window.",
 		}),
+		EventsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "safejob_events_dropped_total",
+			Help: "Events not written because the queue of event writes was full.",
+		}),
 	}
 }
 
@@ -125,7 +132,7 @@ func NewMetrics() *Metrics {
 func (m *Metrics) Register(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.Reconciles, m.Conflicts, m.PodsCreated, m.CreatesExpired, m.LedgerAppends, m.CommitObserve,
 		m.JobsFinished, m.PodFailures, m.ReconcileDuration, m.StatusWrites, m.ReleasesWaiting,
-		m.LaunchWindowHeld, m.LaunchWindowWaiting, m.LaunchWindowHeldOutcomes} {
+		m.LaunchWindowHeld, m.LaunchWindowWaiting, m.LaunchWindowHeldOutcomes, m.EventsDropped} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("registering metric: %w", err)
 		}

@@ -37,6 +37,7 @@ import (
 	"github.com/safejob/safejob/internal/controller"
 	"github.com/safejob/safejob/internal/ledger"
 	"github.com/safejob/safejob/internal/ledger/jobs"
+	"github.com/safejob/safejob/internal/recorder"
 	"github.com/safejob/safejob/test/testutil"
 )
 
@@ -184,7 +185,7 @@ func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 		t.Fatal(err)
 	}
 	r := &controller.SafeJobReconciler{
-		Client: cl, APIReader: mgr.GetAPIReader(), Recorder: eventRecorder(mgr),
+		Client: cl, APIReader: mgr.GetAPIReader(), Recorder: eventRecorder(t, mgr),
 		Clock: opts.clock, Metrics: m, MaxConcurrentReconciles: 4, Kueue: !opts.noKueue,
 		ReadyBatchPeriod:       controller.DefaultReadyBatchPeriod,
 		ReadyBusyPeriod:        controller.DefaultReadyBusyPeriod,
@@ -246,8 +247,14 @@ func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 // are logged: well inside its 30s grace period, well beyond a normal stop.
 const stopReport = 20 * time.Second
 
-func eventRecorder(mgr ctrl.Manager) events.EventRecorder {
-	return mgr.GetEventRecorder("safejob-controller")
+// eventRecorder is the operator's event recorder, as cmd/main.go makes it.
+func eventRecorder(t *testing.T, mgr ctrl.Manager) events.EventRecorder {
+	t.Helper()
+	rec, err := recorder.NewForManager(mgr, recorder.Options{Controller: "safejob-controller"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
 }
 
 // newNamespace creates a namespace for one test.
