@@ -93,15 +93,18 @@ type Options struct {
 // Recorder implements events.EventRecorder. Eventf never blocks; the
 // writes start once Start runs.
 type Recorder struct {
-	scheme   *runtime.Scheme
-	sink     events.EventSink
-	opts     Options
-	log      logr.Logger
-	queues   []chan *eventsv1.Event // one per writer
-	mu       sync.Mutex
-	recent   *list.List // of *entry, most recently observed first
-	byKey    map[eventKey]*list.Element
-	dropOnce sync.Once
+	scheme *runtime.Scheme
+	sink   events.EventSink
+	opts   Options
+	log    logr.Logger
+	queues []chan *eventsv1.Event // one per writer
+	mu     sync.Mutex
+	recent *list.List // of *entry, most recently observed first
+	byKey  map[eventKey]*list.Element
+
+	dropMu     sync.Mutex
+	dropped    int       // events dropped since the last log line about it
+	dropLogged time.Time // when that line was written
 }
 
 var _ events.EventRecorder = &Recorder{}
@@ -304,15 +307,27 @@ func (r *Recorder) enqueue(ev *eventsv1.Event) {
 	select {
 	case r.queues[h.Sum32()%uint32(len(r.queues))] <- ev:
 	default:
-		if r.opts.Dropped != nil {
-			r.opts.Dropped()
-		}
-		r.dropOnce.Do(func() {
-			r.log.Info("Event writes are falling behind; events are dropped while the queue is full",
-				"queueLength", r.opts.QueueLength)
-		})
-		r.log.V(2).Info("Dropped an event", "reason", ev.Reason, "regarding", ev.Regarding.Name)
+		r.drop(ev)
 	}
+}
+
+// drop counts an event the queue could not take, and says so in the log
+// at most once a minute.
+func (r *Recorder) drop(ev *eventsv1.Event) {
+	if r.opts.Dropped != nil {
+		r.opts.Dropped()
+	}
+	r.log.V(2).Info("Dropped an event", "reason", ev.Reason, "regarding", ev.Regarding.Name)
+	r.dropMu.Lock()
+	defer r.dropMu.Unlock()
+	r.dropped++
+	now := r.opts.Clock.Now()
+	if !r.dropLogged.IsZero() && now.Sub(r.dropLogged) < time.Minute {
+		return
+	}
+	r.log.Info("Event writes fall behind the events; events were dropped while the queue was full",
+		"dropped", r.dropped, "queueLength", r.opts.QueueLength)
+	r.dropped, r.dropLogged = 0, now
 }
 
 // Start writes the queued events until ctx ends (a manager.Runnable).
