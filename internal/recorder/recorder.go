@@ -7,8 +7,8 @@
 // action, reporter, regarding and related object) and turn it into a
 // series, and it starts two goroutines for every event. The operator's events
 // name the SafeJob as it was (its resourceVersion), so they seldom repeat,
-// and at thousands of SafeJobs a minute those copies were a sixth of its
-// live heap (docs/performance.md, "Memory"). Here the copies live in a
+// and those copies grew with the rate of events, not with anything the
+// operator needs (docs/performance.md, "Memory"). Here the copies live in a
 // least-recently-used cache of a fixed size, writes go through a bounded
 // queue to a fixed set of writers, and what the API server receives is the
 // same: a new event is created, its first repeat makes it a series of two,
