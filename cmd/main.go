@@ -146,7 +146,7 @@ func run(s settings) error {
 	}
 	rec, err := recorder.NewForManager(mgr, recorder.Options{Controller: "safejob-controller", Dropped: m.EventsDropped.Inc})
 	if err != nil {
-		return err
+		return fmt.Errorf("setting up events: %w", err)
 	}
 	r := &controller.SafeJobReconciler{
 		Client:                  mgr.GetClient(),

@@ -166,9 +166,9 @@ func waitStored(t *testing.T, who string, api *fakeAPI, want int) []string {
 // a series of two at its first repeat, and every series it holds when its
 // first refresh runs, which it starts at once but which may run after the
 // repeats; the recorder's counts are checked exactly below and elsewhere.
-func seriesCounts(events []string) []string {
-	out := make([]string, len(events))
-	for i, e := range events {
+func seriesCounts(stored []string) []string {
+	out := make([]string, len(stored))
+	for i, e := range stored {
 		if at := strings.Index(e, " count="); at >= 0 {
 			e = e[:at]
 		}
@@ -229,20 +229,20 @@ func started(t *testing.T, api *fakeAPI, opts Options) (*Recorder, *clocktesting
 	return rec, clk
 }
 
-// waitCount waits until the one event about name shows count.
-func waitCount(t *testing.T, api *fakeAPI, name string, count int32) {
+// waitCount waits until the one event about pod a is a series of count.
+func waitCount(t *testing.T, api *fakeAPI, count int32) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true,
 		func(context.Context) (bool, error) {
 			for _, s := range api.stored() {
-				if strings.Contains(s, "/"+name+" ") && strings.HasSuffix(s, fmt.Sprintf("series count=%d", count)) {
+				if strings.Contains(s, "/a ") && strings.HasSuffix(s, fmt.Sprintf("series count=%d", count)) {
 					return true, nil
 				}
 			}
 			return false, nil
 		})
 	if err != nil {
-		t.Fatalf("no event about %s with count %d: %q (calls %q)", name, count, api.stored(), api.callList())
+		t.Fatalf("no event about a with count %d: %q (calls %q)", count, api.stored(), api.callList())
 	}
 }
 
@@ -263,7 +263,7 @@ func TestSeriesEndsWithItsCount(t *testing.T) {
 	for range 5 {
 		rec.Eventf(a, nil, corev1.EventTypeNormal, "SuccessfulCreate", "CreatePod", "Created pod")
 	}
-	waitCount(t, api, "a", 2)
+	waitCount(t, api, 2)
 	if n := rec.cached(); n != 1 {
 		t.Fatalf("%d events kept, want the one", n)
 	}
@@ -272,7 +272,7 @@ func TestSeriesEndsWithItsCount(t *testing.T) {
 		t.Fatalf("%d events kept before the series ended, want 1", n)
 	}
 	sweepAt(clk, 2*sweepEvery)
-	waitCount(t, api, "a", 5)
+	waitCount(t, api, 5)
 	if n := rec.cached(); n != 0 {
 		t.Errorf("%d events kept after the series ended, want none", n)
 	}
@@ -294,7 +294,7 @@ func TestSeriesRefreshed(t *testing.T) {
 		n++
 		clk.Step(sweepEvery)
 	}
-	waitCount(t, api, "a", n)
+	waitCount(t, api, n)
 }
 
 // TestCacheBounded: however many distinct events, the recorder keeps at
@@ -313,7 +313,7 @@ func TestCacheBounded(t *testing.T) {
 	if n := rec.cached(); n != 100 {
 		t.Errorf("%d events kept, want 100", n)
 	}
-	waitCount(t, api, "a", 3)
+	waitCount(t, api, 3)
 	waitFor(t, func() bool { return len(api.stored()) == 1001 }, "1,001 events stored")
 }
 
