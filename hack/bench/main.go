@@ -27,6 +27,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -126,9 +127,12 @@ type result struct {
 	CPUSec           float64
 	// ClusterCPUSec is the CPU time of each other component during the run,
 	// and MachineBusy the fraction of all cores busy (from /proc/stat).
-	ClusterCPUSec   map[string]float64
-	MachineBusy     float64
-	PeakRSSMiB      float64
+	ClusterCPUSec map[string]float64
+	MachineBusy   float64
+	PeakRSSMiB    float64
+	// Reconciles counts the operator's reconcile passes during the run
+	// (SafeJob modes only).
+	Reconciles      int       `json:",omitempty"`
 	CompletionTimes []float64 // seconds since the first create, sorted
 	// PodTimes is when each pod was first seen, seconds since the first
 	// create, sorted: beside CompletionTimes it shows how long pods took
@@ -591,6 +595,10 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
+	reconciles0, err := operatorReconciles(ctx, m)
+	if err != nil {
+		return result{}, err
+	}
 	cpu0 := cpuSeconds(ctrl)
 	others0, busy0 := clusterCPU(c), machineTicks()
 	stopProfile := maybeProfile(o, w, m, repeat, cfg)
@@ -605,6 +613,11 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	}
 	heapProfile(o, w, m, repeat)
 	res := measure(w, m, repeat, start, end, created, rec, before, after, cpuSeconds(ctrl)-cpu0, peakRSS(ctrl))
+	reconciles, err := operatorReconciles(ctx, m)
+	if err != nil {
+		return result{}, err
+	}
+	res.Reconciles = reconciles - reconciles0
 	res.ExtraPodWatchers = o.extraPodWatchers
 	if res.PodWatchesEnded, err = testutil.WatchesEnded(c.AuditLog, "pods", start, end); err != nil {
 		return result{}, fmt.Errorf("reading pod watches from the audit log: %w", err)
@@ -700,8 +713,28 @@ func startController(ctx context.Context, o options, c *cluster.Cluster, dir str
 	return nil, func() {}, nil
 }
 
+// operatorReconciles is the operator's count of reconcile passes so far,
+// for a mode that runs the operator (0 otherwise).
+func operatorReconciles(ctx context.Context, m mode) (int, error) {
+	if m.Controller != ctrlSafeJob {
+		return 0, nil
+	}
+	var n int
+	// Its metrics server may start a moment after its caches have synced.
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		n, err = scrapeReconciles(ctx)
+		return err == nil, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("reading the operator's reconciles from %s: %w", operatorMetrics, err)
+	}
+	return n, nil
+}
+
 func startOperator(ctx context.Context, o options, c *cluster.Cluster, dir string, m mode) (*cluster.Process, error) {
-	args := []string{"--kubeconfig=" + c.Kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0", "--zap-log-level=error"}
+	args := []string{"--kubeconfig=" + c.Kubeconfig, "--metrics-bind-address=" + strings.TrimSuffix(strings.TrimPrefix(operatorMetrics, "http://"), "/metrics"),
+		"--health-probe-bind-address=0", "--zap-log-level=error"}
 	if m.QPS > 0 {
 		args = append(args, fmt.Sprintf("--kube-api-qps=%d", m.QPS), fmt.Sprintf("--kube-api-burst=%d", 2*m.QPS))
 	}

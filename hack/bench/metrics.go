@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -115,4 +117,44 @@ func settledWrites(ctx context.Context, cfg *rest.Config) (map[string]int, error
 		prev = cur
 	}
 	return prev, nil
+}
+
+// operatorMetrics is where the bench has the operator serve its metrics.
+const operatorMetrics = "http://127.0.0.1:6066/metrics"
+
+// scrapeReconciles reads the operator's count of reconcile passes
+// (safejob_reconciles_total, every result): beside the completions it
+// says how often the operator decided a SafeJob, which its CPU per
+// completion follows.
+func scrapeReconciles(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, operatorMetrics, nil)
+	if err != nil {
+		return 0, fmt.Errorf("the operator's metrics: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("reading the operator's metrics: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("reading the operator's metrics: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("reading the operator's metrics: %s", resp.Status)
+	}
+	return parseReconciles(string(raw)), nil
+}
+
+// parseReconciles sums safejob_reconciles_total over its results.
+func parseReconciles(raw string) int {
+	n := 0
+	for _, line := range strings.Split(raw, "\n") {
+		if name, _, v, ok := sample(line); ok && name == "safejob_reconciles_total" {
+			n += v
+		}
+	}
+	return n
 }

@@ -28,6 +28,19 @@ apiserver_request_total_bogus{resource="pods"} 7
 	}
 }
 
+func TestParseReconciles(t *testing.T) {
+	raw := `# HELP safejob_reconciles_total Reconciles by result.
+# TYPE safejob_reconciles_total counter
+safejob_reconciles_total{result="error"} 3
+safejob_reconciles_total{result="success"} 2.5e+03
+safejob_reconciles_totally{result="success"} 7
+safejob_status_writes_total{reason="launch"} 11
+`
+	if got := parseReconciles(raw); got != 2503 {
+		t.Errorf("parseReconciles = %d, want 2503", got)
+	}
+}
+
 func TestClosedWatchers(t *testing.T) {
 	results := []result{
 		{Workload: "W2", Mode: modeSafeJob, Repeat: 1, WatchersClosed: map[string]int{"pods": 3, "safejobs": 1}},

@@ -22,6 +22,9 @@ type summary struct {
 	// half and last are when half the pods and the last pod had succeeded,
 	// seconds after the first create.
 	half, last float64
+	// reconciles is the operator's reconcile passes per completion (0 for
+	// another controller, or a run from before it was counted).
+	reconciles float64
 	recovered  int
 	// cpuBy is the median CPU ms per completion of each process.
 	cpuBy        map[string]float64
@@ -42,7 +45,7 @@ func median(xs []float64) float64 {
 
 func summarise(results []result, w, m string) (summary, bool) {
 	var s summary
-	var mk, ps, p50, p99, wr, cpu, rss, api, all, busy, half, last []float64
+	var mk, ps, p50, p99, wr, cpu, rss, api, all, busy, half, last, rec []float64
 	cpuBy := map[string][]float64{}
 	for _, r := range results {
 		if r.Workload != w || r.Mode != m {
@@ -57,6 +60,9 @@ func summarise(results []result, w, m string) (summary, bool) {
 			half, last = append(half, r.CompletionTimes[(n-1)/2]), append(last, r.CompletionTimes[n-1])
 		}
 		s.recovered = max(s.recovered, r.Recovered+r.Unseen)
+		if r.Reconciles > 0 && r.Completions > 0 {
+			rec = append(rec, float64(r.Reconciles)/float64(r.Completions))
+		}
 		for name, ms := range r.cpuByProcess() {
 			cpuBy[name] = append(cpuBy[name], ms)
 		}
@@ -74,7 +80,7 @@ func summarise(results []result, w, m string) (summary, bool) {
 	s.makespan, s.perSec, s.p50, s.p99 = median(mk), median(ps), median(p50), median(p99)
 	s.writes, s.cpu, s.rss = median(wr), median(cpu), median(rss)
 	s.apiCPU, s.allCPU, s.busy = median(api), median(all), median(busy)
-	s.half, s.last = median(half), median(last)
+	s.half, s.last, s.reconciles = median(half), median(last), median(rec)
 	s.cpuBy = map[string]float64{}
 	for name, ms := range cpuBy {
 		s.cpuBy[name] = median(ms)
@@ -203,6 +209,9 @@ func verdict(results []result, w string) string {
 	b.WriteString(podWatchEvents(results, w))
 	fmt.Fprintf(&b, "- largest status seen: SafeJob %s, built-in %s (target: at most 256 KiB at 100,000 completions)\n",
 		kib(largestStatus(results, w, modeSafeJob)), kib(largestStatus(results, w, modeBuiltin)))
+	if sj.reconciles > 0 {
+		fmt.Fprintf(&b, "- the operator's reconcile passes per completion (`safejob_reconciles_total`): %.2f\n", sj.reconciles)
+	}
 	fmt.Fprintf(&b, "- half the pods succeeded: SafeJob at %.1f s, built-in at %.1f s (target: SafeJob no later); "+
 		"the last pod: %.1f s and %.1f s\n", sj.half, bi.half, sj.last, bi.last)
 	for _, m := range modeOrder {
