@@ -74,6 +74,7 @@ func (r *SafeJobReconciler) writeStatus(ctx context.Context, sj *batchv1alpha1.S
 	}
 	r.recordEvents(updated, sj, plan)
 	r.Metrics.recordFinished(sj, updated)
+	r.readyHeld.drop(client.ObjectKeyFromObject(sj)) // the counts went with this write
 	return true, nil
 }
 

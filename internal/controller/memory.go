@@ -184,8 +184,8 @@ func (w *writePacing) spacingLeft(now time.Time, period time.Duration) time.Dura
 // deferReady holds back a ready-only status change for hold from when it
 // was first seen. Once that has passed, renew holds it for another hold
 // from now, but never past limit from when it was first seen. It returns
-// the time left, 0 when the change is due.
-func (w *writePacing) deferReady(now time.Time, hold time.Duration, renew bool, limit time.Duration) time.Duration {
+// the time left, 0 when the change is due, and the time left to the limit.
+func (w *writePacing) deferReady(now time.Time, hold time.Duration, renew bool, limit time.Duration) (left, toLimit time.Duration) {
 	if w.readySince.IsZero() {
 		w.readySince, w.holdStart = now, now
 	}
@@ -197,10 +197,10 @@ func (w *writePacing) deferReady(now time.Time, hold time.Duration, renew bool, 
 	if end.Before(due) {
 		due = end
 	}
-	left := due.Sub(now)
+	left = due.Sub(now)
 	if left <= 0 {
 		w.readySince, w.holdStart = time.Time{}, time.Time{}
-		return 0
+		return 0, 0
 	}
-	return left
+	return left, end.Sub(now)
 }

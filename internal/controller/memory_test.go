@@ -128,10 +128,10 @@ func TestWritePacing(t *testing.T) {
 	if left := w.spacingLeft(now.Add(300*time.Millisecond), time.Second); left != 700*time.Millisecond {
 		t.Errorf("spacing 300ms after a write: %s, want 700ms", left)
 	}
-	if left := w.deferReady(now.Add(500*time.Millisecond), time.Second, false, 0); left != time.Second {
+	if left, _ := w.deferReady(now.Add(500*time.Millisecond), time.Second, false, 0); left != time.Second {
 		t.Errorf("a write restarts the ready hold: %s, want 1s", left)
 	}
-	if left := w.deferReady(now.Add(1500*time.Millisecond), time.Second, false, 0); left != 0 {
+	if left, _ := w.deferReady(now.Add(1500*time.Millisecond), time.Second, false, 0); left != 0 {
 		t.Errorf("ready hold after its period: %s, want 0", left)
 	}
 }

@@ -1,11 +1,14 @@
 package controller
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger/jobs"
@@ -96,4 +99,52 @@ func TestReadyHoldRenewedWhileBacklogged(t *testing.T) {
 	h.r.ReadyBusyLimit = 5 * time.Second
 	h.step(0, 3, 5*time.Second)
 	h.step(5*time.Second, 3, 0)
+}
+
+// TestReadyHeldWokenWhenBacklogClears checks that, with the ticker's set, a
+// ready-only change held while backlogged is queued again at the limit
+// rather than at every renewal, and sooner by the ticker once the backlog
+// has cleared and its hold has fallen due; a write forgets it.
+func TestReadyHeldWokenWhenBacklogClears(t *testing.T) {
+	h := newReadyHolds(t, 30*time.Second)
+	var queued []string
+	h.r.readyHeld = newReadyHeld()
+	h.r.enqueue = func(key types.NamespacedName) { queued = append(queued, key.String()) }
+	tick := func(after time.Duration, backlog int, want ...string) {
+		t.Helper()
+		h.clk.SetTime(h.clk.Now().Add(after))
+		h.waiting, queued = backlog, nil
+		h.r.wakeReadyHeld(h.clk)
+		if !slices.Equal(queued, want) {
+			t.Errorf("at +%s with %d waiting the ticker queued %v, want %v", h.clk.Now().Sub(time.Unix(1000, 0)), backlog, queued, want)
+		}
+	}
+
+	h.step(0, 3, 30*time.Second) // +0: held while backlogged: queued again at the limit, not at +5
+	tick(2*time.Second, 3)       // +2: not due
+	tick(4*time.Second, 3)       // +6: due, but still backlogged: no reconcile to renew it
+	tick(2*time.Second, 0, "ns/a")
+	tick(time.Second, 0) // taken once
+	h.step(0, 0, 0)      // the woken reconcile writes it
+
+	h.step(0, 3, 30*time.Second) // +9: held again
+	tick(time.Second, 0)         // +10: the backlog cleared before the hold fell due (+14)
+	tick(4*time.Second, 0, "ns/a")
+	h.step(0, 0, 0)
+
+	h.step(0, 3, 30*time.Second)
+	// Written meanwhile, with a ledger fact (writeStatus): nothing is left
+	// to wake it for.
+	key := client.ObjectKeyFromObject(h.sj)
+	h.r.tracker.wrote(key, h.sj.UID, "1", h.clk.Now(), nil)
+	h.r.readyHeld.drop(key)
+	tick(10*time.Second, 0)
+
+	// Past the limit's renewals nothing is held for the ticker: the
+	// reconcile at the limit writes it.
+	h.r.ReadyBusyLimit = 5 * time.Second
+	h.step(time.Minute, 3, 5*time.Second)
+	if n := h.r.readyHeld.len(); n != 0 {
+		t.Errorf("with the limit at the busy period %d SafeJobs are held for the ticker, want 0", n)
+	}
 }

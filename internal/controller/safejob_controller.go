@@ -111,6 +111,10 @@ type SafeJobReconciler struct {
 	window *launchWindow
 	// enqueue queues a SafeJob; set when the queue is built.
 	enqueue func(types.NamespacedName)
+	// readyHeld keeps the SafeJobs whose ready-only writes are held while
+	// backlogged, for the ticker to queue once the backlog clears; nil:
+	// each held change is looked at again when its hold falls due.
+	readyHeld *readyHeld
 }
 
 // +kubebuilder:rbac:groups=batch.safejob.dev,resources=safejobs,verbs=get;list;watch;create;delete;patch
@@ -217,6 +221,7 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 			if r.window != nil {
 				r.window.gone(req.NamespacedName)
 			}
+			r.readyHeld.drop(req.NamespacedName)
 			r.tracker.takeStrays(req.NamespacedName)
 			return reconcile.Result{}, errors.Join(r.releaseGone(ctx, req), r.releaseWorkloads(ctx, req, ""))
 		}
@@ -333,7 +338,15 @@ func (r *SafeJobReconciler) deferReadyOnly(sj *batchv1alpha1.SafeJob, plan *jobs
 	// A change that falls due while the backlog lasts is held again, up to
 	// ReadyBusyLimit: the pods of a busy cluster stay ready for longer than
 	// one hold before their outcomes come.
-	return r.tracker.deferReady(client.ObjectKeyFromObject(sj), sj.UID, r.Clock.Now(), hold, busy, r.ReadyBusyLimit)
+	key, now := client.ObjectKeyFromObject(sj), r.Clock.Now()
+	left, limit := r.tracker.deferReady(key, sj.UID, now, hold, busy, r.ReadyBusyLimit)
+	if left > 0 && busy && r.readyHeld != nil && limit > left {
+		// Looked at again once the backlog has cleared (wakeReadyHeld), or
+		// at the limit: not at every renewal while the backlog lasts.
+		r.readyHeld.hold(key, now.Add(left))
+		return limit
+	}
+	return left
 }
 
 // countsOnly reports whether after differs from before in the pod counters
@@ -342,9 +355,9 @@ func countsOnly(before, after *batchv1alpha1.SafeJobStatus) bool {
 	if after.Active == before.Active && after.Ready == before.Ready && ptr.Equal(after.Terminating, before.Terminating) {
 		return false
 	}
-	same := after.DeepCopy()
+	same := *after // shallow: only its counters are set, the rest is only read
 	same.Active, same.Ready, same.Terminating = before.Active, before.Ready, before.Terminating
-	return equality.Semantic.DeepEqual(*same, *before)
+	return equality.Semantic.DeepEqual(same, *before)
 }
 
 // backlogged reports whether SafeJobs wait in the queue for a worker, or

@@ -333,6 +333,11 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 			return err
 		}
 	}
+	if r.ReadyBatchPeriod > 0 {
+		if err := r.setupReadyHeld(mgr); err != nil {
+			return fmt.Errorf("adding the ready-hold ticker: %w", err)
+		}
+	}
 	indexer := mgr.GetFieldIndexer()
 	if err := r.indexPods(mgr); err != nil {
 		return err

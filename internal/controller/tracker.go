@@ -247,9 +247,9 @@ func (t *tracker) seenRuns(key types.NamespacedName, uid types.UID) (out map[str
 
 // deferReady holds back a ready-only status change (writePacing.deferReady).
 func (t *tracker) deferReady(key types.NamespacedName, uid types.UID, now time.Time, hold time.Duration, renew bool,
-	limit time.Duration) (left time.Duration) {
-	t.with(key, uid, func(m *jobMemo) { left = m.pacing.deferReady(now, hold, renew, limit) })
-	return left
+	limit time.Duration) (left, toLimit time.Duration) {
+	t.with(key, uid, func(m *jobMemo) { left, toLimit = m.pacing.deferReady(now, hold, renew, limit) })
+	return left, toLimit
 }
 
 // spacingLeft is what is left of period since this process's last status

@@ -62,19 +62,19 @@ func TestTrackerDefersReadyOnlyWrites(t *testing.T) {
 	tr := newTracker()
 	key := types.NamespacedName{Namespace: "ns", Name: "a"}
 	now := time.Unix(100, 0)
-	if left := tr.deferReady(key, "u1", now, time.Second, false, 0); left != time.Second {
+	if left, _ := tr.deferReady(key, "u1", now, time.Second, false, 0); left != time.Second {
 		t.Fatalf("first ready-only change held %s, want 1s", left)
 	}
-	if left := tr.deferReady(key, "u1", now.Add(400*time.Millisecond), time.Second, false, 0); left != 600*time.Millisecond {
+	if left, _ := tr.deferReady(key, "u1", now.Add(400*time.Millisecond), time.Second, false, 0); left != 600*time.Millisecond {
 		t.Errorf("held %s after 400ms, want 600ms", left)
 	}
-	if left := tr.deferReady(key, "u1", now.Add(time.Second), time.Second, false, 0); left != 0 {
+	if left, _ := tr.deferReady(key, "u1", now.Add(time.Second), time.Second, false, 0); left != 0 {
 		t.Errorf("held %s after the period, want 0 (write now)", left)
 	}
 	// A write in between restarts the period.
 	tr.deferReady(key, "u1", now.Add(2*time.Second), time.Second, false, 0)
 	tr.wrote(key, "u1", "11", now.Add(2500*time.Millisecond), nil)
-	if left := tr.deferReady(key, "u1", now.Add(2600*time.Millisecond), time.Second, false, 0); left != time.Second {
+	if left, _ := tr.deferReady(key, "u1", now.Add(2600*time.Millisecond), time.Second, false, 0); left != time.Second {
 		t.Errorf("after a write the hold is %s, want a fresh 1s", left)
 	}
 }
