@@ -24,9 +24,6 @@ type jobMemo struct {
 	pods   podMemory
 	runs   runMemory
 	pacing writePacing
-	// decided is the resourceVersion of the SafeJob a pass last decided
-	// on: an update to it that comes later has nothing new to decide.
-	decided string
 }
 
 func newJobMemo(uid types.UID) *jobMemo {

@@ -255,7 +255,6 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 		// will bring us back. Deciding now would only meet a conflict.
 		return reconcile.Result{}, nil
 	}
-	r.tracker.deciding(sj)
 	if sj.DeletionTimestamp != nil {
 		return reconcile.Result{}, r.releaseAll(ctx, req, sj)
 	}

@@ -361,7 +361,14 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 		return fmt.Errorf("watching own status writes: %w", err)
 	}
 	b := builder.ControllerManagedBy(mgr).
-		For(&batchv1alpha1.SafeJob{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: r.tracker.queuesUpdate})).
+		// An update that a worker waiting for its own status write takes
+		// into its follow-up pass queues nothing more (tracker.claim).
+		For(&batchv1alpha1.SafeJob{}, builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				sj, ok := e.ObjectNew.(*batchv1alpha1.SafeJob)
+				return !ok || !r.tracker.claim(sj)
+			},
+		})).
 		Watches(&batchv1alpha1.SafeJob{}, &runHandler{cache: mgr.GetCache()})
 	if r.Kueue {
 		if err := indexer.IndexField(context.Background(), &kueue.Workload{}, controllerUIDIndex, indexController); err != nil {

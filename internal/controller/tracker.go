@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger/jobs"
@@ -84,37 +83,6 @@ func (t *tracker) showsOwnWrite(sj *batchv1alpha1.SafeJob, now time.Time, m *Met
 		}
 	})
 	return ok
-}
-
-// deciding records that a pass decides on this version of the SafeJob,
-// having read it from the cache.
-func (t *tracker) deciding(sj *batchv1alpha1.SafeJob) {
-	t.with(keyOf(sj), sj.UID, func(m *jobMemo) { m.decided = sj.ResourceVersion })
-}
-
-// decidedOn reports whether a pass has already decided on this version of
-// the SafeJob: its update, delivered late, need not queue another. The
-// informer's handlers often hand over an update after a worker has read
-// it from the cache, which they update first: the follow-up pass after a
-// status write reads the write there, and its update used to queue one
-// more pass that found nothing left to do.
-func (t *tracker) decidedOn(sj *batchv1alpha1.SafeJob) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	m := t.jobs[keyOf(sj)]
-	return m != nil && m.uid == sj.UID && m.decided != "" && m.decided == sj.ResourceVersion
-}
-
-// queuesUpdate reports whether an update of a SafeJob queues it: not when
-// a pass has decided on its version already, or the worker reconciling it
-// takes it into its follow-up pass (decidedOn, claim). A resync (the same
-// version again) always does.
-func (t *tracker) queuesUpdate(e event.UpdateEvent) bool {
-	sj, ok := e.ObjectNew.(*batchv1alpha1.SafeJob)
-	if !ok || e.ObjectOld == nil || e.ObjectOld.GetResourceVersion() == sj.ResourceVersion {
-		return true
-	}
-	return !t.decidedOn(sj) && !t.claim(sj)
 }
 
 // wrote records a successful status write and the launches it committed.

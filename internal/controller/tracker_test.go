@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 )
@@ -246,37 +245,5 @@ func TestTrackerBackgroundReleases(t *testing.T) {
 	tr.releaseFailed(key, "u1", "a-0-0", errors.New("old"))
 	if err := tr.takeReleaseError(key, "u2"); err != nil {
 		t.Errorf("the new SafeJob took an old one's release error: %v", err)
-	}
-}
-
-// TestUpdatesDecidedOnNotQueued checks that an update of a SafeJob whose
-// version a pass has decided on already queues nothing (the informer hands
-// it over after the cache held it, and a pass read it there), while any
-// other version, another SafeJob of the same name and a resync do.
-func TestUpdatesDecidedOnNotQueued(t *testing.T) {
-	tr := newTracker()
-	at := func(rv string, uid types.UID) *batchv1alpha1.SafeJob {
-		return &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: uid, ResourceVersion: rv}}
-	}
-	update := func(from, to *batchv1alpha1.SafeJob) event.UpdateEvent {
-		return event.UpdateEvent{ObjectOld: from, ObjectNew: to}
-	}
-	if !tr.queuesUpdate(update(at("10", "u1"), at("11", "u1"))) {
-		t.Error("an update queued nothing before any pass")
-	}
-	tr.deciding(at("11", "u1"))
-	for _, c := range []struct {
-		name     string
-		from, to *batchv1alpha1.SafeJob
-		want     bool
-	}{
-		{"the version decided on", at("10", "u1"), at("11", "u1"), false},
-		{"a later version", at("11", "u1"), at("12", "u1"), true},
-		{"a resync of the version decided on", at("11", "u1"), at("11", "u1"), true},
-		{"another SafeJob of the same name", at("10", "u2"), at("11", "u2"), true},
-	} {
-		if got := tr.queuesUpdate(update(c.from, c.to)); got != c.want {
-			t.Errorf("%s: queued %t, want %t", c.name, got, c.want)
-		}
 	}
 }
