@@ -132,16 +132,9 @@ type SafeJobReconciler struct {
 // pods, releases committed finalizers) rather than behind every other
 // SafeJob in the queue.
 func (r *SafeJobReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	r.tracker.expectFollowUp(req.NamespacedName)
 	res, err := r.pass(ctx, req)
-	if err != nil {
-		// Retried with the queue's backoff: that reconcile reads the
-		// updates left to the follow-up pass.
-		r.tracker.doneWaiting(req.NamespacedName)
+	if err != nil || !r.waitOwnWrite(ctx, req) {
 		return res, err
-	}
-	if !r.waitOwnWrite(ctx, req) {
-		return res, nil
 	}
 	next, err := r.pass(ctx, req)
 	if err == nil {
@@ -193,12 +186,15 @@ const FollowUpWait = 500 * time.Millisecond
 // waitOwnWrite waits, up to FollowUpWait, until the cache shows the
 // SafeJob past this process's last status write for it; false when there
 // was no such write or it did not show in time, unless an update of the
-// SafeJob was left to the follow-up pass (tracker.claim). The informer
-// wakes it (tracker.delivered); the cache is read once first, for a
-// delivery that came before the write was recorded.
+// SafeJob was left to the follow-up pass meanwhile (tracker.claim). The
+// informer wakes it (tracker.delivered); the cache is read once first, for
+// a delivery that came before the write was recorded.
 func (r *SafeJobReconciler) waitOwnWrite(ctx context.Context, req reconcile.Request) bool {
-	over, uid, arrived := r.tracker.outstanding(req.NamespacedName)
-	shown := over != "" && r.waitShown(ctx, req, over, uid, arrived)
+	over, uid, arrived := r.tracker.awaitOwnWrite(req.NamespacedName)
+	if over == "" {
+		return false
+	}
+	shown := r.waitShown(ctx, req, over, uid, arrived)
 	return r.tracker.doneWaiting(req.NamespacedName) || shown
 }
 

@@ -115,11 +115,11 @@ func TestTrackerWakesOnDelivery(t *testing.T) {
 	tr := newTracker()
 	key := types.NamespacedName{Namespace: "ns", Name: "a"}
 	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "u1", ResourceVersion: "10"}}
-	if over, _, _ := tr.outstanding(key); over != "" {
+	if over, _, _ := tr.awaitOwnWrite(key); over != "" {
 		t.Fatalf("outstanding %q before any write", over)
 	}
 	tr.wrote(key, "u1", "10", time.Unix(100, 0), nil)
-	over, uid, arrived := tr.outstanding(key)
+	over, uid, arrived := tr.awaitOwnWrite(key)
 	if over != "10" || uid != "u1" || arrived == nil {
 		t.Fatalf("outstanding = %q, %q, %v; want the write over 10", over, uid, arrived)
 	}
@@ -147,11 +147,11 @@ func TestTrackerWakesOnDelivery(t *testing.T) {
 }
 
 // TestTrackerClaimsUpdatesForTheFollowUp checks which updates of a SafeJob
-// the worker reconciling it takes into its follow-up pass (the watch then
-// queues nothing): only while a follow-up is expected, only once its write
-// is outstanding, only versions past the one the write replaced, only of
-// the same SafeJob; and that the end of the wait reports a claim, so that
-// the follow-up pass is made even when the write was not seen in time.
+// a worker waiting for its own status write takes into its follow-up pass
+// (the watch then queues nothing): only while it waits, only versions past
+// the one its write replaced, only of the same SafeJob; and that the wait
+// reports a claim, so that the follow-up pass is made even when the write
+// was not seen in time.
 func TestTrackerClaimsUpdatesForTheFollowUp(t *testing.T) {
 	tr := newTracker()
 	key := types.NamespacedName{Namespace: "ns", Name: "a"}
@@ -160,46 +160,42 @@ func TestTrackerClaimsUpdatesForTheFollowUp(t *testing.T) {
 	}
 	tr.wrote(key, "u1", "10", time.Unix(100, 0), nil)
 	if tr.claim(at("11", "u1")) {
-		t.Error("an update claimed while no worker reconciles the SafeJob: nothing would act on it")
+		t.Error("an update claimed while no worker waits: nothing would act on it")
 	}
 	if tr.doneWaiting(key) {
-		t.Error("a claim reported with no reconcile begun")
+		t.Error("a claim reported with no wait begun")
 	}
-	tr.showsOwnWrite(at("11", "u1"), time.Unix(101, 0), NewMetrics()) // the write shown: no longer outstanding
 
-	tr.expectFollowUp(key)
-	if tr.claim(at("12", "u1")) {
-		t.Error("an update claimed before the first pass wrote: the follow-up pass may never come")
-	}
-	tr.wrote(key, "u1", "12", time.Unix(102, 0), nil)
-	_, _, arrived := tr.outstanding(key)
-	for _, sj := range []*batchv1alpha1.SafeJob{at("12", "u1"), at("14", "u0")} {
+	_, _, arrived := tr.awaitOwnWrite(key)
+	for _, sj := range []*batchv1alpha1.SafeJob{at("10", "u1"), at("12", "u0")} {
 		if tr.claim(sj) {
 			t.Errorf("claimed %s at %s: not the written SafeJob past its write", sj.UID, sj.ResourceVersion)
 		}
 	}
-	if !tr.claim(at("13", "u1")) {
-		t.Fatal("the update that shows the write was not left to the follow-up pass")
+	if !tr.claim(at("11", "u1")) {
+		t.Fatal("the update that shows the write was not claimed by the waiting worker")
 	}
 	select {
 	case <-arrived:
 	default:
-		t.Error("a claimed update did not wake the worker waiting for its write")
+		t.Error("a claimed update did not wake the waiting worker")
 	}
-	if !tr.claim(at("14", "u1")) {
-		t.Error("a later update was not claimed while the follow-up pass is still to come")
+	if !tr.claim(at("12", "u1")) {
+		t.Error("a later update was not claimed while the worker still waits")
 	}
 	if !tr.doneWaiting(key) {
 		t.Fatal("the wait did not report its claims: the follow-up pass might be skipped")
 	}
-	if tr.claim(at("15", "u1")) || tr.doneWaiting(key) {
+	if tr.claim(at("13", "u1")) || tr.doneWaiting(key) {
 		t.Error("an update claimed after the wait ended: the follow-up pass may have read the cache before it")
 	}
 
-	// The next reconcile starts with nothing claimed.
-	tr.expectFollowUp(key)
+	// A new write starts a new wait with nothing claimed.
+	tr.awaitOwnWrite(key)
+	tr.claim(at("14", "u1"))
+	tr.wrote(key, "u1", "14", time.Unix(101, 0), nil)
 	if tr.doneWaiting(key) {
-		t.Error("a claim of the previous reconcile carried over to the next")
+		t.Error("a claim of the previous write's wait carried over to the next")
 	}
 }
 
