@@ -44,16 +44,11 @@ type writeFence struct {
 	// arrived is closed when the informer delivers a version past over: a
 	// worker waiting for its own write wakes at once.
 	arrived chan struct{}
-	// waiter is set while a worker waits for the write to show, to act on
-	// it in a follow-up pass; claimed once an update of the SafeJob was
-	// left to that pass instead of queueing the SafeJob again.
-	waiter, claimed bool
 }
 
 // wrote holds the fence over the version a successful write replaced.
 func (f *writeFence) wrote(over string, now time.Time) {
 	f.over, f.at, f.arrived = over, now, make(chan struct{})
-	f.waiter, f.claimed = false, false
 }
 
 // pass reports whether a cached version rv shows the last write, and lifts

@@ -185,23 +185,14 @@ const FollowUpWait = 500 * time.Millisecond
 
 // waitOwnWrite waits, up to FollowUpWait, until the cache shows the
 // SafeJob past this process's last status write for it; false when there
-// was no such write or it did not show in time, unless an update of the
-// SafeJob was left to the follow-up pass meanwhile (tracker.claim). The
-// informer wakes it (tracker.delivered); the cache is read once first, for
-// a delivery that came before the write was recorded.
+// was no such write or it did not show in time. The informer wakes it
+// (tracker.delivered); the cache is read once first, for a delivery that
+// came before the write was recorded.
 func (r *SafeJobReconciler) waitOwnWrite(ctx context.Context, req reconcile.Request) bool {
-	over, uid, arrived := r.tracker.awaitOwnWrite(req.NamespacedName)
+	over, uid, arrived := r.tracker.outstanding(req.NamespacedName)
 	if over == "" {
 		return false
 	}
-	shown := r.waitShown(ctx, req, over, uid, arrived)
-	return r.tracker.doneWaiting(req.NamespacedName) || shown
-}
-
-// waitShown waits, up to FollowUpWait, until the cache shows the SafeJob
-// past over.
-func (r *SafeJobReconciler) waitShown(ctx context.Context, req reconcile.Request, over string, uid types.UID,
-	arrived <-chan struct{}) bool {
 	sj := &batchv1alpha1.SafeJob{}
 	if err := r.Client.Get(ctx, req.NamespacedName, sj); err != nil || sj.UID != uid {
 		return false

@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -361,14 +360,7 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 		return fmt.Errorf("watching own status writes: %w", err)
 	}
 	b := builder.ControllerManagedBy(mgr).
-		// An update that a worker waiting for its own status write takes
-		// into its follow-up pass queues nothing more (tracker.claim).
-		For(&batchv1alpha1.SafeJob{}, builder.WithPredicates(predicate.Funcs{
-			UpdateFunc: func(e event.UpdateEvent) bool {
-				sj, ok := e.ObjectNew.(*batchv1alpha1.SafeJob)
-				return !ok || !r.tracker.claim(sj)
-			},
-		})).
+		For(&batchv1alpha1.SafeJob{}).
 		Watches(&batchv1alpha1.SafeJob{}, &runHandler{cache: mgr.GetCache()})
 	if r.Kueue {
 		if err := indexer.IndexField(context.Background(), &kueue.Workload{}, controllerUIDIndex, indexController); err != nil {

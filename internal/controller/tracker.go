@@ -90,55 +90,17 @@ func (t *tracker) wrote(key types.NamespacedName, uid types.UID, over string, no
 	})
 }
 
-// awaitOwnWrite returns the resourceVersion our last status write replaced
+// outstanding returns the resourceVersion our last status write replaced
 // while the cache has not shown the write yet ("" otherwise), the UID, and
-// a channel closed when the informer delivers a later version. When there
-// is such a write, the calling worker is its waiter until doneWaiting: it
-// will make a follow-up pass on the write's version, and takes the updates
-// of the SafeJob delivered meanwhile into that pass (claim).
-func (t *tracker) awaitOwnWrite(key types.NamespacedName) (string, types.UID, <-chan struct{}) {
+// a channel closed when the informer delivers a later version.
+func (t *tracker) outstanding(key types.NamespacedName) (string, types.UID, <-chan struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	m := t.jobs[key]
 	if m == nil || m.fence.over == "" {
 		return "", "", nil
 	}
-	m.fence.waiter, m.fence.claimed = true, false
 	return m.fence.over, m.uid, m.fence.arrived
-}
-
-// doneWaiting ends the wait awaitOwnWrite began and reports whether an
-// update was left to the follow-up pass (claim), which must then be made:
-// nothing else queued the SafeJob for it.
-func (t *tracker) doneWaiting(key types.NamespacedName) (claimed bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	m := t.jobs[key]
-	if m == nil {
-		return false
-	}
-	claimed = m.fence.claimed
-	m.fence.waiter, m.fence.claimed = false, false
-	return claimed
-}
-
-// claim filters the SafeJob watch's updates: it reports whether a worker
-// waiting for its own status write (awaitOwnWrite) takes this update into
-// the follow-up pass it is about to make, so that the update need not
-// queue the SafeJob for a pass of its own that would find nothing left to
-// do. The informer calls it after its cache holds the update, and the
-// worker reads the cache after doneWaiting, so that pass sees it. Only an
-// update past the version the write replaced is taken.
-func (t *tracker) claim(sj *batchv1alpha1.SafeJob) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	m := t.jobs[keyOf(sj)]
-	if m == nil || m.uid != sj.UID || !m.fence.waiter || m.fence.over == "" || sj.ResourceVersion == m.fence.over {
-		return false
-	}
-	m.fence.claimed = true
-	m.fence.deliver(sj.ResourceVersion)
-	return true
 }
 
 // delivered is called by the informer for every SafeJob it delivers, after

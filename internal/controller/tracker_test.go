@@ -115,11 +115,11 @@ func TestTrackerWakesOnDelivery(t *testing.T) {
 	tr := newTracker()
 	key := types.NamespacedName{Namespace: "ns", Name: "a"}
 	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "u1", ResourceVersion: "10"}}
-	if over, _, _ := tr.awaitOwnWrite(key); over != "" {
+	if over, _, _ := tr.outstanding(key); over != "" {
 		t.Fatalf("outstanding %q before any write", over)
 	}
 	tr.wrote(key, "u1", "10", time.Unix(100, 0), nil)
-	over, uid, arrived := tr.awaitOwnWrite(key)
+	over, uid, arrived := tr.outstanding(key)
 	if over != "10" || uid != "u1" || arrived == nil {
 		t.Fatalf("outstanding = %q, %q, %v; want the write over 10", over, uid, arrived)
 	}
@@ -144,59 +144,6 @@ func TestTrackerWakesOnDelivery(t *testing.T) {
 		t.Fatal("not woken by the delivery of the written version")
 	}
 	tr.delivered(sj) // a second delivery must not close it again
-}
-
-// TestTrackerClaimsUpdatesForTheFollowUp checks which updates of a SafeJob
-// a worker waiting for its own status write takes into its follow-up pass
-// (the watch then queues nothing): only while it waits, only versions past
-// the one its write replaced, only of the same SafeJob; and that the wait
-// reports a claim, so that the follow-up pass is made even when the write
-// was not seen in time.
-func TestTrackerClaimsUpdatesForTheFollowUp(t *testing.T) {
-	tr := newTracker()
-	key := types.NamespacedName{Namespace: "ns", Name: "a"}
-	at := func(rv string, uid types.UID) *batchv1alpha1.SafeJob {
-		return &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: uid, ResourceVersion: rv}}
-	}
-	tr.wrote(key, "u1", "10", time.Unix(100, 0), nil)
-	if tr.claim(at("11", "u1")) {
-		t.Error("an update claimed while no worker waits: nothing would act on it")
-	}
-	if tr.doneWaiting(key) {
-		t.Error("a claim reported with no wait begun")
-	}
-
-	_, _, arrived := tr.awaitOwnWrite(key)
-	for _, sj := range []*batchv1alpha1.SafeJob{at("10", "u1"), at("12", "u0")} {
-		if tr.claim(sj) {
-			t.Errorf("claimed %s at %s: not the written SafeJob past its write", sj.UID, sj.ResourceVersion)
-		}
-	}
-	if !tr.claim(at("11", "u1")) {
-		t.Fatal("the update that shows the write was not claimed by the waiting worker")
-	}
-	select {
-	case <-arrived:
-	default:
-		t.Error("a claimed update did not wake the waiting worker")
-	}
-	if !tr.claim(at("12", "u1")) {
-		t.Error("a later update was not claimed while the worker still waits")
-	}
-	if !tr.doneWaiting(key) {
-		t.Fatal("the wait did not report its claims: the follow-up pass might be skipped")
-	}
-	if tr.claim(at("13", "u1")) || tr.doneWaiting(key) {
-		t.Error("an update claimed after the wait ended: the follow-up pass may have read the cache before it")
-	}
-
-	// A new write starts a new wait with nothing claimed.
-	tr.awaitOwnWrite(key)
-	tr.claim(at("14", "u1"))
-	tr.wrote(key, "u1", "14", time.Unix(101, 0), nil)
-	if tr.doneWaiting(key) {
-		t.Error("a claim of the previous write's wait carried over to the next")
-	}
 }
 
 func TestTrackerBackgroundReleases(t *testing.T) {
