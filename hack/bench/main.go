@@ -595,10 +595,7 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	reconciles0, err := operatorReconciles(ctx, m)
-	if err != nil {
-		return result{}, err
-	}
+	reconciles := operatorReconciles(ctx, m)
 	cpu0 := cpuSeconds(ctrl)
 	others0, busy0 := clusterCPU(c), machineTicks()
 	stopProfile := maybeProfile(o, w, m, repeat, cfg)
@@ -613,11 +610,7 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	}
 	heapProfile(o, w, m, repeat)
 	res := measure(w, m, repeat, start, end, created, rec, before, after, cpuSeconds(ctrl)-cpu0, peakRSS(ctrl))
-	reconciles, err := operatorReconciles(ctx, m)
-	if err != nil {
-		return result{}, err
-	}
-	res.Reconciles = reconciles - reconciles0
+	res.Reconciles = reconciles()
 	res.ExtraPodWatchers = o.extraPodWatchers
 	if res.PodWatchesEnded, err = testutil.WatchesEnded(c.AuditLog, "pods", start, end); err != nil {
 		return result{}, fmt.Errorf("reading pod watches from the audit log: %w", err)
@@ -713,27 +706,38 @@ func startController(ctx context.Context, o options, c *cluster.Cluster, dir str
 	return nil, func() {}, nil
 }
 
-// operatorReconciles is the operator's count of reconcile passes so far,
-// for a mode that runs the operator (0 otherwise).
-func operatorReconciles(ctx context.Context, m mode) (int, error) {
+// operatorReconciles reads the operator's count of reconcile passes, for a
+// mode that runs the operator, and returns a function that gives the passes
+// made since (0 for another mode). The count is a diagnostic: a read that
+// fails is reported and counts as 0, and leaves the run's figures alone.
+func operatorReconciles(ctx context.Context, m mode) (since func() int) {
 	if m.Controller != ctrlSafeJob {
-		return 0, nil
+		return func() int { return 0 }
 	}
-	var n int
-	// Its metrics server may start a moment after its caches have synced.
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
-		var err error
-		n, err = scrapeReconciles(ctx)
-		return err == nil, nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("reading the operator's reconciles from %s: %w", operatorMetrics, err)
+	read := func() (int, bool) {
+		var n int
+		// Its metrics server may start a moment after its caches have synced.
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+			var err error
+			n, err = scrapeReconciles(ctx)
+			return err == nil, nil
+		})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: reading the operator's reconciles from %s: %v\n", operatorMetrics, err)
+		}
+		return n, err == nil
 	}
-	return n, nil
+	before, ok := read()
+	return func() int {
+		if after, ok2 := read(); ok && ok2 {
+			return after - before
+		}
+		return 0
+	}
 }
 
 func startOperator(ctx context.Context, o options, c *cluster.Cluster, dir string, m mode) (*cluster.Process, error) {
-	args := []string{"--kubeconfig=" + c.Kubeconfig, "--metrics-bind-address=" + strings.TrimSuffix(strings.TrimPrefix(operatorMetrics, "http://"), "/metrics"),
+	args := []string{"--kubeconfig=" + c.Kubeconfig, "--metrics-bind-address=" + operatorMetricsAddr,
 		"--health-probe-bind-address=0", "--zap-log-level=error"}
 	if m.QPS > 0 {
 		args = append(args, fmt.Sprintf("--kube-api-qps=%d", m.QPS), fmt.Sprintf("--kube-api-burst=%d", 2*m.QPS))
@@ -767,7 +771,7 @@ func maybeProfile(o options, w workload, m mode, repeat int, cfg *rest.Config) f
 	}
 	_ = os.MkdirAll(o.profileDir, 0o755)
 	abandon := make(chan struct{})
-	wait := func() bool {
+	started := func() bool {
 		select {
 		case <-time.After(o.profileAfter):
 			return true
@@ -778,7 +782,7 @@ func maybeProfile(o options, w workload, m mode, repeat int, cfg *rest.Config) f
 	var wg sync.WaitGroup
 	if m.Controller == ctrlSafeJob {
 		wg.Go(func() {
-			if !wait() {
+			if !started() {
 				return
 			}
 			out := filepath.Join(o.profileDir, fmt.Sprintf("safejob-%s.pprof", w.Name))
@@ -789,7 +793,7 @@ func maybeProfile(o options, w workload, m mode, repeat int, cfg *rest.Config) f
 		})
 	}
 	wg.Go(func() {
-		if !wait() {
+		if !started() {
 			return
 		}
 		cs, err := kubernetes.NewForConfig(cfg)

@@ -119,8 +119,12 @@ func settledWrites(ctx context.Context, cfg *rest.Config) (map[string]int, error
 	return prev, nil
 }
 
-// operatorMetrics is where the bench has the operator serve its metrics.
-const operatorMetrics = "http://127.0.0.1:6066/metrics"
+// operatorMetricsAddr is where the bench has the operator serve its
+// metrics, at operatorMetrics.
+const (
+	operatorMetricsAddr = "127.0.0.1:6066"
+	operatorMetrics     = "http://" + operatorMetricsAddr + "/metrics"
+)
 
 // scrapeReconciles reads the operator's count of reconcile passes
 // (safejob_reconciles_total, every result): beside the completions it

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -89,8 +90,11 @@ const readyTick = time.Second
 // the controller, under the same leader election.
 func (r *SafeJobReconciler) setupReadyHeld(mgr manager.Manager) error {
 	r.readyHeld = newReadyHeld()
-	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		wait.UntilWithContext(ctx, func(context.Context) { r.wakeReadyHeld(r.Clock) }, readyTick)
 		return nil
-	}))
+	})); err != nil {
+		return fmt.Errorf("adding the ready-hold ticker: %w", err)
+	}
+	return nil
 }

@@ -335,7 +335,7 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 	}
 	if r.ReadyBatchPeriod > 0 {
 		if err := r.setupReadyHeld(mgr); err != nil {
-			return fmt.Errorf("adding the ready-hold ticker: %w", err)
+			return err
 		}
 	}
 	indexer := mgr.GetFieldIndexer()
