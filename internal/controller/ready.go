@@ -8,7 +8,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
 
@@ -73,17 +72,17 @@ func (h *readyHeld) len() int {
 
 // wakeReadyHeld queues the SafeJobs whose ready-only holds have fallen due,
 // once the operator is no longer backlogged.
-func (r *SafeJobReconciler) wakeReadyHeld(clk clock.PassiveClock) {
+func (r *SafeJobReconciler) wakeReadyHeld() {
 	if r.readyHeld.len() == 0 || r.backlogged() || r.enqueue == nil {
 		return
 	}
-	for _, job := range r.readyHeld.take(clk.Now()) {
+	for _, job := range r.readyHeld.take(r.Clock.Now()) {
 		r.enqueue(job)
 	}
 }
 
-// readyTick is how often held ready-only changes are looked at: the
-// longest one waits past the backlog's end.
+// readyTick is how often held ready-only changes are looked at: at most
+// how long one waits past the backlog's end.
 const readyTick = time.Second
 
 // setupReadyHeld runs the ticker that wakes held ready-only changes, with
@@ -91,7 +90,7 @@ const readyTick = time.Second
 func (r *SafeJobReconciler) setupReadyHeld(mgr manager.Manager) error {
 	r.readyHeld = newReadyHeld()
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		wait.UntilWithContext(ctx, func(context.Context) { r.wakeReadyHeld(r.Clock) }, readyTick)
+		wait.UntilWithContext(ctx, func(context.Context) { r.wakeReadyHeld() }, readyTick)
 		return nil
 	})); err != nil {
 		return fmt.Errorf("adding the ready-hold ticker: %w", err)

@@ -114,7 +114,7 @@ func TestReadyHeldWokenWhenBacklogClears(t *testing.T) {
 		t.Helper()
 		h.clk.SetTime(h.clk.Now().Add(after))
 		h.waiting, queued = backlog, nil
-		h.r.wakeReadyHeld(h.clk)
+		h.r.wakeReadyHeld()
 		if !slices.Equal(queued, want) {
 			t.Errorf("at +%s with %d waiting the ticker queued %v, want %v", h.clk.Now().Sub(time.Unix(1000, 0)), backlog, queued, want)
 		}
