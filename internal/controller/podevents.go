@@ -77,21 +77,11 @@ func onlyBound(old, pod *corev1.Pod) bool {
 	if old.Spec.NodeName != "" || pod.Spec.NodeName == "" {
 		return false
 	}
-	return onlyChanged(old, pod, func(before, after *corev1.Pod) {
-		before.Spec.NodeName = after.Spec.NodeName
-		before.Status.Conditions = withoutScheduled(before.Status.Conditions)
-		after.Status.Conditions = withoutScheduled(after.Status.Conditions)
-	})
-}
-
-// onlyChanged reports whether old and pod differ in nothing but their
-// resourceVersion, their managed fields and what undo makes alike on
-// shallow copies of them (undo replaces what it changes; it never writes
-// into what the copies share with the cache).
-func onlyChanged(old, pod *corev1.Pod, undo func(before, after *corev1.Pod)) bool {
-	before, after := *old, *pod
+	before, after := *old, *pod // shallow: what they share is only read
 	before.ResourceVersion, before.ManagedFields = after.ResourceVersion, after.ManagedFields
-	undo(&before, &after)
+	before.Spec.NodeName = after.Spec.NodeName
+	before.Status.Conditions = withoutScheduled(before.Status.Conditions)
+	after.Status.Conditions = withoutScheduled(after.Status.Conditions)
 	return equality.Semantic.DeepEqual(&before, &after)
 }
 
@@ -112,12 +102,12 @@ func (h *podHandler) ownRelease(old, pod *corev1.Pod) bool {
 	if ref == nil || !batchv1alpha1.IsSafeJobRef(ref) {
 		return false
 	}
-	released := onlyChanged(old, pod, func(before, _ *corev1.Pod) {
-		before.Finalizers = slices.DeleteFunc(slices.Clone(before.Finalizers), func(f string) bool {
-			return f == batchv1alpha1.LedgerFinalizer
-		}) // an empty list and none are alike to Semantic
-	})
-	if !released {
+	before, after := *old, *pod // shallow: what they share is only read
+	before.ResourceVersion, before.ManagedFields = after.ResourceVersion, after.ManagedFields
+	before.Finalizers = slices.DeleteFunc(slices.Clone(before.Finalizers), func(f string) bool {
+		return f == batchv1alpha1.LedgerFinalizer
+	}) // an empty list and none are alike to Semantic
+	if !equality.Semantic.DeepEqual(&before, &after) {
 		return false
 	}
 	return h.tracker.settleReleased(types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}, ref.UID, pod.Name)
