@@ -48,10 +48,6 @@ func (h *podHandler) Update(_ context.Context, e event.UpdateEvent, q workqueue.
 	if ok && h.window != nil && started(pod) {
 		h.window.started(client.ObjectKeyFromObject(pod))
 	}
-	old, isPod := e.ObjectOld.(*corev1.Pod)
-	if ok && isPod && h.ownRelease(old, pod) {
-		return
-	}
 	if ok && settled(pod) {
 		h.remember(pod)
 	}
@@ -62,7 +58,7 @@ func (h *podHandler) Update(_ context.Context, e event.UpdateEvent, q workqueue.
 		h.tracker.sawStray(key)
 		q.Add(reconcile.Request{NamespacedName: key})
 	}
-	if ok && isPod && onlyBound(old, pod) {
+	if old, isPod := e.ObjectOld.(*corev1.Pod); ok && isPod && onlyBound(old, pod) {
 		return
 	}
 	h.enqueueOwner(e.ObjectNew, q)
@@ -83,34 +79,6 @@ func onlyBound(old, pod *corev1.Pod) bool {
 	before.Status.Conditions = withoutScheduled(before.Status.Conditions)
 	after.Status.Conditions = withoutScheduled(after.Status.Conditions)
 	return equality.Semantic.DeepEqual(&before, &after)
-}
-
-// ownRelease reports, and settles, an update that only takes the ledger
-// finalizer off a terminal pod whose release this process issued. It
-// releases only pods whose outcome the observed ledger records, so the pod
-// needs no last state (the reconcile it would queue finds the pod settled,
-// drops its last state and has nothing else to do): any last state kept of
-// it is dropped here, and neither its SafeJob nor a schedule's parent is
-// queued. A release by anyone else, one this process no longer remembers
-// (releaseMemory), or anything else changed with it goes the usual way.
-func (h *podHandler) ownRelease(old, pod *corev1.Pod) bool {
-	if !jobs.IsTerminal(pod) || !slices.Contains(old.Finalizers, batchv1alpha1.LedgerFinalizer) ||
-		slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
-		return false
-	}
-	ref := metav1.GetControllerOf(pod)
-	if ref == nil || !batchv1alpha1.IsSafeJobRef(ref) {
-		return false
-	}
-	before, after := *old, *pod // shallow: what they share is only read
-	before.ResourceVersion, before.ManagedFields = after.ResourceVersion, after.ManagedFields
-	before.Finalizers = slices.DeleteFunc(slices.Clone(before.Finalizers), func(f string) bool {
-		return f == batchv1alpha1.LedgerFinalizer
-	}) // an empty list and none are alike to Semantic
-	if !equality.Semantic.DeepEqual(&before, &after) {
-		return false
-	}
-	return h.tracker.settleReleased(types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}, ref.UID, pod.Name)
 }
 
 // withoutScheduled returns conds without the PodScheduled condition, in a

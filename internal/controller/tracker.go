@@ -171,18 +171,6 @@ func (t *tracker) forgetLastSeen(key types.NamespacedName, uid types.UID, pods [
 	})
 }
 
-// settleReleased reports whether this process released the pod's finalizer
-// (and has not seen the release fail) and, if so, drops the pod's last
-// state: its outcome is committed.
-func (t *tracker) settleReleased(key types.NamespacedName, uid types.UID, pod string) (ours bool) {
-	t.withTracked(key, uid, func(m *jobMemo) {
-		if _, ours = m.pods.releasedAt[pod]; ours {
-			delete(m.pods.lastSeen, pod)
-		}
-	})
-	return ours
-}
-
 // released remembers that a pod's finalizer was removed.
 func (t *tracker) released(key types.NamespacedName, uid types.UID, pod string, now time.Time) {
 	t.with(key, uid, func(m *jobMemo) { m.pods.releasedAt[pod] = now })
