@@ -644,7 +644,7 @@ func finish(ctx context.Context, w workload, m mode, rec *recorder, cl client.Cl
 	end, err := waitDone(ctx, w, m, rec, start)
 	stopProfile()
 	if err != nil {
-		return time.Time{}, nil, err
+		return time.Time{}, nil, fmt.Errorf("%w; %s", err, stalled(cl, m))
 	}
 	if err := rec.recoverMissed(ctx, cl); err != nil {
 		return time.Time{}, nil, err
