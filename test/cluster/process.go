@@ -94,6 +94,21 @@ func (p *Process) Stop() {
 	}
 }
 
+// Grep returns the last n lines of the process's log that contain s.
+func (p *Process) Grep(s string, n int) string {
+	raw, err := os.ReadFile(p.LogPath)
+	if err != nil {
+		return err.Error()
+	}
+	var lines [][]byte
+	for _, l := range bytes.Split(raw, []byte("\n")) {
+		if bytes.Contains(l, []byte(s)) {
+			lines = append(lines, l)
+		}
+	}
+	return string(bytes.Join(lines[max(0, len(lines)-n):], []byte("\n")))
+}
+
 // Tail returns the last n lines of the log.
 func (p *Process) Tail(n int) string {
 	raw, err := os.ReadFile(p.LogPath)

@@ -188,12 +188,33 @@ func (e *env) killOperator() {
 	e.startOperator()
 }
 
-// logOperators prints the last lines of every operator's log.
+// logOperators prints the last lines of every operator's log and, for the
+// SafeJobs not yet finished, their state, pods and the operators' last
+// lines about each: what a stuck SafeJob waits on.
 func (e *env) logOperators() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, p := range e.ops {
 		e.t.Logf("last lines of %s:\n%s", p.Name, p.Tail(30))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var sjs batchv1alpha1.SafeJobList
+	if err := e.cl.List(ctx, &sjs, client.InNamespace(nsSafeJob)); err != nil {
+		e.t.Logf("listing SafeJobs: %v", err)
+		return
+	}
+	if unfinishedSafeJobs(sjs.Items) == 0 {
+		return
+	}
+	e.t.Logf("unfinished SafeJobs: %s", testutil.UnfinishedSafeJobs(ctx, e.cl, nsSafeJob, 5))
+	for _, sj := range sjs.Items {
+		if unfinishedSafeJobs([]batchv1alpha1.SafeJob{sj}) == 0 {
+			continue
+		}
+		for _, p := range e.ops {
+			e.t.Logf("last lines of %s about %s:\n%s", p.Name, sj.Name, p.Grep(fmt.Sprintf("%q", sj.Name), 15))
+		}
 	}
 }
 

@@ -1,4 +1,4 @@
-package main
+package testutil
 
 import (
 	"strings"
@@ -14,7 +14,7 @@ import (
 	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
-// A run that times out names what each unfinished job waits on: a SafeJob's
+// A report of stuck jobs names what each unfinished job waits on: a SafeJob's
 // open launches and the pods that exist for them, a Job's counts; finished
 // jobs are left out.
 func TestStallDescribesUnfinishedJobs(t *testing.T) {

@@ -1,4 +1,4 @@
-package main
+package testutil
 
 import (
 	"cmp"
@@ -18,55 +18,56 @@ import (
 	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
-// stallShown is how many unfinished jobs a run that timed out describes.
-const stallShown = 5
-
-// stalled describes, for a run that timed out, the first unfinished jobs
-// by name, read from the API server: each job's finish conditions and
-// counts, for a SafeJob the launches its ledger holds open, and each of its
-// pods with phase, node and finalizers. That tells a job that never
+// UnfinishedSafeJobs describes the first shown SafeJobs by name in
+// namespace that are not Complete, read from the API server: each one's
+// true conditions and counts, the launches its ledger holds open, and its
+// pods with phase, node and finalizers. That tells a SafeJob that never
 // launched from a launch never created, a pod never started and an outcome
-// never recorded. It reads with a context of its own: the run's has ended.
-func stalled(cl client.Client, m mode) string {
-	if m.Controller != ctrlSafeJob && m.Controller != ctrlBuiltin {
-		return ""
+// never recorded, when a run or a test finds SafeJobs stuck.
+func UnfinishedSafeJobs(ctx context.Context, cl client.Client, namespace string, shown int) string {
+	var list batchv1alpha1.SafeJobList
+	if err := cl.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+		return fmt.Sprintf("listing SafeJobs: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	var unfinished []stalledJob
-	switch m.Controller {
-	case ctrlSafeJob:
-		var list batchv1alpha1.SafeJobList
-		if err := cl.List(ctx, &list, client.InNamespace(ns)); err != nil {
-			return fmt.Sprintf("listing SafeJobs: %v", err)
-		}
-		for i := range list.Items {
-			if j, ok := safeJobStall(&list.Items[i]); ok {
-				unfinished = append(unfinished, j)
-			}
-		}
-	case ctrlBuiltin:
-		var list batchv1.JobList
-		if err := cl.List(ctx, &list, client.InNamespace(ns)); err != nil {
-			return fmt.Sprintf("listing Jobs: %v", err)
-		}
-		for i := range list.Items {
-			if j, ok := jobStall(&list.Items[i]); ok {
-				unfinished = append(unfinished, j)
-			}
+	for i := range list.Items {
+		if j, ok := safeJobStall(&list.Items[i]); ok {
+			unfinished = append(unfinished, j)
 		}
 	}
+	return describeUnfinished(ctx, cl, namespace, unfinished, shown)
+}
+
+// UnfinishedJobs is UnfinishedSafeJobs for batch/v1 Jobs: their true
+// conditions, counts and pods.
+func UnfinishedJobs(ctx context.Context, cl client.Client, namespace string, shown int) string {
+	var list batchv1.JobList
+	if err := cl.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+		return fmt.Sprintf("listing Jobs: %v", err)
+	}
+	var unfinished []stalledJob
+	for i := range list.Items {
+		if j, ok := jobStall(&list.Items[i]); ok {
+			unfinished = append(unfinished, j)
+		}
+	}
+	return describeUnfinished(ctx, cl, namespace, unfinished, shown)
+}
+
+// describeUnfinished reads the pods of the first shown unfinished jobs by
+// name and describes them.
+func describeUnfinished(ctx context.Context, cl client.Client, namespace string, unfinished []stalledJob, shown int) string {
 	slices.SortFunc(unfinished, func(a, b stalledJob) int { return cmp.Compare(a.name, b.name) })
 	total := len(unfinished)
-	unfinished = unfinished[:min(total, stallShown)]
-	pods, err := podsOf(ctx, cl, unfinished)
+	unfinished = unfinished[:min(total, shown)]
+	pods, err := podsOf(ctx, cl, namespace, unfinished)
 	if err != nil {
 		return err.Error()
 	}
 	return describeStall(total, unfinished, pods)
 }
 
-// stalledJob is what a timed-out run reports of one unfinished job.
+// stalledJob is what is reported of one unfinished job.
 type stalledJob struct {
 	name, uid string
 	// state: its true conditions, counts and, for a SafeJob, open launches.
@@ -122,7 +123,7 @@ func jobStall(j *batchv1.Job) (stalledJob, bool) {
 }
 
 // podsOf lists, page by page, the pods whose controller is one of the jobs.
-func podsOf(ctx context.Context, cl client.Client, of []stalledJob) (map[string][]corev1.Pod, error) {
+func podsOf(ctx context.Context, cl client.Client, namespace string, of []stalledJob) (map[string][]corev1.Pod, error) {
 	uids := map[string]bool{}
 	for _, j := range of {
 		uids[j.uid] = true
@@ -134,7 +135,7 @@ func podsOf(ctx context.Context, cl client.Client, of []stalledJob) (map[string]
 	cont := ""
 	for {
 		var pods corev1.PodList
-		if err := cl.List(ctx, &pods, client.InNamespace(ns), client.Limit(500), client.Continue(cont)); err != nil {
+		if err := cl.List(ctx, &pods, client.InNamespace(namespace), client.Limit(500), client.Continue(cont)); err != nil {
 			return nil, fmt.Errorf("listing pods of unfinished jobs: %w", err)
 		}
 		for _, pod := range pods.Items {
