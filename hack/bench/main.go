@@ -1446,19 +1446,19 @@ func keptSection(path string) string {
 	return "\n" + doc[b:e+len(end)] + "\n"
 }
 
-// stallShown is how many unfinished jobs a run that timed out describes.
+// stallShown is how many incomplete jobs a run that timed out describes.
 const stallShown = 5
 
-// stalled describes the first unfinished jobs of a run that timed out. It
+// stalled describes the first incomplete jobs of a run that timed out. It
 // reads with a context of its own: the run's has ended.
 func stalled(cl client.Client, m mode) string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	switch m.Controller {
 	case ctrlSafeJob:
-		return testutil.UnfinishedSafeJobs(ctx, cl, ns, stallShown)
+		return testutil.IncompleteSafeJobs(ctx, cl, ns, stallShown)
 	case ctrlBuiltin:
-		return testutil.UnfinishedJobs(ctx, cl, ns, stallShown)
+		return testutil.IncompleteJobs(ctx, cl, ns, stallShown)
 	}
 	return "no controller"
 }

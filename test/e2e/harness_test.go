@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -189,8 +190,8 @@ func (e *env) killOperator() {
 }
 
 // logOperators prints the last lines of every operator's log and, for the
-// SafeJobs not yet finished, their state, pods and the operators' last
-// lines about each: what a stuck SafeJob waits on.
+// first SafeJobs not yet finished, their state, pods and the operators'
+// last lines about each: what a stuck SafeJob waits on.
 func (e *env) logOperators() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -204,16 +205,21 @@ func (e *env) logOperators() {
 		e.t.Logf("listing SafeJobs: %v", err)
 		return
 	}
-	if unfinishedSafeJobs(sjs.Items) == 0 {
+	var stuck []string
+	for _, sj := range sjs.Items {
+		if unfinishedSafeJobs([]batchv1alpha1.SafeJob{sj}) > 0 {
+			stuck = append(stuck, sj.Name)
+		}
+	}
+	if len(stuck) == 0 {
 		return
 	}
-	e.t.Logf("unfinished SafeJobs: %s", testutil.UnfinishedSafeJobs(ctx, e.cl, nsSafeJob, 5))
-	for _, sj := range sjs.Items {
-		if unfinishedSafeJobs([]batchv1alpha1.SafeJob{sj}) == 0 {
-			continue
-		}
+	const shown = 5
+	e.t.Logf("SafeJobs not Complete: %s", testutil.IncompleteSafeJobs(ctx, e.cl, nsSafeJob, shown))
+	slices.Sort(stuck)
+	for _, name := range stuck[:min(len(stuck), shown)] {
 		for _, p := range e.ops {
-			e.t.Logf("last lines of %s about %s:\n%s", p.Name, sj.Name, p.Grep(fmt.Sprintf("%q", sj.Name), 15))
+			e.t.Logf("last lines of %s about %s:\n%s", p.Name, name, p.Grep(fmt.Sprintf("%q", name), 15))
 		}
 	}
 }

@@ -18,56 +18,57 @@ import (
 	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
-// UnfinishedSafeJobs describes the first shown SafeJobs by name in
-// namespace that are not Complete, read from the API server: each one's
+// IncompleteSafeJobs describes the first shown SafeJobs by name in
+// namespace that are not Complete (Failed ones among them), read from the
+// API server: each one's
 // true conditions and counts, the launches its ledger holds open, and its
 // pods with phase, node and finalizers. That tells a SafeJob that never
 // launched from a launch never created, a pod never started and an outcome
 // never recorded, when a run or a test finds SafeJobs stuck.
-func UnfinishedSafeJobs(ctx context.Context, cl client.Client, namespace string, shown int) string {
+func IncompleteSafeJobs(ctx context.Context, cl client.Client, namespace string, shown int) string {
 	var list batchv1alpha1.SafeJobList
 	if err := cl.List(ctx, &list, client.InNamespace(namespace)); err != nil {
 		return fmt.Sprintf("listing SafeJobs: %v", err)
 	}
-	var unfinished []stalledJob
+	var incomplete []stalledJob
 	for i := range list.Items {
 		if j, ok := safeJobStall(&list.Items[i]); ok {
-			unfinished = append(unfinished, j)
+			incomplete = append(incomplete, j)
 		}
 	}
-	return describeUnfinished(ctx, cl, namespace, unfinished, shown)
+	return describeIncomplete(ctx, cl, namespace, incomplete, shown)
 }
 
-// UnfinishedJobs is UnfinishedSafeJobs for batch/v1 Jobs: their true
+// IncompleteJobs is IncompleteSafeJobs for batch/v1 Jobs: their true
 // conditions, counts and pods.
-func UnfinishedJobs(ctx context.Context, cl client.Client, namespace string, shown int) string {
+func IncompleteJobs(ctx context.Context, cl client.Client, namespace string, shown int) string {
 	var list batchv1.JobList
 	if err := cl.List(ctx, &list, client.InNamespace(namespace)); err != nil {
 		return fmt.Sprintf("listing Jobs: %v", err)
 	}
-	var unfinished []stalledJob
+	var incomplete []stalledJob
 	for i := range list.Items {
 		if j, ok := jobStall(&list.Items[i]); ok {
-			unfinished = append(unfinished, j)
+			incomplete = append(incomplete, j)
 		}
 	}
-	return describeUnfinished(ctx, cl, namespace, unfinished, shown)
+	return describeIncomplete(ctx, cl, namespace, incomplete, shown)
 }
 
-// describeUnfinished reads the pods of the first shown unfinished jobs by
+// describeIncomplete reads the pods of the first shown incomplete jobs by
 // name and describes them.
-func describeUnfinished(ctx context.Context, cl client.Client, namespace string, unfinished []stalledJob, shown int) string {
-	slices.SortFunc(unfinished, func(a, b stalledJob) int { return cmp.Compare(a.name, b.name) })
-	total := len(unfinished)
-	unfinished = unfinished[:min(total, shown)]
-	pods, err := podsOf(ctx, cl, namespace, unfinished)
+func describeIncomplete(ctx context.Context, cl client.Client, namespace string, incomplete []stalledJob, shown int) string {
+	slices.SortFunc(incomplete, func(a, b stalledJob) int { return cmp.Compare(a.name, b.name) })
+	total := len(incomplete)
+	incomplete = incomplete[:min(total, shown)]
+	pods, err := podsOf(ctx, cl, namespace, incomplete)
 	if err != nil {
 		return err.Error()
 	}
-	return describeStall(total, unfinished, pods)
+	return describeStall(total, incomplete, pods)
 }
 
-// stalledJob is what is reported of one unfinished job.
+// stalledJob is what is reported of one incomplete job.
 type stalledJob struct {
 	name, uid string
 	// state: its true conditions, counts and, for a SafeJob, open launches.
@@ -122,7 +123,8 @@ func jobStall(j *batchv1.Job) (stalledJob, bool) {
 		strings.Join(conds, " "), j.Status.Active, j.Status.Succeeded, uncounted)}, true
 }
 
-// podsOf lists, page by page, the pods whose controller is one of the jobs.
+// podsOf lists, page by page, the pods whose controller is one of the jobs,
+// by the job's UID.
 func podsOf(ctx context.Context, cl client.Client, namespace string, of []stalledJob) (map[string][]corev1.Pod, error) {
 	uids := map[string]bool{}
 	for _, j := range of {
@@ -149,14 +151,14 @@ func podsOf(ctx context.Context, cl client.Client, namespace string, of []stalle
 	}
 }
 
-// describeStall says how many jobs are unfinished and, for those shown,
+// describeStall says how many jobs are not Complete and, for those shown,
 // their state and their pods.
 func describeStall(total int, shown []stalledJob, pods map[string][]corev1.Pod) string {
 	if total == 0 {
-		return "every job is finished by now"
+		return "every job is Complete by now"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d unfinished", total)
+	fmt.Fprintf(&b, "%d not Complete", total)
 	if total > len(shown) {
 		fmt.Fprintf(&b, ", the first %d", len(shown))
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
-// A report of stuck jobs names what each unfinished job waits on: a SafeJob's
+// A report of stuck jobs names what each incomplete job waits on: a SafeJob's
 // open launches and the pods that exist for them, a Job's counts; finished
 // jobs are left out.
 func TestStallDescribesUnfinishedJobs(t *testing.T) {
@@ -49,7 +49,7 @@ func TestStallDescribesUnfinishedJobs(t *testing.T) {
 		Spec: corev1.PodSpec{NodeName: "kwok-0"}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
 	got := describeStall(7, []stalledJob{sj, job}, map[string][]corev1.Pod{"u2": {pod}})
 	for _, want := range []string{
-		"7 unfinished, the first 2",
+		"7 not Complete, the first 2",
 		"w1-2: conditions [], active 1, succeeded 0, ledger seq 2, open [w1-2-0-0 at 03:04:05 w1-2-1-0 at 03:04:05]",
 		`w1-2-0-0 Pending node="kwok-0" finalizers=[` + batchv1alpha1.LedgerFinalizer + `]`,
 		"w1-3: conditions [], active 1, succeeded 0, uncounted 1; pods: none",
@@ -58,7 +58,7 @@ func TestStallDescribesUnfinishedJobs(t *testing.T) {
 			t.Errorf("stall report lacks %q:\n%s", want, got)
 		}
 	}
-	if got := describeStall(0, nil, nil); got != "every job is finished by now" {
-		t.Errorf("no unfinished job: %q", got)
+	if got := describeStall(0, nil, nil); got != "every job is Complete by now" {
+		t.Errorf("every job Complete: %q", got)
 	}
 }
