@@ -20,23 +20,17 @@ import (
 
 // IncompleteSafeJobs describes the first shown SafeJobs by name in
 // namespace that are not Complete (Failed ones among them), read from the
-// API server: each one's
-// true conditions and counts, the launches its ledger holds open, and its
-// pods with phase, node and finalizers. That tells a SafeJob that never
-// launched from a launch never created, a pod never started and an outcome
-// never recorded, when a run or a test finds SafeJobs stuck.
+// API server: each one's true conditions and counts, the launches its
+// ledger holds open, and its pods with phase, node and finalizers. That
+// tells a SafeJob that never launched from a launch never created, a pod
+// never started and an outcome never recorded, when a run or a test finds
+// SafeJobs stuck.
 func IncompleteSafeJobs(ctx context.Context, cl client.Client, namespace string, shown int) string {
 	var list batchv1alpha1.SafeJobList
 	if err := cl.List(ctx, &list, client.InNamespace(namespace)); err != nil {
 		return fmt.Sprintf("listing SafeJobs: %v", err)
 	}
-	var incomplete []stalledJob
-	for i := range list.Items {
-		if j, ok := safeJobStall(&list.Items[i]); ok {
-			incomplete = append(incomplete, j)
-		}
-	}
-	return describeIncomplete(ctx, cl, namespace, incomplete, shown)
+	return describeIncomplete(ctx, cl, namespace, incomplete(list.Items, safeJobStall), shown)
 }
 
 // IncompleteJobs is IncompleteSafeJobs for batch/v1 Jobs: their true
@@ -46,26 +40,30 @@ func IncompleteJobs(ctx context.Context, cl client.Client, namespace string, sho
 	if err := cl.List(ctx, &list, client.InNamespace(namespace)); err != nil {
 		return fmt.Sprintf("listing Jobs: %v", err)
 	}
-	var incomplete []stalledJob
-	for i := range list.Items {
-		if j, ok := jobStall(&list.Items[i]); ok {
-			incomplete = append(incomplete, j)
+	return describeIncomplete(ctx, cl, namespace, incomplete(list.Items, jobStall), shown)
+}
+
+// incomplete describes the items that describe reports incomplete.
+func incomplete[T any](items []T, describe func(*T) (stalledJob, bool)) []stalledJob {
+	var out []stalledJob
+	for i := range items {
+		if j, ok := describe(&items[i]); ok {
+			out = append(out, j)
 		}
 	}
-	return describeIncomplete(ctx, cl, namespace, incomplete, shown)
+	return out
 }
 
 // describeIncomplete reads the pods of the first shown incomplete jobs by
 // name and describes them.
-func describeIncomplete(ctx context.Context, cl client.Client, namespace string, incomplete []stalledJob, shown int) string {
-	slices.SortFunc(incomplete, func(a, b stalledJob) int { return cmp.Compare(a.name, b.name) })
-	total := len(incomplete)
-	incomplete = incomplete[:min(total, shown)]
-	pods, err := podsOf(ctx, cl, namespace, incomplete)
+func describeIncomplete(ctx context.Context, cl client.Client, namespace string, all []stalledJob, shown int) string {
+	slices.SortFunc(all, func(a, b stalledJob) int { return cmp.Compare(a.name, b.name) })
+	first := all[:min(len(all), shown)]
+	pods, err := podsOf(ctx, cl, namespace, first)
 	if err != nil {
 		return err.Error()
 	}
-	return describeStall(total, incomplete, pods)
+	return describeStall(len(all), first, pods)
 }
 
 // stalledJob is what is reported of one incomplete job.
