@@ -71,6 +71,10 @@ func main() {
 	flag.DurationVar(&s.outcomeHold, "outcome-hold", controller.DefaultOutcomeHold,
 		"While SafeJobs wait for --launch-window, the longest a status write that records nothing but pod successes "+
 			"waits, so that pods start first (0: never held).")
+	flag.BoolVar(&s.kueuePodsReady, "kueue-pods-ready", true,
+		"Keep the PodsReady condition of queued SafeJobs' Kueue Workloads. Kueue's waitForPodsReady needs it "+
+			"(a Workload without it is evicted at the timeout); Kueue's own Job integration sets it only when waitForPodsReady "+
+			"is on, so with it off, false saves two Workload status writes per SafeJob.")
 	flag.StringVar(&s.pprofAddr, "pprof-bind-address", "0", "The address the pprof endpoint binds to (0 disables it).")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
@@ -97,6 +101,7 @@ type settings struct {
 	failureBackoff                                  time.Duration
 	launchWindow                                    int
 	launchWindowTimeout, outcomeHold                time.Duration
+	kueuePodsReady                                  bool
 }
 
 func run(s settings) error {
@@ -166,6 +171,7 @@ func run(s settings) error {
 		LaunchWindowTimeout:     s.launchWindowTimeout,
 		OutcomeHold:             s.outcomeHold,
 		Kueue:                   withKueue,
+		NoPodsReady:             !s.kueuePodsReady,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up controller: %w", err)

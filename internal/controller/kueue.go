@@ -111,7 +111,7 @@ func (r *SafeJobReconciler) syncWorkload(ctx context.Context, sj *batchv1alpha1.
 // workloadInput starts the Workload decision's input from the SafeJob.
 func (r *SafeJobReconciler) workloadInput(sj *batchv1alpha1.SafeJob) *jobs.WorkloadInput {
 	return &jobs.WorkloadInput{Served: r.Kueue, Queue: queueName(sj), Spec: &sj.Spec, Status: &sj.Status, Now: r.Clock.Now(),
-		Prebuilt: prebuiltWorkload(sj)}
+		Prebuilt: prebuiltWorkload(sj), NoPodsReady: r.NoPodsReady}
 }
 
 // event records an event the Workload decision asked for.

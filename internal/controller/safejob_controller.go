@@ -73,6 +73,10 @@ type SafeJobReconciler struct {
 	// Kueue turns on queueing through Kueue Workloads (SafeJobs labelled
 	// kueue.x-k8s.io/queue-name); set it when the Workload API is served.
 	Kueue bool
+	// NoPodsReady leaves the PodsReady condition of Workloads alone, as
+	// Kueue's Job integration does when Kueue's waitForPodsReady is off;
+	// false keeps it, which waitForPodsReady needs.
+	NoPodsReady bool
 	// Fence bounds when a launch's pod may be created and when its absence is
 	// trusted (ledger.Fence); the zero Fence is ledger.DefaultFence.
 	Fence ledger.Fence

@@ -92,6 +92,10 @@ type WorkloadInput struct {
 	// Decided is the pod plan of this reconcile, written already; nil
 	// before the pods are decided.
 	Decided *Plan
+	// NoPodsReady leaves the Workload's PodsReady condition as it is, as
+	// Kueue's Job integration does when Kueue does not wait for pods ready:
+	// each change of it is a Workload status write nothing else reads.
+	NoPodsReady bool
 	// Now stamps the conditions written.
 	Now time.Time
 }
@@ -437,7 +441,9 @@ func settle(in *WorkloadInput) *WorkloadPlan {
 	case !gate(in).Admitted:
 		p.GaveBack = giveBackQuota(wl, status, plan.Stopped, setCond)
 	default:
-		syncPodsReady(wl, status, plan.Status, setCond)
+		if !in.NoPodsReady {
+			syncPodsReady(wl, status, plan.Status, setCond)
+		}
 		status.ReclaimablePods = reclaimable(in.Spec, wl, plan.Status)
 	}
 	if !sameStatus(&wl.Status, status) {

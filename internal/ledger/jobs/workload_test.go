@@ -3,6 +3,7 @@ package jobs
 import (
 	"crypto/sha1" //nolint:gosec // recomputes Kueue's naming scheme
 	"encoding/hex"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -391,6 +392,52 @@ func checkSettledStatus(t *testing.T, status *kueue.WorkloadStatus, want settleW
 	}
 	if n != want.reclaimable {
 		t.Errorf("reclaimable %+v, want %d", status.ReclaimablePods, want.reclaimable)
+	}
+}
+
+// TestDecideWorkloadSettleNoPodsReady: told that Kueue does not wait for
+// pods ready, a settle never writes PodsReady, as Kueue's Job integration
+// then does not: a change of ready pods alone writes nothing, a PodsReady
+// set before is left as it is, and reclaimablePods and Finished are still
+// written.
+func TestDecideWorkloadSettleNoPodsReady(t *testing.T) {
+	reserved := admitted(ptr.To[int32](2))
+	running := func(ready, succeeded int32) *Plan {
+		return &Plan{Status: batchv1alpha1.SafeJobStatus{Ready: ready, Succeeded: succeeded, Active: ready}}
+	}
+	readyBefore := cond(kueue.WorkloadPodsReady, metav1.ConditionTrue, "Started", "")
+	cases := []struct {
+		name string
+		w    *kueue.Workload
+		plan *Plan
+		want settleWant
+	}{
+		{name: "admitted, pods starting: no write", w: wl(2, reserved), plan: running(1, 0)},
+		{name: "admitted, all pods ready: no write", w: wl(2, reserved), plan: running(2, 0)},
+		{name: "a ready pod failed: PodsReady left as it was", w: wl(2, reserved, readyBefore), plan: running(1, 0)},
+		{name: "one completion left: one pod reclaimable", w: wl(2, reserved), plan: running(1, 2),
+			want: settleWant{status: true, admission: true, reclaimable: 1}},
+		{name: "the SafeJob completes: Finished", w: wl(2, reserved), plan: &Plan{Status: job(2, 3).succeeded(3).
+			finished(batchv1alpha1.ConditionComplete).status},
+			want: settleWant{status: true, admission: true, conds: map[string]string{kueue.WorkloadFinished: "True/" + kueue.WorkloadFinishedReasonSucceeded}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			in := input(job(2, 3), c.w)
+			in.Decided, in.NoPodsReady = c.plan, true
+			p := DecideWorkload(in)
+			if (p.Status != nil) != c.want.status {
+				t.Fatalf("status write %v, want %v", p.Status != nil, c.want.status)
+			}
+			if p.Status == nil {
+				return
+			}
+			checkSettledStatus(t, p.Status, c.want)
+			if got, was := meta.FindStatusCondition(p.Status.Conditions, kueue.WorkloadPodsReady),
+				meta.FindStatusCondition(c.w.Status.Conditions, kueue.WorkloadPodsReady); !reflect.DeepEqual(got, was) {
+				t.Errorf("PodsReady %+v, want it left as %+v", got, was)
+			}
+		})
 	}
 }
 
