@@ -206,9 +206,9 @@ func (e *env) logOperators() {
 		return
 	}
 	var stuck []string
-	for _, sj := range sjs.Items {
-		if unfinishedSafeJobs([]batchv1alpha1.SafeJob{sj}) > 0 {
-			stuck = append(stuck, sj.Name)
+	for i := range sjs.Items {
+		if !safeJobFinished(&sjs.Items[i]) {
+			stuck = append(stuck, sjs.Items[i].Name)
 		}
 	}
 	if len(stuck) == 0 {
@@ -329,18 +329,22 @@ func (e *env) measure(scenario string, w workload, sjs []batchv1alpha1.SafeJob, 
 
 func unfinishedSafeJobs(items []batchv1alpha1.SafeJob) int {
 	n := 0
-	for _, sj := range items {
-		done := false
-		for _, c := range sj.Status.Conditions {
-			if (c.Type == batchv1alpha1.ConditionComplete || c.Type == batchv1alpha1.ConditionFailed) && c.Status == metav1.ConditionTrue {
-				done = true
-			}
-		}
-		if !done {
+	for i := range items {
+		if !safeJobFinished(&items[i]) {
 			n++
 		}
 	}
 	return n
+}
+
+// safeJobFinished reports whether sj is Complete or Failed.
+func safeJobFinished(sj *batchv1alpha1.SafeJob) bool {
+	for _, c := range sj.Status.Conditions {
+		if (c.Type == batchv1alpha1.ConditionComplete || c.Type == batchv1alpha1.ConditionFailed) && c.Status == metav1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }
 
 func unfinishedJobs(items []batchv1.Job) int {
