@@ -157,15 +157,16 @@ func (e *env) forcedDeletes() func(string) int {
 	}
 }
 
-// startOperator runs one more operator process, without leader election.
-func (e *env) startOperator() {
+// startOperator runs one more operator process, without leader election,
+// with extra flags if any.
+func (e *env) startOperator(flags ...string) {
 	e.t.Helper()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.started++
 	p, err := cluster.StartProcess(fmt.Sprintf("manager-%d", e.started), filepath.Join(e.dir, fmt.Sprintf("manager-%d.log", e.started)),
-		managerBin, "--kubeconfig="+e.kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0",
-		"--kube-api-qps=200", "--kube-api-burst=400")
+		managerBin, append([]string{"--kubeconfig=" + e.kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0",
+			"--kube-api-qps=200", "--kube-api-burst=400"}, flags...)...)
 	if err != nil {
 		e.t.Fatal(err)
 	}

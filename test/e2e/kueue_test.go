@@ -45,6 +45,7 @@ func TestKueue(t *testing.T) {
 	t.Run("admission check rejected", k.testCheckRejected)
 	t.Run("topology", k.testTopology)
 	t.Run("partial admission", k.testPartialAdmission)
+	t.Run("pods ready left alone", k.testPodsReadyLeftAlone) // last: it restarts the operator
 }
 
 type kueueEnv struct {
@@ -649,5 +650,34 @@ func TestKueueRequeuingLimit(t *testing.T) {
 	// Nothing brings it back but an activation: SafeJob leaves it as it is.
 	if wl := k.workload(t, "never-ready"); wl.Generation != stopped.Generation || ptr.Deref(wl.Spec.Active, true) {
 		t.Errorf("Workload generation %d (was %d), active %v", wl.Generation, stopped.Generation, ptr.Deref(wl.Spec.Active, true))
+	}
+}
+
+// testPodsReadyLeftAlone: this Kueue does not wait for pods ready. The
+// operator as shipped keeps its Workloads' PodsReady condition all the same;
+// restarted with --kueue-pods-ready=false it leaves the condition out, and
+// its SafeJobs still run through Kueue to Finished, one pod per completion.
+func (k *kueueEnv) testPodsReadyLeftAlone(t *testing.T) {
+	podsReady := func(name string) *metav1.Condition {
+		return meta.FindStatusCondition(k.workload(t, name).Status.Conditions, kueue.WorkloadPodsReady)
+	}
+	k.create(t, job("ready-kept", "lq", 2, 2, "3s"))
+	k.waitComplete(t, "ready-kept")
+	if c := podsReady("ready-kept"); c == nil {
+		t.Errorf("ready-kept: Workload without %s under the operator's default", kueue.WorkloadPodsReady)
+	}
+
+	k.stopOperators()
+	k.startOperator("--kueue-pods-ready=false")
+	k.create(t, job("ready-left", "lq", 2, 2, "3s"))
+	k.waitComplete(t, "ready-left")
+	if c := podsReady("ready-left"); c != nil {
+		t.Errorf("ready-left: Workload has %s (%s, %s) with --kueue-pods-ready=false", c.Type, c.Status, c.Reason)
+	}
+	waitUntil(t, time.Minute, "ready-left's Workload to be Finished", func() bool {
+		return meta.IsStatusConditionTrue(k.workload(t, "ready-left").Status.Conditions, kueue.WorkloadFinished)
+	})
+	if got, sj := k.podCreates(t, "ready-left"), k.get(t, "ready-left"); got != 2 || sj.Status.Succeeded != 2 || sj.Status.Failed != 0 {
+		t.Errorf("ready-left: %d pods created, succeeded %d, failed %d; want 2, 2, 0", got, sj.Status.Succeeded, sj.Status.Failed)
 	}
 }
