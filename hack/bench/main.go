@@ -121,6 +121,10 @@ type result struct {
 	// controller that adds a watcher of pods adds one per pod event.
 	WatchEvents map[string]int `json:",omitempty"`
 	WatchBytes  map[string]int `json:",omitempty"`
+	// Conflicts counts, by resource[/subresource], the writes kube-apiserver
+	// refused for a stale resourceVersion (409): work done for nothing,
+	// already counted in WritesByRes.
+	Conflicts map[string]int `json:",omitempty"`
 	// ExtraPodWatchers is -extra-pod-watchers: informers of pods the bench
 	// ran beside the controller.
 	ExtraPodWatchers int `json:",omitempty"`
@@ -1367,6 +1371,8 @@ func (res *result) addRequests(before, after map[string]int) {
 			res.WatchEvents = addTo(res.WatchEvents, strings.TrimPrefix(k, "watchEvents:"), d)
 		case strings.HasPrefix(k, "watchBytes:"):
 			res.WatchBytes = addTo(res.WatchBytes, strings.TrimPrefix(k, "watchBytes:"), d)
+		case strings.HasPrefix(k, "conflicts:"):
+			res.Conflicts = addTo(res.Conflicts, strings.TrimPrefix(k, "conflicts:"), d)
 		default:
 			res.WritesByRes[k] = d
 			res.Writes += d

@@ -27,9 +27,11 @@ var (
 // "created:<resource>", the watchers it closed for falling behind
 // (apiserver_terminated_watchers_total: each costs its client a new watch,
 // or a re-list when its place has left the watch cache) as
-// "closed:<resource>", and the watch events it sent (one per event and
+// "closed:<resource>", the watch events it sent (one per event and
 // watcher, apiserver_watch_events_total and _sizes_sum) as
-// "watchEvents:<resource>" and "watchBytes:<resource>".
+// "watchEvents:<resource>" and "watchBytes:<resource>", and the writes it
+// refused for a stale resourceVersion (409), counted among the writes too,
+// as "conflicts:<resource>[/subresource]".
 func scrapeWrites(ctx context.Context, cfg *rest.Config) (map[string]int, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -71,6 +73,9 @@ func parseMetrics(raw string) map[string]int {
 				key += "/" + sub
 			}
 			out[key] += v
+			if writeVerbs[labels["verb"]] && labels["code"] == "409" {
+				out["conflicts:"+key] += v
+			}
 			if labels["verb"] == "POST" && labels["code"] == "201" && labels["subresource"] == "" {
 				out["created:"+labels["resource"]] += v
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"maps"
+	"strings"
 	"testing"
 )
 
@@ -10,7 +11,9 @@ func TestParseMetrics(t *testing.T) {
 apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="POST",version="v1"} 120
 apiserver_request_total{code="409",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="POST",version="v1"} 3
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="status",verb="PATCH",version="v1"} 240
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="kueue.x-k8s.io",resource="workloads",scope="resource",subresource="status",verb="PUT",version="v1beta2"} 5
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="LIST",version="v1"} 7
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="LIST",version="v1"} 2
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="WATCH",version="v1"} 1.2e+01
 apiserver_terminated_watchers_total{group="",resource="pods"} 4
 apiserver_terminated_watchers_total{group="batch.safejob.dev",resource="safejobs"} 1
@@ -20,8 +23,9 @@ apiserver_watch_events_sizes_bucket{component="apiserver",group="",resource="pod
 apiserver_request_total_bogus{resource="pods"} 7
 `
 	want := map[string]int{
-		"pods": 123, "created:pods": 120, "pods/status": 240, "read:LIST:pods": 7, "read:WATCH:pods": 12,
+		"pods": 123, "created:pods": 120, "pods/status": 240, "read:LIST:pods": 9, "read:WATCH:pods": 12,
 		"closed:pods": 4, "closed:safejobs": 1, "watchEvents:pods": 99, "watchBytes:pods": 123456,
+		"workloads/status": 5, "conflicts:pods": 3, "conflicts:workloads/status": 5,
 	}
 	if got := parseMetrics(raw); !maps.Equal(got, want) {
 		t.Errorf("parseMetrics = %v, want %v", got, want)
@@ -58,14 +62,16 @@ func TestClosedWatchers(t *testing.T) {
 }
 
 func TestAddRequests(t *testing.T) {
-	before := map[string]int{"pods": 10, "created:pods": 5, "read:LIST:pods": 2, "closed:pods": 1, "watchEvents:pods": 100}
+	before := map[string]int{"pods": 10, "created:pods": 5, "read:LIST:pods": 2, "closed:pods": 1, "watchEvents:pods": 100,
+		"conflicts:pods/status": 1}
 	after := map[string]int{"pods": 30, "created:pods": 15, "read:LIST:pods": 2, "closed:pods": 4, "pods/status": 40,
-		"watchEvents:pods": 350, "watchBytes:pods": 4096}
+		"watchEvents:pods": 350, "watchBytes:pods": 4096, "conflicts:pods/status": 4}
 	res := result{WritesByRes: map[string]int{}, ReadsByRes: map[string]int{}}
 	res.addRequests(before, after)
 	if res.Writes != 60 || res.PodsCreated != 10 || !maps.Equal(res.WritesByRes, map[string]int{"pods": 20, "pods/status": 40}) ||
 		len(res.ReadsByRes) != 0 || !maps.Equal(res.WatchersClosed, map[string]int{"pods": 3}) ||
-		!maps.Equal(res.WatchEvents, map[string]int{"pods": 250}) || !maps.Equal(res.WatchBytes, map[string]int{"pods": 4096}) {
+		!maps.Equal(res.WatchEvents, map[string]int{"pods": 250}) || !maps.Equal(res.WatchBytes, map[string]int{"pods": 4096}) ||
+		!maps.Equal(res.Conflicts, map[string]int{"pods/status": 3}) {
 		t.Errorf("addRequests: %+v", res)
 	}
 }
@@ -103,5 +109,18 @@ func checkLine(t *testing.T, name string, line func([]result, string) string, re
 	}
 	if got := line(results, absent); got != "" {
 		t.Errorf("%s(%s) = %q, want nothing", name, absent, got)
+	}
+}
+
+func TestWritesTableShowsConflicts(t *testing.T) {
+	results := []result{
+		{Workload: "W6", Mode: modeBuiltin, Repeat: 1, Completions: 100,
+			WritesByRes: map[string]int{"workloads/status": 256}},
+		{Workload: "W6", Mode: modeSafeJob, Repeat: 1, Completions: 100,
+			WritesByRes: map[string]int{"workloads/status": 330}, Conflicts: map[string]int{"workloads/status": 74}},
+	}
+	got := writesTable(results, "W6")
+	if want := "| workloads/status | 0.00 | 2.56 | 3.30 (0.74) |"; !strings.Contains(got, want) {
+		t.Errorf("writesTable:\n%s\nwant a row %q", got, want)
 	}
 }

@@ -30,6 +30,8 @@ type summary struct {
 	cpuBy        map[string]float64
 	extra, noPod int
 	byRes        map[string]int
+	// conflicts is byRes' writes refused for a stale resourceVersion.
+	conflicts map[string]int
 }
 
 func median(xs []float64) float64 {
@@ -74,7 +76,7 @@ func summarise(results []result, w, m string) (summary, bool) {
 		}
 		s.noPod = max(s.noPod, r.noPod())
 		if s.byRes == nil {
-			s.byRes = r.WritesByRes
+			s.byRes, s.conflicts = r.WritesByRes, r.Conflicts
 		}
 	}
 	s.makespan, s.perSec, s.p50, s.p99 = median(mk), median(ps), median(p50), median(p99)
@@ -305,16 +307,23 @@ func writesTable(results []result, w string) string {
 		}
 	}
 	var b strings.Builder
-	b.WriteString("<details><summary>writes per completion by resource (first repeat)</summary>\n\n")
+	b.WriteString("<details><summary>writes per completion by resource (first repeat; in brackets, " +
+		"those refused for a stale resourceVersion, 409)</summary>\n\n")
 	b.WriteString("| resource | limit | built-in | SafeJob |\n|---|---|---|---|\n")
 	sorted := make([]string, 0, len(keys))
 	for k := range keys {
 		sorted = append(sorted, k)
 	}
 	sort.Strings(sorted)
-	per := func(m map[string]int, k string) string { return fmt.Sprintf("%.2f", float64(m[k])/float64(total)) }
+	per := func(s summary, k string) string {
+		cell := fmt.Sprintf("%.2f", float64(s.byRes[k])/float64(total))
+		if n := s.conflicts[k]; n > 0 {
+			cell += fmt.Sprintf(" (%.2f)", float64(n)/float64(total))
+		}
+		return cell
+	}
 	for _, k := range sorted {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", k, per(lim.byRes, k), per(bi.byRes, k), per(sj.byRes, k))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", k, per(lim, k), per(bi, k), per(sj, k))
 	}
 	b.WriteString("\n</details>\n\n")
 	return b.String()
