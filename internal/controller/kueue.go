@@ -372,14 +372,19 @@ func (r *SafeJobReconciler) afterDecide(ctx context.Context, sj *batchv1alpha1.S
 }
 
 // writeWorkloadStatus writes a changed Workload status with UpdateStatus
-// and the resourceVersion it was read at.
+// and the resourceVersion it was read at, unless the cache does not show
+// this process's last write of it yet (the tracker's Workload fence).
 func (r *SafeJobReconciler) writeWorkloadStatus(ctx context.Context, sj *batchv1alpha1.SafeJob, wl, updated *kueue.Workload) error {
+	if !r.tracker.showsOwnWorkloadWrite(keyOf(sj), sj.UID, wl) {
+		return nil // decided on the version our write replaced; the next one brings us back
+	}
 	if err := r.Client.Status().Update(ctx, updated); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return nil // the newer Workload brings us back
 		}
 		return fmt.Errorf("updating Workload %s status: %w", wl.Name, err)
 	}
+	r.tracker.wroteWorkload(keyOf(sj), sj.UID, wl)
 	if c := meta.FindStatusCondition(updated.Status.Conditions, kueue.WorkloadFinished); c != nil && c.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(sj, updated, corev1.EventTypeNormal, "FinishedWorkload", "Queue", "Workload %s is finished (%s)", wl.Name, c.Reason)
 	}

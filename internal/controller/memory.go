@@ -19,9 +19,10 @@ import (
 // the creates of launches it did not commit to the fence. The write pacing
 // only groups facts into fewer writes.
 type jobMemo struct {
-	uid    types.UID
-	fence  writeFence
-	pods   podMemory
+	uid      types.UID
+	fence    writeFence
+	workload workloadFence
+	pods     podMemory
 	runs   runMemory
 	pacing writePacing
 }
@@ -75,6 +76,28 @@ func (f *writeFence) deliver(rv string) {
 	default:
 		close(f.arrived)
 	}
+}
+
+// workloadFence holds this process's last status write of the SafeJob's
+// Workload until the cache shows it: a decision made on the version it
+// replaced would write again what was written, and the API server would
+// only refuse it for its stale resourceVersion. The Workload's next version
+// brings the SafeJob back, as any change of its Workload does.
+type workloadFence struct {
+	// uid is the Workload's; over is the resourceVersion the write
+	// replaced, "" once a later version was seen.
+	uid  types.UID
+	over string
+}
+
+// pass reports whether a cached version of a Workload shows the last
+// write, and lifts the fence when it does (or when it is another Workload).
+func (f *workloadFence) pass(uid types.UID, rv string) bool {
+	if f.over != "" && f.uid == uid && f.over == rv {
+		return false
+	}
+	f.over = ""
+	return true
 }
 
 // podMemory is what this process knows of a SafeJob's pods beyond the cache.

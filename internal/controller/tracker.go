@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger/jobs"
@@ -88,6 +89,20 @@ func (t *tracker) wrote(key types.NamespacedName, uid types.UID, over string, no
 		m.pacing.wrote(now)
 		m.pods.committed(appended)
 	})
+}
+
+// showsOwnWorkloadWrite reports whether the cached Workload shows this
+// process's last status write of it (true when none is remembered).
+func (t *tracker) showsOwnWorkloadWrite(key types.NamespacedName, uid types.UID, wl *kueue.Workload) bool {
+	ok := true
+	t.withTracked(key, uid, func(m *jobMemo) { ok = m.workload.pass(wl.UID, wl.ResourceVersion) })
+	return ok
+}
+
+// wroteWorkload records a successful status write of the SafeJob's
+// Workload over the cached version it replaced.
+func (t *tracker) wroteWorkload(key types.NamespacedName, uid types.UID, over *kueue.Workload) {
+	t.with(key, uid, func(m *jobMemo) { m.workload = workloadFence{uid: over.UID, over: over.ResourceVersion} })
 }
 
 // outstanding returns the resourceVersion our last status write replaced

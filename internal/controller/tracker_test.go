@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 )
@@ -188,5 +189,39 @@ func TestTrackerBackgroundReleases(t *testing.T) {
 	tr.releaseFailed(key, "u1", "a-0-0", errors.New("old"))
 	if err := tr.takeReleaseError(key, "u2"); err != nil {
 		t.Errorf("the new SafeJob took an old one's release error: %v", err)
+	}
+}
+
+// TestTrackerWorkloadFence: after a status write of a SafeJob's Workload,
+// the cached version that write replaced is not written over again; a later
+// version, another Workload of the same name, or another SafeJob of the
+// same name lift the fence.
+func TestTrackerWorkloadFence(t *testing.T) {
+	key := types.NamespacedName{Namespace: "ns", Name: "a"}
+	wl := func(uid types.UID, rv string) *kueue.Workload {
+		return &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "wl", UID: uid, ResourceVersion: rv}}
+	}
+	tr := newTracker()
+	if !tr.showsOwnWorkloadWrite(key, "u1", wl("w1", "10")) {
+		t.Fatal("nothing written yet, but held")
+	}
+	tr.wroteWorkload(key, "u1", wl("w1", "10"))
+	if tr.showsOwnWorkloadWrite(key, "u1", wl("w1", "10")) {
+		t.Error("the cache still shows the version our write replaced, yet not held")
+	}
+	if !tr.showsOwnWorkloadWrite(key, "u2", wl("w1", "10")) {
+		t.Error("another SafeJob of the same name held by the first one's write")
+	}
+	tr = newTracker()
+	tr.wroteWorkload(key, "u1", wl("w1", "10"))
+	if !tr.showsOwnWorkloadWrite(key, "u1", wl("w2", "10")) {
+		t.Error("another Workload held by the first one's write")
+	}
+	tr.wroteWorkload(key, "u1", wl("w1", "10"))
+	if !tr.showsOwnWorkloadWrite(key, "u1", wl("w1", "11")) {
+		t.Error("the cache moved past our write, yet held")
+	}
+	if !tr.showsOwnWorkloadWrite(key, "u1", wl("w1", "10")) {
+		t.Error("held again after the fence was lifted")
 	}
 }
