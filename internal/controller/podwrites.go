@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -47,8 +48,11 @@ const (
 
 // act carries out the plan's pod work, which refers only to facts already
 // observed in the ledger: create committed launches, release finalizers of
-// committed outcomes, delete pods that must stop.
-func (r *SafeJobReconciler) act(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *jobs.Plan, info *podSetInfo) error {
+// committed outcomes, delete pods that must stop. It returns how soon the
+// SafeJob must be decided again for the launches whose create window passed
+// here, before their create was issued: no event will come for a pod never
+// created, and only a decision after LostGrace records such a launch Lost.
+func (r *SafeJobReconciler) act(ctx context.Context, sj *batchv1alpha1.SafeJob, plan *jobs.Plan, info *podSetInfo) (time.Duration, error) {
 	key := client.ObjectKeyFromObject(sj)
 	r.tracker.forgetLastSeen(key, sj.UID, plan.Forget)
 	var errs []error
@@ -62,16 +66,18 @@ func (r *SafeJobReconciler) act(ctx context.Context, sj *batchv1alpha1.SafeJob, 
 		errs = append(errs, err)
 	}
 	var created []string
+	var recheck time.Duration
 	fail(r.parallel(ctx, len(plan.Create), func(i int) {
-		ok, err := r.createPod(ctx, sj, plan.Create[i], info)
+		ok, expired, err := r.createPod(ctx, sj, plan.Create[i], info)
 		if err != nil {
 			fail(err)
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		if ok {
-			mu.Lock()
 			created = append(created, plan.Create[i].Name)
-			mu.Unlock()
 		}
+		recheck = ledger.MinPositive(recheck, expired)
 	}))
 	r.recordCreates(sj, created)
 	r.releaseInBackground(key, sj.UID, r.tracker.unreleased(key, sj.UID, plan.Release, r.Clock.Now()))
@@ -80,7 +86,7 @@ func (r *SafeJobReconciler) act(ctx context.Context, sj *batchv1alpha1.SafeJob, 
 			fail(err)
 		}
 	}))
-	return errors.Join(errs...)
+	return recheck, errors.Join(errs...)
 }
 
 // releaseInBackground queues the release of the ledger finalizers of pods
@@ -156,23 +162,27 @@ func (r *SafeJobReconciler) recordCreates(sj *batchv1alpha1.SafeJob, created []s
 }
 
 // createPod creates the pod of an observed launch and reports whether it
-// did. It is the one place a pod create is issued, and it keeps the fence
+// did; when the launch's create window had passed, it issues none and
+// returns how long until the launch's absence may be trusted (at least a
+// millisecond). It is the one place a pod create is issued, and it keeps the fence
 // (ledger.Fence): no create starts once the launch's window has passed, and
 // each one carries a deadline of the window plus the create timeout, so that
 // none can land after the launch may be declared Lost. AlreadyExists ends
 // the launch's creating here: names are deterministic, so a repeat can never
 // duplicate, and a name held by a stranger is found by the live read that
 // precedes Lost.
-func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.SafeJob, ref jobs.PodRef, info *podSetInfo) (bool, error) {
+func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.SafeJob, ref jobs.PodRef,
+	info *podSetInfo) (created bool, expired time.Duration, _ error) {
 	key := client.ObjectKeyFromObject(sj)
 	fence := r.fence()
-	if !fence.MayCreate(ref.Time, r.Clock.Now()) {
-		// Waited too long for a write slot: the launch goes Lost after its
-		// grace and runs again.
+	if now := r.Clock.Now(); !fence.MayCreate(ref.Time, now) {
+		// Waited too long (for a write slot, or in the queue since the
+		// commit): the launch goes Lost after its grace and runs again, in
+		// a decision that nothing but the time left brings.
 		r.tracker.created(key, sj.UID, ref.Name)
 		r.Metrics.CreatesExpired.Inc()
 		log.FromContext(ctx).Info("Pod create window passed; the launch will be recorded Lost and run again", "pod", ref.Name)
-		return false, nil
+		return false, max(ref.Time.Add(fence.LostGrace()).Sub(now), time.Millisecond), nil
 	}
 	ctx, cancel := context.WithDeadline(ctx, fence.CreateDeadline(ref.Time))
 	defer cancel()
@@ -184,10 +194,10 @@ func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.Saf
 		r.tracker.created(key, sj.UID, ref.Name)
 		r.tracker.answered(key, sj.UID, "")
 		r.Metrics.PodsCreated.Inc()
-		return true, nil
+		return true, 0, nil
 	case apierrors.IsAlreadyExists(err):
 		r.tracker.created(key, sj.UID, ref.Name)
-		return false, nil
+		return false, 0, nil
 	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
 		// Refused for sure: the launch stays uncreated and is retried with
 		// backoff. The PodCreateFailure condition carries the message; an
@@ -196,11 +206,11 @@ func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.Saf
 		if r.tracker.answered(key, sj.UID, refusalMessage(err, ref.Name)) {
 			r.Recorder.Eventf(sj, nil, corev1.EventTypeWarning, "FailedCreate", "CreatePod", "Error creating pod %s: %v", ref.Name, err)
 		}
-		return false, fmt.Errorf("creating pod %s: %w", ref.Name, err)
+		return false, 0, fmt.Errorf("creating pod %s: %w", ref.Name, err)
 	default:
 		// The pod may or may not exist: a live read settles it later.
 		r.tracker.created(key, sj.UID, ref.Name)
-		return false, fmt.Errorf("creating pod %s: %w", ref.Name, err)
+		return false, 0, fmt.Errorf("creating pod %s: %w", ref.Name, err)
 	}
 }
 

@@ -272,7 +272,8 @@ func (r *SafeJobReconciler) reconcileJob(ctx context.Context, sj *batchv1alpha1.
 	if err != nil {
 		return reconcile.Result{}, r.markLedgerInvalid(ctx, sj, err)
 	}
-	if err := r.act(ctx, sj, plan, q.podInfo); err != nil {
+	expired, err := r.act(ctx, sj, plan, q.podInfo)
+	if err != nil {
 		return reconcile.Result{}, err
 	}
 	holdWait := r.spaceWrites(sj, plan)
@@ -307,7 +308,8 @@ func (r *SafeJobReconciler) reconcileJob(ctx context.Context, sj *batchv1alpha1.
 		return reconcile.Result{}, err
 	}
 	_, res := r.ttlResult(sj)
-	res.RequeueAfter = ledger.MinPositive(ledger.MinPositive(res.RequeueAfter, plan.RequeueAfter), ledger.MinPositive(wait, holdWait))
+	res.RequeueAfter = ledger.MinPositive(ledger.MinPositive(res.RequeueAfter, plan.RequeueAfter),
+		ledger.MinPositive(ledger.MinPositive(wait, holdWait), expired))
 	// Finalizer releases that failed in the background are this reconcile's
 	// error once its status is written: retried with the queue's backoff.
 	if err := r.tracker.takeReleaseError(client.ObjectKeyFromObject(sj), sj.UID); err != nil {
