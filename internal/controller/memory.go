@@ -23,8 +23,8 @@ type jobMemo struct {
 	fence    writeFence
 	workload workloadFence
 	pods     podMemory
-	runs   runMemory
-	pacing writePacing
+	runs     runMemory
+	pacing   writePacing
 }
 
 func newJobMemo(uid types.UID) *jobMemo {
