@@ -65,23 +65,31 @@ func parseMetrics(raw string) map[string]int {
 		case name == "apiserver_watch_events_sizes_sum":
 			out["watchBytes:"+labels["resource"]] += v
 		case name == "apiserver_request_total":
-			key := labels["resource"]
-			if !writeVerbs[labels["verb"]] {
-				key = "read:" + labels["verb"] + ":" + key
-			}
-			if sub := labels["subresource"]; sub != "" {
-				key += "/" + sub
-			}
-			out[key] += v
-			if writeVerbs[labels["verb"]] && labels["code"] == "409" {
-				out["conflicts:"+key] += v
-			}
-			if labels["verb"] == "POST" && labels["code"] == "201" && labels["subresource"] == "" {
-				out["created:"+labels["resource"]] += v
-			}
+			countRequest(out, labels, v)
 		}
 	}
 	return out
+}
+
+// countRequest adds one series of apiserver_request_total to parseMetrics'
+// counts: writes by resource[/subresource], reads by verb, successful
+// creates and writes refused for a stale resourceVersion.
+func countRequest(out map[string]int, labels map[string]string, v int) {
+	write := writeVerbs[labels["verb"]]
+	key := labels["resource"]
+	if !write {
+		key = "read:" + labels["verb"] + ":" + key
+	}
+	if sub := labels["subresource"]; sub != "" {
+		key += "/" + sub
+	}
+	out[key] += v
+	if write && labels["code"] == "409" {
+		out["conflicts:"+key] += v
+	}
+	if labels["verb"] == "POST" && labels["code"] == "201" && labels["subresource"] == "" {
+		out["created:"+labels["resource"]] += v
+	}
 }
 
 // sample reads one line of the metrics text format with labels: the
