@@ -308,8 +308,7 @@ func (r *SafeJobReconciler) reconcileJob(ctx context.Context, sj *batchv1alpha1.
 		return reconcile.Result{}, err
 	}
 	_, res := r.ttlResult(sj)
-	res.RequeueAfter = ledger.MinPositive(ledger.MinPositive(res.RequeueAfter, plan.RequeueAfter),
-		ledger.MinPositive(ledger.MinPositive(wait, holdWait), expired))
+	res.RequeueAfter = ledger.MinPositive(res.RequeueAfter, plan.RequeueAfter, wait, holdWait, expired)
 	// Finalizer releases that failed in the background are this reconcile's
 	// error once its status is written: retried with the queue's backoff.
 	if err := r.tracker.takeReleaseError(client.ObjectKeyFromObject(sj), sj.UID); err != nil {

@@ -60,10 +60,14 @@ func SortedKeys[V any](m map[string]V) []string {
 	return slices.Sorted(maps.Keys(m))
 }
 
-// MinPositive is the smaller of two durations, ignoring those that are not positive.
-func MinPositive(a, b time.Duration) time.Duration {
-	if a <= 0 || (b > 0 && b < a) {
-		return b
+// MinPositive is the smallest of the durations, ignoring those that are not
+// positive (when none is, the result is not positive either).
+func MinPositive(ds ...time.Duration) time.Duration {
+	var least time.Duration
+	for _, d := range ds {
+		if least <= 0 || (d > 0 && d < least) {
+			least = d
+		}
 	}
-	return a
+	return least
 }
