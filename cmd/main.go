@@ -74,7 +74,7 @@ func main() {
 	flag.BoolVar(&s.kueuePodsReady, "kueue-pods-ready", true,
 		"Keep the PodsReady condition of queued SafeJobs' Kueue Workloads. Kueue's waitForPodsReady needs it "+
 			"(a Workload without it is evicted at the timeout); Kueue's own Job integration sets it only when waitForPodsReady "+
-			"is on, so with it off, false saves two Workload status writes per SafeJob.")
+			"is on, so with it off, false saves about one Workload status write per SafeJob.")
 	flag.StringVar(&s.pprofAddr, "pprof-bind-address", "0", "The address the pprof endpoint binds to (0 disables it).")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
