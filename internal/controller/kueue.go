@@ -59,7 +59,7 @@ func WorkloadNames(sj *batchv1alpha1.SafeJob) []string { return jobs.WorkloadNam
 
 // queued is what the Kueue side gathered for one queued SafeJob.
 type queued struct {
-	wl   *kueue.Workload // nil when there is none
+	wl   *kueue.Workload // nil when there is none; from the cache, without pod templates (CacheOptions)
 	gate *jobs.QueueGate
 	// podInfo is applied to every pod created while admitted.
 	podInfo *podSetInfo
@@ -88,6 +88,17 @@ func (r *SafeJobReconciler) syncWorkload(ctx context.Context, sj *batchv1alpha1.
 			return nil, err
 		}
 		in.Workload, in.Created, in.NamesTaken = wl, wl != nil, taken
+		wp = jobs.DecideWorkload(in)
+	}
+	if wp.Spec != nil && !in.Created {
+		// A spec update sends the whole Workload, and a cached one has no pod
+		// templates (CacheOptions): decide again on the live one, which is
+		// also the newest.
+		live, err := r.liveWorkload(ctx, in.Workload)
+		if err != nil {
+			return nil, err
+		}
+		in.Workload = live
 		wp = jobs.DecideWorkload(in)
 	}
 	q := &queued{wl: in.Workload, gate: wp.Gate, namesTaken: in.NamesTaken}
@@ -168,11 +179,22 @@ func (r *SafeJobReconciler) adoptPrebuilt(ctx context.Context, sj *batchv1alpha1
 		}
 		return nil, nil, fmt.Errorf("getting prebuilt Workload %s: %w", name, err)
 	}
-	if ref := metav1.GetControllerOfNoCopy(wl); ref != nil {
-		if ref.UID != sj.UID {
-			return nil, []string{name}, nil
+	// The cached Workload first, then the live one: the update below sends
+	// the whole Workload, and a cached one has no pod templates
+	// (CacheOptions).
+	for _, live := range []bool{false, true} {
+		if live {
+			var err error
+			if wl, err = r.liveWorkload(ctx, wl); err != nil {
+				return nil, nil, err
+			}
 		}
-		return wl, nil, nil // controlled, not yet in the index
+		if ref := metav1.GetControllerOfNoCopy(wl); ref != nil {
+			if ref.UID != sj.UID {
+				return nil, []string{name}, nil
+			}
+			return wl, nil, nil // controlled, not yet in the index
+		}
 	}
 	adopted := wl.DeepCopy()
 	if err := controllerutil.SetControllerReference(sj, adopted, r.Client.Scheme()); err != nil {
@@ -317,6 +339,20 @@ func (r *SafeJobReconciler) updateWorkloadSpec(ctx context.Context, wl *kueue.Wo
 	}
 	*wl = *updated
 	return nil
+}
+
+// liveWorkload reads a Workload from the API server. One gone, or replaced
+// by another of the same name, is an error: the cache's next version of it
+// brings the SafeJob back.
+func (r *SafeJobReconciler) liveWorkload(ctx context.Context, wl *kueue.Workload) (*kueue.Workload, error) {
+	live := &kueue.Workload{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(wl), live); err != nil {
+		return nil, fmt.Errorf("reading Workload %s: %w", wl.Name, err)
+	}
+	if live.UID != wl.UID {
+		return nil, fmt.Errorf("reading Workload %s: replaced by another of the same name (UID %s, not %s)", wl.Name, live.UID, wl.UID)
+	}
+	return live, nil
 }
 
 // namesTakenError is returned while Workloads the SafeJob does not control

@@ -159,7 +159,8 @@ func indexRunParent(obj client.Object) []string {
 // "Why the defaults"), and a status write sent without them leaves the
 // server's copy as it is. Cached SafeJobs and pods also go without the
 // annotation in which `kubectl apply` keeps a whole copy of the object
-// (stripForCache).
+// (stripForCache), and cached Workloads without their pod templates
+// (stripDefault).
 func CacheOptions() cache.Options {
 	sel := labels.NewSelector()
 	req, err := labels.NewRequirement(batchv1alpha1.SafeJobNameLabel, selection.Exists, nil)
@@ -167,7 +168,10 @@ func CacheOptions() cache.Options {
 		panic(err) // a constant requirement
 	}
 	return cache.Options{
-		DefaultTransform: stripManagedFields,
+		// Workloads are stripped by the default transform, not by an entry
+		// of their own: an entry makes the cache resolve the type when it
+		// starts, which fails on a cluster that does not serve Kueue.
+		DefaultTransform: stripDefault,
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:            {Label: sel.Add(*req), Transform: stripForCache},
 			&batchv1alpha1.SafeJob{}: {Transform: stripForCache},
@@ -176,6 +180,25 @@ func CacheOptions() cache.Options {
 }
 
 var stripManagedFields = cache.TransformStripManagedFields()
+
+// stripDefault is the transform of every cached object without one of its
+// own: it leaves out managedFields and, of a Workload, the pod template of
+// each pod set. That template is a copy of the SafeJob's made when the
+// Workload was created, never read back here (pod sets are read for their
+// names, counts and topology requests), and much of a Workload's bytes
+// (docs/performance.md, "Memory"). The writes that send a whole Workload, a
+// spec update and the adoption of a prebuilt one, read it live first
+// (syncWorkload, adoptPrebuilt); of a status write, the API server takes
+// only the status.
+func stripDefault(in any) (any, error) {
+	in, _ = stripManagedFields(in) // never fails
+	if wl, ok := in.(*kueue.Workload); ok {
+		for i := range wl.Spec.PodSets {
+			wl.Spec.PodSets[i].Template = corev1.PodTemplateSpec{}
+		}
+	}
+	return in, nil
+}
 
 // stripForCache leaves out of a cached object its managedFields and the
 // last configuration `kubectl apply` recorded on it, which can be as large

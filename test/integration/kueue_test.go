@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -559,6 +560,7 @@ func TestKueueParallelismRaisedWhileQueued(t *testing.T) {
 	if resized.UID != wl.UID {
 		t.Fatalf("the waiting Workload was replaced (%s, then %s), not resized", wl.UID, resized.UID)
 	}
+	sameTemplate(t, wl, resized)
 	admit(t, client.ObjectKeyFromObject(resized), "on-demand-g")
 	got := waitFinished(t, client.ObjectKeyFromObject(sj), time.Minute)
 	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || got.Status.Succeeded != 4 || countEntries(got, batchv1alpha1.EntryEvicted) != 0 {
@@ -801,6 +803,8 @@ func TestKueueDeactivationIsKueues(t *testing.T) {
 
 // TestKueueSuspendRoundTrip: the SafeJob's own suspend deactivates its
 // Workload, marked as SafeJob's doing, and its resume activates it again.
+// Both spec updates keep the Workload's pod template, which the operator's
+// cache leaves out.
 func TestKueueSuspendRoundTrip(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, hold, false)
@@ -809,16 +813,32 @@ func TestKueueSuspendRoundTrip(t *testing.T) {
 	if err := k8s.Create(context.Background(), sj); err != nil {
 		t.Fatal(err)
 	}
-	waitWorkload(t, sj, "created", anyWorkload)
+	created := waitWorkload(t, sj, "created", anyWorkload)
 	patchSuspend(t, sj, true)
-	waitWorkload(t, sj, "deactivated for suspend", func(wl *kueue.Workload) bool {
+	deactivated := waitWorkload(t, sj, "deactivated for suspend", func(wl *kueue.Workload) bool {
 		return !ptr.Deref(wl.Spec.Active, true) && wl.Annotations[jobs.SuspendedAnnotation] == "true"
 	})
+	sameTemplate(t, created, deactivated)
 	patchSuspend(t, sj, false)
-	waitWorkload(t, sj, "activated on resume, unmarked", func(wl *kueue.Workload) bool {
+	activated := waitWorkload(t, sj, "activated on resume, unmarked", func(wl *kueue.Workload) bool {
 		_, marked := wl.Annotations[jobs.SuspendedAnnotation]
 		return ptr.Deref(wl.Spec.Active, true) && !marked
 	})
+	sameTemplate(t, created, activated)
+}
+
+// sameTemplate fails the test unless the Workload's pod sets kept the
+// template they were created with.
+func sameTemplate(t *testing.T, before, after *kueue.Workload) {
+	t.Helper()
+	if len(after.Spec.PodSets) != len(before.Spec.PodSets) {
+		t.Fatalf("Workload %s: %d pod sets, was %d", after.Name, len(after.Spec.PodSets), len(before.Spec.PodSets))
+	}
+	for i := range before.Spec.PodSets {
+		if diff := cmp.Diff(before.Spec.PodSets[i].Template, after.Spec.PodSets[i].Template); diff != "" {
+			t.Errorf("Workload %s, pod set %s: template changed (-before,+after):\n%s", after.Name, after.Spec.PodSets[i].Name, diff)
+		}
+	}
 }
 
 // setWorkloadActive sets spec.active, as Kueue or kubectl kueue stop/resume do.
