@@ -172,22 +172,17 @@ func prebuiltWorkload(sj *batchv1alpha1.SafeJob) string { return sj.Labels[jobs.
 // resourceVersion read, its spec untouched. A Workload another object
 // controls is never touched; its name is returned as taken. None yet: nil.
 func (r *SafeJobReconciler) adoptPrebuilt(ctx context.Context, sj *batchv1alpha1.SafeJob, name string) (*kueue.Workload, []string, error) {
-	wl := &kueue.Workload{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: sj.Namespace, Name: name}, wl); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil, nil
-		}
-		return nil, nil, fmt.Errorf("getting prebuilt Workload %s: %w", name, err)
-	}
 	// The cached Workload first, then the live one: the update below sends
 	// the whole Workload, and a cached one has no pod templates
 	// (CacheOptions).
-	for _, live := range []bool{false, true} {
-		if live {
-			var err error
-			if wl, err = r.liveWorkload(ctx, wl); err != nil {
-				return nil, nil, err
+	var wl *kueue.Workload
+	for _, reader := range []client.Reader{r.Client, r.APIReader} {
+		wl = &kueue.Workload{}
+		if err := reader.Get(ctx, client.ObjectKey{Namespace: sj.Namespace, Name: name}, wl); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, nil, nil
 			}
+			return nil, nil, fmt.Errorf("getting prebuilt Workload %s: %w", name, err)
 		}
 		if ref := metav1.GetControllerOfNoCopy(wl); ref != nil {
 			if ref.UID != sj.UID {
