@@ -136,8 +136,12 @@ type result struct {
 	PeakRSSMiB    float64
 	// Reconciles counts the operator's reconcile passes during the run
 	// (SafeJob modes only).
-	Reconciles      int       `json:",omitempty"`
-	CompletionTimes []float64 // seconds since the first create, sorted
+	Reconciles int `json:",omitempty"`
+	// StatusWrites counts the operator's SafeJob status writes during the
+	// run by kind: ledger, counts (only active, ready and terminating
+	// changed) and other (SafeJob modes only).
+	StatusWrites    map[string]int `json:",omitempty"`
+	CompletionTimes []float64      // seconds since the first create, sorted
 	// PodTimes is when each pod was first seen, seconds since the first
 	// create, sorted: beside CompletionTimes it shows how long pods took
 	// from their create to their success.
@@ -599,7 +603,7 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	reconciles := operatorReconciles(ctx, m)
+	operator := operatorCounters(ctx, m)
 	cpu0 := cpuSeconds(ctrl)
 	others0, busy0 := clusterCPU(c), machineTicks()
 	stopProfile := maybeProfile(o, w, m, repeat, cfg)
@@ -614,7 +618,8 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	}
 	heapProfile(o, w, m, repeat)
 	res := measure(w, m, repeat, start, end, created, rec, before, after, cpuSeconds(ctrl)-cpu0, peakRSS(ctrl))
-	res.Reconciles = reconciles()
+	counted := operator()
+	res.Reconciles, res.StatusWrites = counted.reconciles, counted.statusWrites
 	res.ExtraPodWatchers = o.extraPodWatchers
 	if res.PodWatchesEnded, err = testutil.WatchesEnded(c.AuditLog, "pods", start, end); err != nil {
 		return result{}, fmt.Errorf("reading pod watches from the audit log: %w", err)
@@ -710,33 +715,34 @@ func startController(ctx context.Context, o options, c *cluster.Cluster, dir str
 	return nil, func() {}, nil
 }
 
-// operatorReconciles reads the operator's count of reconcile passes, for a
-// mode that runs the operator, and returns a function that gives the passes
-// made since (0 for another mode). The count is a diagnostic: a read that
-// fails is reported and counts as 0, and leaves the run's figures alone.
-func operatorReconciles(ctx context.Context, m mode) (since func() int) {
+// operatorCounters reads the operator's counts (reconcile passes, status
+// writes by kind), for a mode that runs the operator, and returns a
+// function that gives those made since (none for another mode). The counts
+// are diagnostics: a read that fails is reported and counts as none, and
+// leaves the run's figures alone.
+func operatorCounters(ctx context.Context, m mode) (since func() operatorCounts) {
 	if m.Controller != ctrlSafeJob {
-		return func() int { return 0 }
+		return func() operatorCounts { return operatorCounts{} }
 	}
-	read := func() (int, bool) {
-		var n int
+	read := func() (operatorCounts, bool) {
+		var c operatorCounts
 		// Its metrics server may start a moment after its caches have synced.
 		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
 			var err error
-			n, err = scrapeReconciles(ctx)
+			c, err = scrapeOperator(ctx)
 			return err == nil, nil
 		})
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "bench: reading the operator's reconciles from %s: %v\n", operatorMetrics, err)
+			fmt.Fprintf(os.Stderr, "bench: reading the operator's counts from %s: %v\n", operatorMetrics, err)
 		}
-		return n, err == nil
+		return c, err == nil
 	}
 	before, ok := read()
-	return func() int {
+	return func() operatorCounts {
 		if after, ok2 := read(); ok && ok2 {
-			return after - before
+			return after.since(before)
 		}
-		return 0
+		return operatorCounts{}
 	}
 }
 

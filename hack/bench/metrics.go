@@ -139,39 +139,63 @@ const (
 	operatorMetrics     = "http://" + operatorMetricsAddr + "/metrics"
 )
 
-// scrapeReconciles reads the operator's count of reconcile passes
-// (safejob_reconciles_total, every result): beside the completions it
-// says how often the operator decided a SafeJob, which its CPU per
-// completion follows.
-func scrapeReconciles(ctx context.Context) (int, error) {
+// operatorCounts is what the bench reads of the operator's own metrics.
+type operatorCounts struct {
+	// reconciles is its reconcile passes (safejob_reconciles_total, every
+	// result): beside the completions it says how often the operator
+	// decided a SafeJob, which its CPU per completion follows.
+	reconciles int
+	// statusWrites is its SafeJob status writes by kind
+	// (safejob_status_writes_total): ledger (entries appended), counts
+	// (only active, ready and terminating changed) and other.
+	statusWrites map[string]int
+}
+
+// since is what was counted from before to c.
+func (c operatorCounts) since(before operatorCounts) operatorCounts {
+	d := operatorCounts{reconciles: c.reconciles - before.reconciles, statusWrites: map[string]int{}}
+	for kind, n := range c.statusWrites {
+		d.statusWrites[kind] = n - before.statusWrites[kind]
+	}
+	return d
+}
+
+// scrapeOperator reads the operator's counts from its metrics endpoint.
+func scrapeOperator(ctx context.Context) (operatorCounts, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, operatorMetrics, nil)
 	if err != nil {
-		return 0, fmt.Errorf("the operator's metrics: %w", err)
+		return operatorCounts{}, fmt.Errorf("the operator's metrics: %w", err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("reading the operator's metrics: %w", err)
+		return operatorCounts{}, fmt.Errorf("reading the operator's metrics: %w", err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, fmt.Errorf("reading the operator's metrics: %w", err)
+		return operatorCounts{}, fmt.Errorf("reading the operator's metrics: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("reading the operator's metrics: %s", resp.Status)
+		return operatorCounts{}, fmt.Errorf("reading the operator's metrics: %s", resp.Status)
 	}
-	return parseReconciles(string(raw)), nil
+	return parseOperator(string(raw)), nil
 }
 
-// parseReconciles sums safejob_reconciles_total over its results.
-func parseReconciles(raw string) int {
-	n := 0
+// parseOperator sums safejob_reconciles_total over its results and
+// safejob_status_writes_total by kind.
+func parseOperator(raw string) operatorCounts {
+	c := operatorCounts{statusWrites: map[string]int{}}
 	for _, line := range strings.Split(raw, "\n") {
-		if name, _, v, ok := sample(line); ok && name == "safejob_reconciles_total" {
-			n += v
+		name, labels, v, ok := sample(line)
+		switch {
+		case !ok:
+		case name == "safejob_reconciles_total":
+			c.reconciles += v
+		case name == "safejob_status_writes_total":
+			c.statusWrites[labels["kind"]] += v
 		}
 	}
-	return n
+	return c
 }

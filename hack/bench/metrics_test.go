@@ -32,16 +32,26 @@ apiserver_request_total_bogus{resource="pods"} 7
 	}
 }
 
-func TestParseReconciles(t *testing.T) {
+func TestParseOperator(t *testing.T) {
 	raw := `# HELP safejob_reconciles_total Reconciles by result.
 # TYPE safejob_reconciles_total counter
 safejob_reconciles_total{result="error"} 3
 safejob_reconciles_total{result="success"} 2.5e+03
 safejob_reconciles_totally{result="success"} 7
-safejob_status_writes_total{reason="launch"} 11
+safejob_status_writes_total{kind="counts"} 11
+safejob_status_writes_total{kind="ledger"} 1193
 `
-	if got := parseReconciles(raw); got != 2503 {
-		t.Errorf("parseReconciles = %d, want 2503", got)
+	got := parseOperator(raw)
+	if got.reconciles != 2503 {
+		t.Errorf("reconciles = %d, want 2503", got.reconciles)
+	}
+	if want := map[string]int{"counts": 11, "ledger": 1193}; !maps.Equal(got.statusWrites, want) {
+		t.Errorf("status writes = %v, want %v", got.statusWrites, want)
+	}
+	later := parseOperator(raw + "safejob_status_writes_total{kind=\"other\"} 2\n")
+	later.statusWrites["ledger"] += 5
+	if d, want := later.since(got), map[string]int{"counts": 0, "ledger": 5, "other": 2}; d.reconciles != 0 || !maps.Equal(d.statusWrites, want) {
+		t.Errorf("since = %+v, want no reconciles and status writes %v", d, want)
 	}
 }
 

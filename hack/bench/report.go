@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"debug/buildinfo"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,7 +27,11 @@ type summary struct {
 	// reconciles is the operator's reconcile passes per completion (0 for
 	// another controller, or a run from before it was counted).
 	reconciles float64
-	recovered  int
+	// statusWrites is the operator's SafeJob status writes per completion
+	// by kind (none for another controller, or a run from before they
+	// were counted).
+	statusWrites map[string]float64
+	recovered    int
 	// cpuBy is the median CPU ms per completion of each process.
 	cpuBy        map[string]float64
 	extra, noPod int
@@ -49,6 +55,7 @@ func summarise(results []result, w, m string) (summary, bool) {
 	var s summary
 	var mk, ps, p50, p99, wr, cpu, rss, api, all, busy, half, last, rec []float64
 	cpuBy := map[string][]float64{}
+	var statusRuns []result
 	for _, r := range results {
 		if r.Workload != w || r.Mode != m {
 			continue
@@ -64,6 +71,9 @@ func summarise(results []result, w, m string) (summary, bool) {
 		s.recovered = max(s.recovered, r.Recovered+r.Unseen)
 		if r.Reconciles > 0 && r.Completions > 0 {
 			rec = append(rec, float64(r.Reconciles)/float64(r.Completions))
+		}
+		if len(r.StatusWrites) > 0 && r.Completions > 0 {
+			statusRuns = append(statusRuns, r)
 		}
 		for name, ms := range r.cpuByProcess() {
 			cpuBy[name] = append(cpuBy[name], ms)
@@ -87,6 +97,7 @@ func summarise(results []result, w, m string) (summary, bool) {
 	for name, ms := range cpuBy {
 		s.cpuBy[name] = median(ms)
 	}
+	s.statusWrites = statusWritesPer(statusRuns)
 	return s, s.runs > 0
 }
 
@@ -214,6 +225,7 @@ func verdict(results []result, w string) string {
 	if sj.reconciles > 0 {
 		fmt.Fprintf(&b, "- the operator's reconcile passes per completion (`safejob_reconciles_total`): %.2f\n", sj.reconciles)
 	}
+	b.WriteString(statusWriteKinds(sj))
 	fmt.Fprintf(&b, "- half the pods succeeded: SafeJob at %.1f s, built-in at %.1f s (target: SafeJob no later); "+
 		"the last pod: %.1f s and %.1f s\n", sj.half, bi.half, sj.last, bi.last)
 	for _, m := range modeOrder {
@@ -629,3 +641,42 @@ func kwokRewatches(results []result, w string) string {
 }
 
 func abs(n int) int { return max(n, -n) }
+
+// statusWritesPer is the median over runs of each kind's status writes per
+// completion, a kind a run did not count being none in it; nil for no runs.
+func statusWritesPer(runs []result) map[string]float64 {
+	if len(runs) == 0 {
+		return nil
+	}
+	kinds := map[string]bool{}
+	for _, r := range runs {
+		for kind := range r.StatusWrites {
+			kinds[kind] = true
+		}
+	}
+	per := map[string]float64{}
+	for kind := range kinds {
+		xs := make([]float64, 0, len(runs))
+		for _, r := range runs {
+			xs = append(xs, float64(r.StatusWrites[kind])/float64(r.Completions))
+		}
+		per[kind] = median(xs)
+	}
+	return per
+}
+
+// statusWriteKinds is a line of the operator's SafeJob status writes per
+// completion by kind (medians of the repeats), or nothing if none were
+// counted.
+func statusWriteKinds(sj summary) string {
+	if len(sj.statusWrites) == 0 {
+		return ""
+	}
+	kinds := slices.Sorted(maps.Keys(sj.statusWrites))
+	parts := make([]string, 0, len(kinds))
+	for _, kind := range kinds {
+		parts = append(parts, fmt.Sprintf("%s %.2f", kind, sj.statusWrites[kind]))
+	}
+	return "- the operator's SafeJob status writes per completion by kind (`safejob_status_writes_total`; counts: " +
+		"only active, ready or terminating changed): " + strings.Join(parts, ", ") + "\n"
+}

@@ -332,3 +332,28 @@ func TestSummariseWorstExtraPods(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusWriteKinds: the report gives the median over repeats of each
+// kind of status write per completion, a kind one repeat never counted
+// being none there.
+func TestStatusWriteKinds(t *testing.T) {
+	results := []result{
+		{Workload: "W3", Mode: modeSafeJob, Repeat: 1, Completions: 1000, PerSecond: 60,
+			StatusWrites: map[string]int{"ledger": 1193, "counts": 635, "other": 3}},
+		{Workload: "W3", Mode: modeSafeJob, Repeat: 2, Completions: 1000, PerSecond: 60,
+			StatusWrites: map[string]int{"ledger": 1162, "counts": 556}},
+		{Workload: "W3", Mode: modeSafeJob, Repeat: 3, Completions: 1000, PerSecond: 60,
+			StatusWrites: map[string]int{"ledger": 1200, "counts": 600, "other": 1}},
+		{Workload: "W3", Mode: modeBuiltin, Repeat: 1, Completions: 1000, PerSecond: 60},
+	}
+	sj, _ := summarise(results, "W3", modeSafeJob)
+	want := "- the operator's SafeJob status writes per completion by kind (`safejob_status_writes_total`; counts: " +
+		"only active, ready or terminating changed): counts 0.60, ledger 1.19, other 0.00\n"
+	if got := statusWriteKinds(sj); got != want {
+		t.Errorf("statusWriteKinds = %q, want %q", got, want)
+	}
+	bi, _ := summarise(results, "W3", modeBuiltin)
+	if got := statusWriteKinds(bi); got != "" {
+		t.Errorf("statusWriteKinds of the built-in = %q, want nothing", got)
+	}
+}
