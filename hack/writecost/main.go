@@ -54,11 +54,13 @@ func main() {
 		"write a CPU profile of kube-apiserver, taken while the last length is measured in the last round, to this file")
 	variants := flag.String("variants", variantAsIs, "the CRD's variants to measure, comma-separated, each on its own API server: "+
 		strings.Join(variantNames, ", ")+" (what its validation costs a status write)")
+	releases := flag.Int("releases", 0, "also measure this many pod finalizer releases of each kind in each round: "+
+		"the JSON patch that tests the finalizer's index, and the strategic merge patch that deletes it by value")
 	untracked := flag.Bool("untracked", false, "also measure a twin of each object whose managedFields were stripped "+
 		"(the API server then tracks no fields on its updates): what field tracking costs a status write")
 	flag.Parse()
 	logf.SetLogger(logr.Discard()) // envtest's own messages
-	c := config{writes: *writes, rounds: *rounds, profile: *profile, untracked: *untracked}
+	c := config{writes: *writes, rounds: *rounds, profile: *profile, untracked: *untracked, releases: *releases}
 	if err := run(c, *sizes, *crdDir, *variants); err != nil {
 		fmt.Fprintf(os.Stderr, "writecost: %v\n", err)
 		os.Exit(1)
@@ -83,6 +85,9 @@ type config struct {
 	lengths        []int
 	profile        string
 	untracked      bool
+	// releases is how many pod finalizer releases of each kind each round
+	// measures (none: no pods).
+	releases int
 }
 
 func run(c config, sizes, crdDir, variants string) error {
@@ -90,8 +95,8 @@ func run(c config, sizes, crdDir, variants string) error {
 	if c.lengths, err = parseLengths(sizes); err != nil {
 		return err
 	}
-	if c.writes < 1 || c.rounds < 1 {
-		return fmt.Errorf("-writes %d and -rounds %d must be at least 1", c.writes, c.rounds)
+	if c.writes < 1 || c.rounds < 1 || c.releases < 0 {
+		return fmt.Errorf("-writes %d and -rounds %d must be at least 1, -releases %d at least 0", c.writes, c.rounds, c.releases)
 	}
 	crd, err := loadCRD(crdDir)
 	if err != nil {
@@ -141,7 +146,16 @@ func runVariant(name string, crd *apiextensionsv1.CustomResourceDefinition, vc c
 	if err != nil {
 		return err
 	}
+	releases := releaseKinds()
+	if vc.releases == 0 {
+		releases = nil
+	}
 	for r := range vc.rounds {
+		for k := range releases {
+			if err := releases[k].measure(ctx, c, ps, vc.releases, r); err != nil {
+				return err
+			}
+		}
 		for k := range objects {
 			if vc.profile != "" && r == vc.rounds-1 && k == len(objects)-1 {
 				done, err := startProfile(ctx, cfg, vc.profile)
@@ -165,7 +179,107 @@ func runVariant(name string, crd *apiextensionsv1.CustomResourceDefinition, vc c
 		fmt.Printf("%-20s %-32s %10d %8.2f (%.2f-%.2f) %10.2f %8.2f\n", name, o.label, len(raw), api,
 			slices.Min(o.api), slices.Max(o.api), median(o.etcd), api/jobMs)
 	}
+	for _, rk := range releases {
+		api := median(rk.api)
+		fmt.Printf("%-20s %-32s %10d %8.2f (%.2f-%.2f) %10.2f %8.2f\n", name, rk.label, rk.bytes, api,
+			slices.Min(rk.api), slices.Max(rk.api), median(rk.etcd), api/jobMs)
+	}
 	return nil
+}
+
+// release is a way to remove the ledger finalizer of a pod, and what it
+// cost in each round: kube-apiserver's and etcd's CPU ms per release.
+type release struct {
+	name, label string
+	patch       func(index int) client.Patch
+	bytes       int // the pod's JSON size
+	api, etcd   []float64
+}
+
+// releaseKinds are the two patches that can remove the ledger finalizer
+// without clobbering another's edit of the list: a JSON patch that tests
+// the entry at its index before removing it, and a strategic merge patch
+// that deletes the value wherever it is (the Job controller's).
+func releaseKinds() []release {
+	return []release{
+		{name: "json", label: "pod release, JSON patch", patch: func(k int) client.Patch {
+			return client.RawPatch(types.JSONPatchType, fmt.Appendf(nil,
+				`[{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`,
+				k, batchv1alpha1.LedgerFinalizer, k))
+		}},
+		{name: "smp", label: "pod release, merge patch", patch: func(int) client.Patch {
+			return client.RawPatch(types.StrategicMergePatchType, fmt.Appendf(nil,
+				`{"metadata":{"$deleteFromPrimitiveList/finalizers":[%q]}}`, batchv1alpha1.LedgerFinalizer))
+		}},
+	}
+}
+
+// measure creates n finished pods that hold the ledger finalizer (not
+// measured), releases each (measured) and deletes them again.
+func (rk *release) measure(ctx context.Context, c client.Client, pids pids, n, round int) error {
+	pods := make([]*corev1.Pod, 0, n)
+	for i := range n {
+		pod, err := finishedPod(ctx, c, fmt.Sprintf("%s-%d-%d", rk.name, round, i), rk.label)
+		if err != nil {
+			return err
+		}
+		pods = append(pods, pod)
+	}
+	if raw, err := json.Marshal(pods[0]); err == nil {
+		rk.bytes = len(raw)
+	}
+	api0, etcd0 := cluster.CPUSeconds(pids.apiserver), cluster.CPUSeconds(pids.etcd)
+	for _, pod := range pods {
+		if err := c.Patch(ctx, pod, rk.patch(slices.Index(pod.Finalizers, batchv1alpha1.LedgerFinalizer))); err != nil {
+			return fmt.Errorf("%s of %s: %w", rk.label, pod.Name, err)
+		}
+		if slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) || !slices.Contains(pod.Finalizers, otherFinalizer) {
+			return fmt.Errorf("%s of %s left finalizers %v", rk.label, pod.Name, pod.Finalizers)
+		}
+	}
+	api1, etcd1 := cluster.CPUSeconds(pids.apiserver), cluster.CPUSeconds(pids.etcd)
+	rk.api = append(rk.api, 1000*(api1-api0)/float64(n))
+	rk.etcd = append(rk.etcd, 1000*(etcd1-etcd0)/float64(n))
+	done := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))
+	for _, pod := range pods {
+		if err := c.Patch(ctx, pod, done); err != nil {
+			return fmt.Errorf("releasing %s: %w", pod.Name, err)
+		}
+		if err := c.Delete(ctx, pod); err != nil {
+			return fmt.Errorf("deleting %s: %w", pod.Name, err)
+		}
+	}
+	return nil
+}
+
+// otherFinalizer is a finalizer of someone else's, listed before the
+// ledger's, that every release must leave in place.
+const otherFinalizer = "example.com/keep"
+
+// finishedPod creates a pod like one the operator creates for a W3 SafeJob,
+// holding the ledger finalizer, and gives it the status of a pod that
+// succeeded.
+func finishedPod(ctx context.Context, c client.Client, name, label string) (*corev1.Pod, error) {
+	tpl := template()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pod-" + name, Namespace: "default",
+		Labels:      map[string]string{batchv1alpha1.SafeJobNameLabel: "sj", "batch.kubernetes.io/job-completion-index": "3"},
+		Annotations: tpl.Annotations, Finalizers: []string{otherFinalizer, batchv1alpha1.LedgerFinalizer},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: batchv1alpha1.GroupVersion.String(), Kind: "SafeJob", Name: "sj",
+			UID: "0e7d4c1a-5f2b-4b8e-9d3c-2a1f6e8b7c90", Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}},
+		Spec: tpl.Spec}
+	if err := c.Create(ctx, pod); err != nil {
+		return nil, fmt.Errorf("%s: creating pod: %w", label, err)
+	}
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	pod.Status = corev1.PodStatus{Phase: corev1.PodSucceeded, StartTime: &now, HostIP: "10.0.0.1", PodIP: "10.0.0.2",
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: "PodCompleted", LastTransitionTime: now}},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "main", Image: "busybox", ImageID: "docker://busybox", Ready: false,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed",
+				StartedAt: now, FinishedAt: now}}}}}
+	if err := c.Status().Update(ctx, pod); err != nil {
+		return nil, fmt.Errorf("%s: writing pod status: %w", label, err)
+	}
+	return pod, nil
 }
 
 // createObjects creates the Job and a SafeJob of each ledger length whose
