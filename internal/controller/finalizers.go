@@ -21,39 +21,29 @@ import (
 	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
-// releaseFinalizer removes the ledger finalizer of a pod.
+// releaseFinalizer removes the ledger finalizer of a pod with a strategic
+// merge patch that deletes it by value, as the Job controller removes its
+// own: another's edit of the list is never clobbered, and there is no index
+// to go stale. A pod that is gone, or that the cache shows without the
+// finalizer, is left alone.
 func (r *SafeJobReconciler) releaseFinalizer(ctx context.Context, namespace, name string) error {
-	return r.removeFinalizer(ctx, func() client.Object { return &corev1.Pod{} },
-		client.ObjectKey{Namespace: namespace, Name: name}, batchv1alpha1.LedgerFinalizer)
+	pod := &corev1.Pod{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pod); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
+		return nil
+	}
+	if err := r.Client.Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, releasePatch)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("removing finalizer %s of %s: %w", batchv1alpha1.LedgerFinalizer, name, err)
+	}
+	return nil
 }
 
-// removeFinalizer removes a finalizer with a JSON patch that tests the entry
-// it removes, so concurrent finalizer edits are never clobbered. A failed
-// test means the cached object was stale: it retries once on a live read.
-func (r *SafeJobReconciler) removeFinalizer(ctx context.Context, newObj func() client.Object, key client.ObjectKey,
-	finalizer string) error {
-	var err error
-	for _, reader := range []client.Reader{r.Client, r.APIReader} {
-		obj := newObj()
-		if err = reader.Get(ctx, key, obj); err != nil {
-			return client.IgnoreNotFound(err)
-		}
-		k := slices.Index(obj.GetFinalizers(), finalizer)
-		if k < 0 {
-			return nil
-		}
-		patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`,
-			k, finalizer, k)
-		err = r.Client.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, []byte(patch)))
-		if err == nil || apierrors.IsNotFound(err) {
-			return nil
-		}
-		if !apierrors.IsInvalid(err) && !apierrors.IsBadRequest(err) {
-			break
-		}
-	}
-	return fmt.Errorf("removing finalizer %s of %s: %w", finalizer, key.Name, err)
-}
+// releasePatch deletes the ledger finalizer from a pod's list wherever it
+// is, and nothing else. It costs the API server less than a JSON patch
+// (which encodes the whole pod to JSON and decodes it back).
+var releasePatch = fmt.Appendf(nil, `{"metadata":{"$deleteFromPrimitiveList/finalizers":[%q]}}`, batchv1alpha1.LedgerFinalizer)
 
 // releaseOrphans frees the pods that hold the ledger finalizer for a SafeJob
 // of this name that is gone or going: with no ledger left to record their

@@ -3,11 +3,14 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -165,6 +168,57 @@ func checkNoLaunchOrStop(t *testing.T, sj *batchv1alpha1.SafeJob) {
 	for _, e := range sj.Status.Ledger.Entries {
 		if e.Type == batchv1alpha1.EntryStopping || (e.Type == batchv1alpha1.EntryLaunched && e.Attempt > 0) {
 			t.Errorf("after the first success the ledger holds %s %s", e.Type, e.Pod)
+		}
+	}
+}
+
+// TestReleaseKeepsOtherFinalizers: the operator removes its ledger
+// finalizer from each pod it recorded and leaves another's in place, the
+// other's listed first so that the ledger's is not where it was created.
+func TestReleaseKeepsOtherFinalizers(t *testing.T) {
+	t.Parallel()
+	const other = "example.com/keep"
+	h := newHarness(t, hold, false)
+	startManager(t, h.ns, managerOptions{})
+	ctx := context.Background()
+	sj := testutil.MakeSafeJob("keep", h.ns).Completions(2).Parallelism(2).Obj()
+	if err := k8s.Create(ctx, sj); err != nil {
+		t.Fatal(err)
+	}
+	var pods corev1.PodList
+	waitFor(t, 30*time.Second, "two running pods", func() (bool, error) {
+		err := k8s.List(ctx, &pods, client.InNamespace(h.ns))
+		return len(pods.Items) == 2, err
+	})
+	both := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"finalizers":[%q,%q]}}`,
+		other, batchv1alpha1.LedgerFinalizer))
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if err := k8s.Patch(ctx, pod, both); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { // the namespace's pods can go once the test is done
+			_ = k8s.Patch(context.Background(), pod, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+		})
+	}
+	h.kubelet.SetFate(succeed)
+	if got := waitFinished(t, client.ObjectKeyFromObject(sj), time.Minute); !conditionTrue(got, batchv1alpha1.ConditionComplete) {
+		t.Fatalf("want Complete, got conditions %+v", got.Status.Conditions)
+	}
+	waitFor(t, 30*time.Second, "the ledger finalizer released from both pods", func() (bool, error) {
+		if err := k8s.List(ctx, &pods, client.InNamespace(h.ns)); err != nil {
+			return false, err
+		}
+		for _, pod := range pods.Items {
+			if slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
+				return false, nil
+			}
+		}
+		return len(pods.Items) == 2, nil
+	})
+	for _, pod := range pods.Items {
+		if !slices.Equal(pod.Finalizers, []string{other}) {
+			t.Errorf("pod %s has finalizers %v, want only %s", pod.Name, pod.Finalizers, other)
 		}
 	}
 }
