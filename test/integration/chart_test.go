@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -29,7 +27,7 @@ func TestHelmChart(t *testing.T) {
 		t.Fatalf("building helm: %v", err)
 	}
 	helm := strings.TrimSpace(string(helmOut))
-	const ns = "safejob-helm"
+	ns := newNamespace(t) // a name of its own, so that the test can run again on the same API server
 	rendered, err := exec.Command(helm, "template", "safejob", filepath.Join(root, "dist", "chart"), "--namespace", ns,
 		"--include-crds", "--set", "replicas=2", "--set", "image.repository=registry.example/safejob", "--set", "image.tag=v9",
 		"--set", "metrics.enabled=false", "--set-json", `extraArgs=["--concurrent-reconciles=8"]`).CombinedOutput()
@@ -42,9 +40,6 @@ func TestHelmChart(t *testing.T) {
 	}
 	checkRendered(t, objs, ns)
 	ctx := context.Background()
-	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
 	for _, obj := range objs {
 		// Server-side apply: the CRD and the admission policies are already
 		// installed here, identical.
