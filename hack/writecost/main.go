@@ -133,10 +133,6 @@ func runVariant(name string, crd *apiextensionsv1.CustomResourceDefinition, vc c
 	}
 	defer func() { _ = env.Stop() }()
 	cfg.QPS, cfg.Burst = -1, 0
-	ps, err := findPIDs()
-	if err != nil {
-		return err
-	}
 	c, err := newClient(cfg)
 	if err != nil {
 		return err
@@ -149,6 +145,30 @@ func runVariant(name string, crd *apiextensionsv1.CustomResourceDefinition, vc c
 	releases := releaseKinds()
 	if vc.releases == 0 {
 		releases = nil
+	}
+	if err := measureRounds(ctx, cfg, c, vc, objects, releases); err != nil {
+		return err
+	}
+	jobMs := median(objects[0].api)
+	for _, o := range objects {
+		raw, err := json.Marshal(o.obj)
+		if err != nil {
+			return fmt.Errorf("%s: encoding: %w", o.label, err)
+		}
+		printRow(name, o.label, len(raw), o.api, o.etcd, jobMs)
+	}
+	for _, rk := range releases {
+		printRow(name, rk.label, rk.bytes, rk.api, rk.etcd, jobMs)
+	}
+	return nil
+}
+
+// measureRounds measures every release kind and object in turn, vc.rounds
+// times; the last round's last object is profiled if vc asks for it.
+func measureRounds(ctx context.Context, cfg *rest.Config, c client.Client, vc config, objects []measured, releases []release) error {
+	ps, err := findPIDs()
+	if err != nil {
+		return err
 	}
 	for r := range vc.rounds {
 		for k := range releases {
@@ -169,22 +189,15 @@ func runVariant(name string, crd *apiextensionsv1.CustomResourceDefinition, vc c
 			}
 		}
 	}
-	jobMs := median(objects[0].api)
-	for _, o := range objects {
-		raw, err := json.Marshal(o.obj)
-		if err != nil {
-			return fmt.Errorf("%s: encoding: %w", o.label, err)
-		}
-		api := median(o.api)
-		fmt.Printf("%-20s %-32s %10d %8.2f (%.2f-%.2f) %10.2f %8.2f\n", name, o.label, len(raw), api,
-			slices.Min(o.api), slices.Max(o.api), median(o.etcd), api/jobMs)
-	}
-	for _, rk := range releases {
-		api := median(rk.api)
-		fmt.Printf("%-20s %-32s %10d %8.2f (%.2f-%.2f) %10.2f %8.2f\n", name, rk.label, rk.bytes, api,
-			slices.Min(rk.api), slices.Max(rk.api), median(rk.etcd), api/jobMs)
-	}
 	return nil
+}
+
+// printRow prints one measured object's median CPU per write, its range,
+// and its ratio to the Job's status write.
+func printRow(variant, label string, bytes int, api, etcd []float64, jobMs float64) {
+	m := median(api)
+	fmt.Printf("%-20s %-32s %10d %8.2f (%.2f-%.2f) %10.2f %8.2f\n", variant, label, bytes, m,
+		slices.Min(api), slices.Max(api), median(etcd), m/jobMs)
 }
 
 // release is a way to remove the ledger finalizer of a pod, and what it
@@ -261,7 +274,7 @@ const otherFinalizer = "example.com/keep"
 // succeeded.
 func finishedPod(ctx context.Context, c client.Client, name, label string) (*corev1.Pod, error) {
 	tpl := template()
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pod-" + name, Namespace: "default",
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pod-" + name, Namespace: metav1.NamespaceDefault,
 		Labels:      map[string]string{batchv1alpha1.SafeJobNameLabel: "sj", "batch.kubernetes.io/job-completion-index": "3"},
 		Annotations: tpl.Annotations, Finalizers: []string{otherFinalizer, batchv1alpha1.LedgerFinalizer},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: batchv1alpha1.GroupVersion.String(), Kind: "SafeJob", Name: "sj",
@@ -272,7 +285,8 @@ func finishedPod(ctx context.Context, c client.Client, name, label string) (*cor
 	}
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
 	pod.Status = corev1.PodStatus{Phase: corev1.PodSucceeded, StartTime: &now, HostIP: "10.0.0.1", PodIP: "10.0.0.2",
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: "PodCompleted", LastTransitionTime: now}},
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: "PodCompleted",
+			LastTransitionTime: now}},
 		ContainerStatuses: []corev1.ContainerStatus{{Name: "main", Image: "busybox", ImageID: "docker://busybox", Ready: false,
 			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed",
 				StartedAt: now, FinishedAt: now}}}}}
