@@ -59,8 +59,7 @@ func main() {
 			"renewed while they still queue up to --ready-busy-limit (0 or less than --ready-batch-period: as --ready-batch-period).")
 	flag.DurationVar(&s.readyBusyLimit, "ready-busy-limit", controller.DefaultReadyBusyLimit,
 		"The longest a change of status.ready alone may wait while SafeJobs keep queueing for a worker: "+
-			"a hold that ends while they still queue is renewed by --ready-busy-period up to this (at or below it: no renewal). "+
-			"Also the longest it waits for a SafeJob's next ledger write when the pace of its last two says one is coming.")
+			"a hold that ends while they still queue is renewed by --ready-busy-period up to this (at or below it: no renewal).")
 	flag.DurationVar(&s.failureBackoff, "pod-failure-backoff", jobs.DefaultBackoff.Base,
 		"The delay before a failed pod is replaced, doubling with each failure since the last success, "+
 			"at most 60 times this (batch/v1: 10s, at most 10m).")

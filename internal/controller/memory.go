@@ -189,24 +189,10 @@ type writePacing struct {
 	// and holdStart when its current hold began (readySince, or when the
 	// hold was last renewed).
 	readySince, holdStart time.Time
-	// lastLedger is when this process last wrote ledger entries of the
-	// SafeJob, and ledgerEvery how long before that it had written the
-	// ones before (0 until it has written twice): the pace at which its
-	// pods' outcomes come.
-	lastLedger  time.Time
-	ledgerEvery time.Duration
 }
 
-// wrote records a status write at now, one with ledger entries if ledger.
-func (w *writePacing) wrote(now time.Time, ledger bool) {
+func (w *writePacing) wrote(now time.Time) {
 	w.lastWrite, w.readySince, w.holdStart = now, time.Time{}, time.Time{}
-	if !ledger {
-		return
-	}
-	if !w.lastLedger.IsZero() {
-		w.ledgerEvery = now.Sub(w.lastLedger)
-	}
-	w.lastLedger = now
 }
 
 // spacingLeft returns how much of period is left since the last write: 0
@@ -220,12 +206,8 @@ func (w *writePacing) spacingLeft(now time.Time, period time.Duration) time.Dura
 
 // deferReady holds back a ready-only status change for hold from when it
 // was first seen. Once that has passed, renew holds it for another hold
-// from now, but never past limit from when it was first seen. A change
-// that the next ledger write, at the pace of the last two, would carry
-// within limit is held until then and one hold more: a SafeJob whose
-// outcomes come every few seconds writes its counts with them, not in a
-// write of their own between each two. It returns the time left, 0 when
-// the change is due, and the time left to the limit.
+// from now, but never past limit from when it was first seen. It returns
+// the time left, 0 when the change is due, and the time left to the limit.
 func (w *writePacing) deferReady(now time.Time, hold time.Duration, renew bool, limit time.Duration) (left, toLimit time.Duration) {
 	if w.readySince.IsZero() {
 		w.readySince, w.holdStart = now, now
@@ -235,11 +217,6 @@ func (w *writePacing) deferReady(now time.Time, hold time.Duration, renew bool, 
 		w.holdStart = now
 	}
 	due := w.holdStart.Add(hold)
-	if w.ledgerEvery > 0 {
-		if next := w.lastLedger.Add(w.ledgerEvery + hold); next.After(due) && !next.After(end) {
-			due = next
-		}
-	}
 	if end.Before(due) {
 		due = end
 	}

@@ -124,7 +124,7 @@ func TestWritePacing(t *testing.T) {
 		t.Errorf("spacing before any write: %s, want 0", left)
 	}
 	w.deferReady(now, time.Second, false, 0)
-	w.wrote(now, false)
+	w.wrote(now)
 	if left := w.spacingLeft(now.Add(300*time.Millisecond), time.Second); left != 700*time.Millisecond {
 		t.Errorf("spacing 300ms after a write: %s, want 700ms", left)
 	}
@@ -133,42 +133,5 @@ func TestWritePacing(t *testing.T) {
 	}
 	if left, _ := w.deferReady(now.Add(1500*time.Millisecond), time.Second, false, 0); left != 0 {
 		t.Errorf("ready hold after its period: %s, want 0", left)
-	}
-}
-
-// TestReadyHoldAwaitsTheNextLedgerWrite: a change of the counts alone waits
-// for the ledger write that the pace of the last two says is coming, and a
-// hold more, when that is within the limit; otherwise the usual hold.
-func TestReadyHoldAwaitsTheNextLedgerWrite(t *testing.T) {
-	t0 := time.Unix(100, 0)
-	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	const hold, limit = time.Second, 30 * time.Second
-	for _, tc := range []struct {
-		name   string
-		ledger []time.Duration // ledger writes
-		counts []time.Duration // counts-only writes after them
-		seen   time.Duration   // when the change is first held
-		want   time.Duration
-	}{
-		{name: "one ledger write: no pace yet", ledger: []time.Duration{0}, seen: 2 * time.Second, want: hold},
-		{name: "every 10s: held to the next and a hold more", ledger: []time.Duration{0, 10 * time.Second},
-			seen: 12 * time.Second, want: 9 * time.Second},
-		{name: "counts-only writes set no pace", ledger: []time.Duration{0, 10 * time.Second},
-			counts: []time.Duration{11 * time.Second}, seen: 12 * time.Second, want: 9 * time.Second},
-		{name: "the next is overdue", ledger: []time.Duration{0, 10 * time.Second}, seen: 25 * time.Second, want: hold},
-		{name: "beyond the limit", ledger: []time.Duration{0, 40 * time.Second}, seen: 41 * time.Second, want: hold},
-		{name: "a fast pace: the next and a hold", ledger: []time.Duration{0, 300 * time.Millisecond},
-			seen: 400 * time.Millisecond, want: 1200 * time.Millisecond},
-	} {
-		var w writePacing
-		for _, d := range tc.ledger {
-			w.wrote(at(d), true)
-		}
-		for _, d := range tc.counts {
-			w.wrote(at(d), false)
-		}
-		if got, _ := w.deferReady(at(tc.seen), hold, false, limit); got != tc.want {
-			t.Errorf("%s: held %s, want %s", tc.name, got, tc.want)
-		}
 	}
 }

@@ -180,8 +180,7 @@ const DefaultReadyBusyPeriod = 5 * time.Second
 // backlog the pods of a busy cluster stay ready longer than one
 // ReadyBusyPeriod before they end (docs/performance.md, "Why the
 // defaults"), and a ready count shown half a minute late is still sooner
-// than a backlogged Job controller's. It bounds too how long a change of
-// the counts alone waits for a ledger write the SafeJob's pace foretells.
+// than a backlogged Job controller's.
 const DefaultReadyBusyLimit = 30 * time.Second
 
 // FollowUpWait bounds how long a worker waits for the informer to deliver

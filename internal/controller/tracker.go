@@ -86,7 +86,7 @@ func (t *tracker) showsOwnWrite(sj *batchv1alpha1.SafeJob, now time.Time, m *Met
 func (t *tracker) wrote(key types.NamespacedName, uid types.UID, over string, now time.Time, appended []batchv1alpha1.LedgerEntry) {
 	t.with(key, uid, func(m *jobMemo) {
 		m.fence.wrote(over, now)
-		m.pacing.wrote(now, len(appended) > 0)
+		m.pacing.wrote(now)
 		m.pods.committed(appended)
 	})
 }
