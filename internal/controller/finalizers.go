@@ -41,8 +41,8 @@ func (r *SafeJobReconciler) releaseFinalizer(ctx context.Context, namespace, nam
 }
 
 // releasePatch deletes the ledger finalizer from a pod's list wherever it
-// is, and nothing else. It costs the API server less than a JSON patch
-// (which encodes the whole pod to JSON and decodes it back).
+// is, and nothing else. The API server applies it to the decoded pod, where
+// it applies a JSON patch to the pod encoded as JSON and decodes the result.
 var releasePatch = fmt.Appendf(nil, `{"metadata":{"$deleteFromPrimitiveList/finalizers":[%q]}}`, batchv1alpha1.LedgerFinalizer)
 
 // releaseOrphans frees the pods that hold the ledger finalizer for a SafeJob
