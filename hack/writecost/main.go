@@ -275,7 +275,7 @@ const otherFinalizer = "example.com/keep"
 func finishedPod(ctx context.Context, c client.Client, name, label string) (*corev1.Pod, error) {
 	tpl := template()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pod-" + name, Namespace: metav1.NamespaceDefault,
-		Labels:      map[string]string{batchv1alpha1.SafeJobNameLabel: "sj", "batch.kubernetes.io/job-completion-index": "3"},
+		Labels:      map[string]string{batchv1alpha1.SafeJobNameLabel: "sj", batchv1alpha1.CompletionIndexLabel: "3"},
 		Annotations: tpl.Annotations, Finalizers: []string{otherFinalizer, batchv1alpha1.LedgerFinalizer},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: batchv1alpha1.GroupVersion.String(), Kind: "SafeJob", Name: "sj",
 			UID: "0e7d4c1a-5f2b-4b8e-9d3c-2a1f6e8b7c90", Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}},
