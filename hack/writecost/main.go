@@ -40,6 +40,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/controller"
 	"github.com/safejob/safejob/internal/ledger"
 	"github.com/safejob/safejob/internal/ledger/jobs"
 	"github.com/safejob/safejob/test/cluster"
@@ -204,25 +205,26 @@ func printRow(variant, label string, bytes int, api, etcd []float64, jobMs float
 // cost in each round: kube-apiserver's and etcd's CPU ms per release.
 type release struct {
 	name, label string
-	patch       func(index int) client.Patch
+	patch       func(pod *corev1.Pod) client.Patch
 	bytes       int // the pod's JSON size
 	api, etcd   []float64
 }
 
 // releaseKinds are the two patches that can remove the ledger finalizer
 // without clobbering another's edit of the list: a JSON patch that tests
-// the entry at its index before removing it, and a strategic merge patch
-// that deletes the value wherever it is (the Job controller's).
+// the entry at its index before removing it, and the strategic merge patch
+// the operator sends, which deletes the value wherever it is (as the Job
+// controller does) from the pod of its UID.
 func releaseKinds() []release {
 	return []release{
-		{name: "json", label: "pod release, JSON patch", patch: func(k int) client.Patch {
+		{name: "json", label: "pod release, JSON patch", patch: func(pod *corev1.Pod) client.Patch {
+			k := slices.Index(pod.Finalizers, batchv1alpha1.LedgerFinalizer)
 			return client.RawPatch(types.JSONPatchType, fmt.Appendf(nil,
 				`[{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`,
 				k, batchv1alpha1.LedgerFinalizer, k))
 		}},
-		{name: "smp", label: "pod release, merge patch", patch: func(int) client.Patch {
-			return client.RawPatch(types.StrategicMergePatchType, fmt.Appendf(nil,
-				`{"metadata":{"$deleteFromPrimitiveList/finalizers":[%q]}}`, batchv1alpha1.LedgerFinalizer))
+		{name: "smp", label: "pod release, merge patch", patch: func(pod *corev1.Pod) client.Patch {
+			return client.RawPatch(types.StrategicMergePatchType, controller.ReleasePatch(pod.UID))
 		}},
 	}
 }
@@ -243,7 +245,7 @@ func (rk *release) measure(ctx context.Context, c client.Client, pids pids, n, r
 	}
 	api0, etcd0 := cluster.CPUSeconds(pids.apiserver), cluster.CPUSeconds(pids.etcd)
 	for _, pod := range pods {
-		if err := c.Patch(ctx, pod, rk.patch(slices.Index(pod.Finalizers, batchv1alpha1.LedgerFinalizer))); err != nil {
+		if err := c.Patch(ctx, pod, rk.patch(pod)); err != nil {
 			return fmt.Errorf("%s of %s: %w", rk.label, pod.Name, err)
 		}
 		if slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) || !slices.Contains(pod.Finalizers, otherFinalizer) {

@@ -21,29 +21,55 @@ import (
 	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
-// releaseFinalizer removes the ledger finalizer of a pod with a strategic
-// merge patch that deletes it by value, as the Job controller removes its
-// own: another's edit of the list is never clobbered, and there is no index
-// to go stale. A pod that is gone, or that the cache shows without the
-// finalizer, is left alone.
-func (r *SafeJobReconciler) releaseFinalizer(ctx context.Context, namespace, name string) error {
-	pod := &corev1.Pod{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pod); err != nil {
-		return client.IgnoreNotFound(err)
-	}
+// releaseFinalizer removes the ledger finalizer of pod, and of no other pod
+// that has its name by now, with a strategic merge patch that deletes it by
+// value, as the Job controller removes its own: another's edit of the list
+// is never clobbered, and there is no index to go stale. The patch carries
+// pod's UID, which the API server refuses to change: a pod created under
+// the same name since pod was read is left as it is. A pod shown without
+// the finalizer, or gone, is left alone.
+func (r *SafeJobReconciler) releaseFinalizer(ctx context.Context, pod *corev1.Pod) error {
 	if !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
 		return nil
 	}
-	if err := r.Client.Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, releasePatch)); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("removing finalizer %s of %s: %w", batchv1alpha1.LedgerFinalizer, name, err)
+	err := r.Client.Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, ReleasePatch(pod.UID)))
+	switch {
+	case err == nil, apierrors.IsNotFound(err):
+		return nil
+	case uidRefused(err):
+		log.FromContext(ctx).Info("Pod finalizer not released: its name is held by another pod now", "pod", klog.KObj(pod), "uid", pod.UID)
+		return nil
 	}
-	return nil
+	return fmt.Errorf("removing finalizer %s of %s: %w", batchv1alpha1.LedgerFinalizer, pod.Name, err)
 }
 
-// releasePatch deletes the ledger finalizer from a pod's list wherever it
-// is, and nothing else. The API server applies it to the decoded pod, where
-// it applies a JSON patch to the pod encoded as JSON and decodes the result.
-var releasePatch = fmt.Appendf(nil, `{"metadata":{"$deleteFromPrimitiveList/finalizers":[%q]}}`, batchv1alpha1.LedgerFinalizer)
+// ReleasePatch is the strategic merge patch that deletes the ledger
+// finalizer from the list of the pod with this UID wherever it is, and
+// changes nothing else. The API server applies it to the decoded pod, where
+// it applies a JSON patch to the pod encoded as JSON and decodes the
+// result; it refuses it, as a change of an immutable field, for a pod of
+// another UID.
+func ReleasePatch(uid types.UID) []byte {
+	return fmt.Appendf(nil, `{"metadata":{"uid":%q,"$deleteFromPrimitiveList/finalizers":[%q]}}`, uid, batchv1alpha1.LedgerFinalizer)
+}
+
+// uidRefused reports whether the API server refused a patch because the
+// UID it carries is not the object's: the object of that name is another.
+func uidRefused(err error) bool {
+	if !apierrors.IsInvalid(err) {
+		return false
+	}
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	for _, cause := range status.Status().Details.Causes {
+		if cause.Field == "metadata.uid" {
+			return true
+		}
+	}
+	return false
+}
 
 // releaseOrphans frees the pods that hold the ledger finalizer for a SafeJob
 // of this name that is gone or going: with no ledger left to record their
@@ -68,7 +94,7 @@ func (r *SafeJobReconciler) releaseOrphans(ctx context.Context, ns, name string,
 			continue // another SafeJob's pod whose name label is shortened to the same
 		}
 		log.FromContext(ctx).V(1).Info("Releasing pod of deleted SafeJob", "pod", klog.KObj(pod), "creator", creatorUID(pod))
-		errs = append(errs, r.releaseFinalizer(ctx, pod.Namespace, pod.Name))
+		errs = append(errs, r.releaseFinalizer(ctx, pod))
 	}
 	return errors.Join(errs...)
 }

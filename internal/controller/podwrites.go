@@ -82,7 +82,7 @@ func (r *SafeJobReconciler) act(ctx context.Context, sj *batchv1alpha1.SafeJob, 
 	r.recordCreates(sj, created)
 	r.releaseInBackground(key, sj.UID, r.tracker.unreleased(key, sj.UID, plan.Release, r.Clock.Now()))
 	fail(r.parallel(ctx, len(plan.Delete), func(i int) {
-		if err := r.deletePod(ctx, sj.Namespace, plan.Delete[i]); err != nil {
+		if err := r.deletePod(ctx, types.NamespacedName{Namespace: sj.Namespace, Name: plan.Delete[i]}, sj.UID); err != nil {
 			fail(err)
 		}
 	}))
@@ -128,7 +128,7 @@ func (r *SafeJobReconciler) releaseOne(ctx context.Context, it releaseItem) {
 	if !r.podWrites.acquire(ctx) {
 		return
 	}
-	err := r.releaseFinalizer(ctx, it.pod.Namespace, it.pod.Name)
+	err := r.releasePodOf(ctx, it.pod, it.uid)
 	r.podWrites.release()
 	if err == nil {
 		r.tracker.releaseDone(it.job, it.uid, it.pod.Name, r.Clock.Now())
@@ -225,12 +225,47 @@ func refusalMessage(err error, pod string) string {
 // fence is the reconciler's fence, or the default.
 func (r *SafeJobReconciler) fence() ledger.Fence { return r.Fence.OrDefault() }
 
-func (r *SafeJobReconciler) deletePod(ctx context.Context, namespace, name string) error {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
-	if err := r.Client.Delete(ctx, pod); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting pod %s: %w", name, err)
+// deletePod deletes the pod of this name that the SafeJob of UID owner
+// created, as the cache shows it, under that pod's UID: a pod another
+// created under the name since is never touched.
+func (r *SafeJobReconciler) deletePod(ctx context.Context, key types.NamespacedName, owner types.UID) error {
+	pod, err := r.podOf(ctx, key, owner)
+	if pod == nil {
+		return err
 	}
-	return nil
+	err = r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID})
+	switch {
+	case err == nil, apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsConflict(err):
+		log.FromContext(ctx).Info("Pod not deleted: its name is held by another pod now", "pod", key.Name, "uid", pod.UID)
+		return nil
+	}
+	return fmt.Errorf("deleting pod %s: %w", key.Name, err)
+}
+
+// releasePodOf releases the ledger finalizer of the pod of this name that
+// the SafeJob of UID owner created, as the cache shows it (releaseFinalizer).
+func (r *SafeJobReconciler) releasePodOf(ctx context.Context, key types.NamespacedName, owner types.UID) error {
+	pod, err := r.podOf(ctx, key, owner)
+	if pod == nil {
+		return err
+	}
+	return r.releaseFinalizer(ctx, pod)
+}
+
+// podOf reads the cached pod of this name if the SafeJob of UID owner
+// created it (creatorUID), else returns nil: a pod that is gone, or another's
+// that took the name, is none of its writes' business.
+func (r *SafeJobReconciler) podOf(ctx context.Context, key types.NamespacedName, owner types.UID) (*corev1.Pod, error) {
+	pod := &corev1.Pod{}
+	if err := r.Client.Get(ctx, key, pod); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	if creatorUID(pod) != owner {
+		return nil, nil
+	}
+	return pod, nil
 }
 
 // parallel runs f(0..n-1) on up to actWorkers goroutines, each call

@@ -2,14 +2,23 @@ package controller
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger"
@@ -104,5 +113,76 @@ func TestActRequeuesForCreatesPastTheirWindow(t *testing.T) {
 				t.Errorf("%v creates counted expired, want %d", n, len(tc.create))
 			}
 		})
+	}
+}
+
+// TestPodWritesOnlyUnderTheOwnPodsUID checks that a release or a delete
+// planned by name reaches only the pod the SafeJob created, and under that
+// pod's UID: a pod of the name that another SafeJob created, or none, gets
+// no write, and the write sent names the cached pod's UID, so that a pod
+// created under the name after the cache saw it is refused by the API
+// server (TestReleaseOnlyUnderItsUID, test/integration).
+func TestPodWritesOnlyUnderTheOwnPodsUID(t *testing.T) {
+	const owner = types.UID("sj-uid")
+	pod := func(name string, uid, creator types.UID) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: uid,
+			Finalizers: []string{batchv1alpha1.LedgerFinalizer},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: batchv1alpha1.GroupVersion.String(), Kind: "SafeJob",
+				Name: "sj", UID: creator, Controller: ptr.To(true)}}}}
+	}
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	var writes []string
+	c := fake.NewClientBuilder().WithScheme(scheme).
+		WithObjects(pod("mine", "pod-a", owner), pod("theirs", "pod-b", "other-sj")).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+				data, err := patch.Data(obj)
+				if err != nil {
+					return err
+				}
+				writes = append(writes, fmt.Sprintf("patch %s %s", obj.GetName(), data))
+				return c.Patch(ctx, obj, patch, opts...)
+			},
+			Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+				var do client.DeleteOptions
+				do.ApplyOptions(opts)
+				uid := "none"
+				if do.Preconditions != nil && do.Preconditions.UID != nil {
+					uid = string(*do.Preconditions.UID)
+				}
+				writes = append(writes, fmt.Sprintf("delete %s under %s", obj.GetName(), uid))
+				return c.Delete(ctx, obj, opts...)
+			},
+		}).Build()
+	r := &SafeJobReconciler{Client: c}
+	ctx := context.Background()
+	for _, name := range []string{"theirs", "gone", "mine"} {
+		key := types.NamespacedName{Namespace: "ns", Name: name}
+		if err := r.releasePodOf(ctx, key, owner); err != nil {
+			t.Errorf("release of %s: %v", name, err)
+		}
+		if err := r.deletePod(ctx, key, owner); err != nil {
+			t.Errorf("delete of %s: %v", name, err)
+		}
+	}
+	want := []string{
+		fmt.Sprintf("patch mine %s", ReleasePatch("pod-a")),
+		"delete mine under pod-a",
+	}
+	if !slices.Equal(writes, want) {
+		t.Errorf("writes:\n%s\nwant:\n%s", strings.Join(writes, "\n"), strings.Join(want, "\n"))
+	}
+	if !strings.Contains(string(ReleasePatch("pod-a")), `"uid":"pod-a"`) {
+		t.Errorf("release patch %s does not carry the pod's UID", ReleasePatch("pod-a"))
+	}
+	theirs := &corev1.Pod{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: "theirs"}, theirs); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(theirs.Finalizers, batchv1alpha1.LedgerFinalizer) {
+		t.Errorf("another SafeJob's pod lost its finalizer: %v", theirs.Finalizers)
 	}
 }

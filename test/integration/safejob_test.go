@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -10,11 +11,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/controller"
 	"github.com/safejob/safejob/test/testutil"
 )
 
@@ -221,4 +225,74 @@ func TestReleaseKeepsOtherFinalizers(t *testing.T) {
 			t.Errorf("pod %s has finalizers %v, want only %s", pod.Name, pod.Finalizers, other)
 		}
 	}
+}
+
+// TestReleaseOnlyUnderItsUID checks the pod writes the operator sends by
+// name against a pod that took the name of the one it read: the release
+// patch, carrying the UID of the pod read, and a delete under that UID are
+// refused, and the new pod keeps its finalizers; the release of the pod
+// itself removes the ledger finalizer alone. The operator takes the refusal
+// of its release for a pod gone (it looks for an invalid metadata.uid).
+func TestReleaseOnlyUnderItsUID(t *testing.T) {
+	t.Parallel()
+	const other = "example.com/keep"
+	ctx := context.Background()
+	ns := newNamespace(t)
+	newPod := func() *corev1.Pod {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "taken",
+			Finalizers: []string{other, batchv1alpha1.LedgerFinalizer}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+		if err := k8s.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { // the namespace's pods can go once the test is done
+			_ = k8s.Patch(context.Background(), pod, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+		})
+		return pod
+	}
+	read := newPod()
+	if err := k8s.Patch(ctx, read, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(ctx, read, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the pod read gone", func() (bool, error) {
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(read), &corev1.Pod{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+	taken := newPod()
+
+	err := k8s.Patch(ctx, taken.DeepCopy(), client.RawPatch(types.StrategicMergePatchType, controller.ReleasePatch(read.UID)))
+	if !apierrors.IsInvalid(err) || !hasCause(err, "metadata.uid") {
+		t.Errorf("release of the pod read sent to the pod that took its name: got %v, want invalid metadata.uid", err)
+	}
+	err = k8s.Delete(ctx, taken.DeepCopy(), client.Preconditions{UID: &read.UID})
+	if !apierrors.IsConflict(err) {
+		t.Errorf("delete under the UID of the pod read: got %v, want a conflict", err)
+	}
+	got := &corev1.Pod{}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(taken), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.UID != taken.UID || got.DeletionTimestamp != nil || !slices.Equal(got.Finalizers, taken.Finalizers) {
+		t.Errorf("the pod that took the name was changed: uid %s (was %s), deleted %v, finalizers %v (were %v)",
+			got.UID, taken.UID, got.DeletionTimestamp, got.Finalizers, taken.Finalizers)
+	}
+
+	if err := k8s.Patch(ctx, got, client.RawPatch(types.StrategicMergePatchType, controller.ReleasePatch(taken.UID))); err != nil {
+		t.Fatalf("release of the pod under its own UID: %v", err)
+	}
+	if !slices.Equal(got.Finalizers, []string{other}) {
+		t.Errorf("after its release the pod has finalizers %v, want only %s", got.Finalizers, other)
+	}
+}
+
+// hasCause reports whether an API error names field among its causes.
+func hasCause(err error, field string) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	return slices.ContainsFunc(status.Status().Details.Causes, func(c metav1.StatusCause) bool { return c.Field == field })
 }
