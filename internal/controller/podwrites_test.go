@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,9 +12,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -184,5 +188,28 @@ func TestPodWritesOnlyUnderTheOwnPodsUID(t *testing.T) {
 	}
 	if !slices.Contains(theirs.Finalizers, batchv1alpha1.LedgerFinalizer) {
 		t.Errorf("another SafeJob's pod lost its finalizer: %v", theirs.Finalizers)
+	}
+}
+
+// TestUIDRefused checks which refusals of a release patch are taken for a
+// pod that took the name (and so ignored): only an invalid metadata.uid,
+// the API server's answer to a patch that carries another UID
+// (TestReleaseOnlyUnderItsUID); any other refusal is the reconcile's error.
+func TestUIDRefused(t *testing.T) {
+	gk := schema.GroupKind{Kind: "Pod"}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"uid", apierrors.NewInvalid(gk, "p", field.ErrorList{field.Invalid(field.NewPath("metadata", "uid"), "b", "field is immutable")}), true},
+		{"another field", apierrors.NewInvalid(gk, "p", field.ErrorList{field.Invalid(field.NewPath("metadata", "finalizers"), "x", "bad")}), false},
+		{"conflict", apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, "p", errors.New("changed")), false},
+		{"wrapped uid", fmt.Errorf("patching: %w", apierrors.NewInvalid(gk, "p", field.ErrorList{field.Invalid(field.NewPath("metadata", "uid"), "b", "")})), true},
+		{"not an API error", errors.New("metadata.uid"), false},
+	} {
+		if got := uidRefused(tc.err); got != tc.want {
+			t.Errorf("%s: uidRefused(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		}
 	}
 }
