@@ -640,7 +640,7 @@ func TestKueueForeignWorkloadNames(t *testing.T) {
 	// The user frees the second name.
 	usersAt := resourceVersion(t, client.ObjectKeyFromObject(users))
 	checkUntouched(t, client.ObjectKeyFromObject(users), usersAt)
-	if err := k8s.Patch(context.Background(), users, client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`))); err != nil {
+	if err := k8s.Patch(context.Background(), users, dropFinalizers); err != nil {
 		t.Fatal(err)
 	}
 	if err := k8s.Delete(context.Background(), users); err != nil {

@@ -202,7 +202,7 @@ func TestReleaseKeepsOtherFinalizers(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { // the namespace's pods can go once the test is done
-			_ = k8s.Patch(context.Background(), pod, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+			_ = k8s.Patch(context.Background(), pod, dropFinalizers)
 		})
 	}
 	h.kubelet.SetFate(succeed)
@@ -246,12 +246,12 @@ func TestReleaseOnlyUnderItsUID(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { // the namespace's pods can go once the test is done
-			_ = k8s.Patch(context.Background(), pod, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+			_ = k8s.Patch(context.Background(), pod, dropFinalizers)
 		})
 		return pod
 	}
 	read := newPod()
-	if err := k8s.Patch(ctx, read, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))); err != nil {
+	if err := k8s.Patch(ctx, read, dropFinalizers); err != nil {
 		t.Fatal(err)
 	}
 	if err := k8s.Delete(ctx, read, client.GracePeriodSeconds(0)); err != nil {
@@ -287,6 +287,9 @@ func TestReleaseOnlyUnderItsUID(t *testing.T) {
 		t.Errorf("after its release the pod has finalizers %v, want only %s", got.Finalizers, other)
 	}
 }
+
+// dropFinalizers empties an object's finalizers, whoever's they are.
+var dropFinalizers = client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))
 
 // hasCause reports whether an API error names field among its causes.
 func hasCause(err error, field string) bool {
