@@ -66,6 +66,10 @@ func main() {
 	flag.IntVar(&s.launchWindow, "launch-window", controller.DefaultLaunchWindow,
 		"The pods launched across all SafeJobs that may wait to start at once (created or about to be, not yet running); "+
 			"SafeJobs beyond it wait their turn (0: unbounded).")
+	flag.IntVar(&s.launchWindowMin, "launch-window-min", controller.DefaultLaunchWindowMin,
+		"The least --launch-window shrinks to: it follows how fast pods start, about twice the pods that start in a second "+
+			"times the quickest start seen in the last 10 seconds, between this and --launch-window "+
+			"(0, or --launch-window or more: it stays at --launch-window).")
 	flag.DurationVar(&s.launchWindowTimeout, "launch-window-timeout", controller.DefaultLaunchWindowTimeout,
 		"The longest a pod that does not start holds its place in --launch-window.")
 	flag.DurationVar(&s.outcomeHold, "outcome-hold", controller.DefaultOutcomeHold,
@@ -99,7 +103,7 @@ type settings struct {
 	burst                                           int
 	podBatch, readyBatch, readyBusy, readyBusyLimit time.Duration
 	failureBackoff                                  time.Duration
-	launchWindow                                    int
+	launchWindow, launchWindowMin                   int
 	launchWindowTimeout, outcomeHold                time.Duration
 	kueuePodsReady                                  bool
 }
@@ -168,6 +172,7 @@ func run(s settings) error {
 		ReadyBusyLimit:          s.readyBusyLimit,
 		Backoff:                 jobs.Backoff{Base: s.failureBackoff, Max: 60 * s.failureBackoff},
 		LaunchWindow:            s.launchWindow,
+		LaunchWindowMin:         s.launchWindowMin,
 		LaunchWindowTimeout:     s.launchWindowTimeout,
 		OutcomeHold:             s.outcomeHold,
 		Kueue:                   withKueue,

@@ -50,8 +50,9 @@ type Metrics struct {
 	// window (not started yet); LaunchWindowWaiting how many SafeJobs wait
 	// for a place.
 	// LaunchWindowHeldOutcomes how many SafeJobs have a status write that
-	// records successes held meanwhile.
-	LaunchWindowHeld, LaunchWindowWaiting, LaunchWindowHeldOutcomes prometheus.Gauge
+	// records successes held meanwhile; LaunchWindowSize the places the
+	// window has, as it follows how fast pods start.
+	LaunchWindowHeld, LaunchWindowWaiting, LaunchWindowHeldOutcomes, LaunchWindowSize prometheus.Gauge
 	// EventsDropped counts events not written because the event writers'
 	// queue was full (the API server answering too slowly).
 	EventsDropped prometheus.Counter
@@ -121,6 +122,10 @@ func NewMetrics() *Metrics {
 			Name: "safejob_launch_window_held_outcomes",
 			Help: "SafeJobs whose pod successes wait to be recorded while other SafeJobs wait for the launch window.",
 		}),
+		LaunchWindowSize: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "safejob_launch_window_size",
+			Help: "The places the launch window has: it follows how fast pods start, within its configured least and most.",
+		}),
 		EventsDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "safejob_events_dropped_total",
 			Help: "Events not written because the queue of event writes was full.",
@@ -132,7 +137,7 @@ func NewMetrics() *Metrics {
 func (m *Metrics) Register(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.Reconciles, m.Conflicts, m.PodsCreated, m.CreatesExpired, m.LedgerAppends, m.CommitObserve,
 		m.JobsFinished, m.PodFailures, m.ReconcileDuration, m.StatusWrites, m.ReleasesWaiting,
-		m.LaunchWindowHeld, m.LaunchWindowWaiting, m.LaunchWindowHeldOutcomes, m.EventsDropped} {
+		m.LaunchWindowHeld, m.LaunchWindowWaiting, m.LaunchWindowHeldOutcomes, m.LaunchWindowSize, m.EventsDropped} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("registering metric: %w", err)
 		}

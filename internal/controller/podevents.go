@@ -35,7 +35,7 @@ type podHandler struct {
 func (h *podHandler) Create(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	if pod, ok := e.Object.(*corev1.Pod); ok && h.window != nil && ownedBySafeJob(pod) {
 		if started(pod) {
-			h.window.started(client.ObjectKeyFromObject(pod))
+			h.window.started(client.ObjectKeyFromObject(pod), ran(pod))
 		} else {
 			h.window.seen(client.ObjectKeyFromObject(pod), pod.CreationTimestamp.Time)
 		}
@@ -46,7 +46,7 @@ func (h *podHandler) Create(_ context.Context, e event.CreateEvent, q workqueue.
 func (h *podHandler) Update(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	pod, ok := e.ObjectNew.(*corev1.Pod)
 	if ok && h.window != nil && started(pod) {
-		h.window.started(client.ObjectKeyFromObject(pod))
+		h.window.started(client.ObjectKeyFromObject(pod), ran(pod))
 	}
 	if ok && settled(pod) {
 		h.remember(pod)
@@ -106,7 +106,7 @@ func (h *podHandler) Delete(_ context.Context, e event.DeleteEvent, q workqueue.
 		h.remember(pod)
 	}
 	if ok && h.window != nil {
-		h.window.started(client.ObjectKeyFromObject(pod))
+		h.window.started(client.ObjectKeyFromObject(pod), ran(pod))
 	}
 	h.enqueueOwner(e.Object, q)
 }
@@ -155,6 +155,12 @@ func (h *podHandler) batchFor(key types.NamespacedName) time.Duration {
 func ownedBySafeJob(pod *corev1.Pod) bool {
 	ref := metav1.GetControllerOf(pod)
 	return ref != nil && batchv1alpha1.IsSafeJobRef(ref)
+}
+
+// ran reports whether pod left Pending: its start tells the launch window
+// how fast pods start.
+func ran(pod *corev1.Pod) bool {
+	return pod.Status.Phase != "" && pod.Status.Phase != corev1.PodPending
 }
 
 // started reports whether pod no longer waits to start, for the launch

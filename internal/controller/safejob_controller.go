@@ -86,6 +86,10 @@ type SafeJobReconciler struct {
 	// LaunchWindow bounds the pods launched across all SafeJobs that have
 	// not started yet (launchWindow); 0 or less: no bound.
 	LaunchWindow int
+	// LaunchWindowMin is the least the window shrinks to as it follows how
+	// fast pods start (launchWindow); 0, or LaunchWindow or more: the
+	// window stays at LaunchWindow.
+	LaunchWindowMin int
 	// LaunchWindowTimeout is the longest a pod that does not start holds
 	// its place in the window; 0 is DefaultLaunchWindowTimeout.
 	LaunchWindowTimeout time.Duration

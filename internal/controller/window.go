@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -37,8 +38,20 @@ import (
 // already waiting. Safety never depends on the window: it only delays
 // launches, and every launch it lets through is decided and committed as
 // any other.
+//
+// Its size follows how fast pods start (startedAfter): about twice the pods
+// that start in a second times the quickest start seen lately, between
+// least and size. Pods that start within a second need a few dozen places
+// to keep the kubelets busy, and more only queue there, where they slow
+// the kubelets' own writes; pods that take long to start (image pulls, a
+// node being added) get the whole size.
 type launchWindow struct {
-	size    int
+	// size is the most places; current the places now (size unless the
+	// window follows the starts).
+	size, current int
+	// least is the fewest places the window follows the starts down to; 0
+	// when it stays at size.
+	least   int
 	timeout time.Duration
 	clock   clock.PassiveClock
 	// since is when this process's window began, to the second below (as
@@ -52,6 +65,8 @@ type launchWindow struct {
 	// gauges (may be nil) show the places held, the SafeJobs waiting and
 	// those whose outcomes are held.
 	held, waitingGauge, outcomesGauge prometheus.Gauge
+	// sizeGauge (may be nil) shows the size the window follows.
+	sizeGauge prometheus.Gauge
 
 	mu sync.Mutex
 	// pending holds the pods holding a place, with when they took it.
@@ -73,6 +88,35 @@ type launchWindow struct {
 	// at most outcomeHold.
 	outcomes    map[types.NamespacedName]time.Time
 	outcomeHold time.Duration
+	// starts counts, second by second over the last startHorizon, the
+	// places given up by pods that started (or that the timeout ended), and
+	// the quickest of them.
+	starts [startHorizon]startSecond
+}
+
+// startHorizon is how many seconds the quickest start is taken over. It
+// must outlast a queue of pods waiting to start: once every pod seen
+// starting had waited behind others, the quickest would be the queue's own
+// wait, and the window would grow with the queue it makes.
+const startHorizon = 60
+
+// paceHorizon is how many seconds the pace of starts is taken over (the
+// most pods that started in one of them): long enough to see a burst's
+// pace between the kubelets' rounds, short enough to follow it.
+const paceHorizon = 10
+
+// startGain is how many times the pods that start while the quickest of
+// them waits the window holds: room for the pace to double, as the window
+// grows while pods start as quickly as before and stops where they begin
+// to queue.
+const startGain = 2
+
+// startSecond is one second of starts: how many places were given up by
+// pods that started, and the quickest.
+type startSecond struct {
+	at       int64 // the second, Unix time
+	n        int
+	quickest time.Duration
 }
 
 // place is a pod's place, taken at a time.
@@ -96,15 +140,52 @@ type waiter struct {
 // newLaunchWindow returns a window of size places, each held at most
 // timeout, that holds outcomes at most outcomeHold (0: never).
 func newLaunchWindow(size int, timeout, outcomeHold time.Duration, clk clock.PassiveClock, wake func(types.NamespacedName)) *launchWindow {
-	return &launchWindow{size: size, timeout: timeout, outcomeHold: outcomeHold, clock: clk,
+	return &launchWindow{size: size, current: size, timeout: timeout, outcomeHold: outcomeHold, clock: clk,
 		since: clk.Now().Truncate(time.Second), wake: wake,
 		pending: map[types.NamespacedName]time.Time{}, waiting: map[types.NamespacedName]bool{},
 		granted: map[types.NamespacedName]grant{}, outcomes: map[types.NamespacedName]time.Time{}}
 }
 
+// following makes the window follow how fast pods start, from least
+// places up to its size (0: it stays at its size). Call it before use.
+func (w *launchWindow) following(least int) {
+	if least > 0 && least < w.size {
+		w.least, w.current = least, least
+	}
+}
+
 // free is the room nobody holds; the lock must be held.
 func (w *launchWindow) free() int {
-	return w.size - len(w.pending) - w.reserved - w.grantedSum
+	return w.current - len(w.pending) - w.reserved - w.grantedSum
+}
+
+// startedAfter records a place given up after held by a pod that started,
+// or that the timeout ended, and sizes the window: startGain times the most
+// pods that started in one second of the last paceHorizon times the
+// quickest start of the last startHorizon, within least and size. With no
+// start seen lately the size stays as it was. The lock must be held.
+func (w *launchWindow) startedAfter(held time.Duration) {
+	if w.least == 0 {
+		return
+	}
+	now := w.clock.Now().Unix()
+	s := &w.starts[now%startHorizon]
+	if s.at != now {
+		*s = startSecond{at: now, quickest: held}
+	}
+	s.n++
+	s.quickest = min(s.quickest, held)
+	most, quickest := 0, held
+	for _, s := range w.starts {
+		if s.n > 0 && s.at > now-startHorizon {
+			quickest = min(quickest, s.quickest)
+			if s.at > now-paceHorizon {
+				most = max(most, s.n)
+			}
+		}
+	}
+	size := int(math.Ceil(startGain * float64(most) * quickest.Seconds()))
+	w.current = min(max(size, w.least), w.size)
 }
 
 // take reserves up to want places for the launches of job's next write and
@@ -161,15 +242,20 @@ func (w *launchWindow) giveBack(n int) {
 	w.placed(n, nil)
 }
 
-// started frees pod's place, if it holds one: it runs, finished, is
-// deleted, or the scheduler refused it.
-func (w *launchWindow) started(pod types.NamespacedName) {
+// started frees pod's place, if it holds one: it runs or finished (ran),
+// is deleted, or the scheduler refused it. Only a pod that ran tells how
+// fast pods start.
+func (w *launchWindow) started(pod types.NamespacedName, ran bool) {
 	w.mu.Lock()
-	if _, ok := w.pending[pod]; !ok {
+	at, ok := w.pending[pod]
+	if !ok {
 		w.mu.Unlock()
 		return
 	}
 	delete(w.pending, pod)
+	if ran {
+		w.startedAfter(w.clock.Since(at))
+	}
 	w.unlock()
 }
 
@@ -292,6 +378,9 @@ func (w *launchWindow) expire() {
 		}
 		if at, ok := w.pending[p.pod]; ok && at.Equal(p.at) {
 			delete(w.pending, p.pod)
+			// A pod that takes the whole timeout to start asks for a
+			// window as large as such pods need, not a smaller one.
+			w.startedAfter(w.timeout)
 		}
 	}
 	w.order = w.order[i:]
@@ -351,6 +440,9 @@ func (w *launchWindow) wakeAll(keys []types.NamespacedName) {
 func (w *launchWindow) measured() {
 	if w.held != nil {
 		w.held.Set(float64(len(w.pending)))
+	}
+	if w.sizeGauge != nil {
+		w.sizeGauge.Set(float64(w.current))
 	}
 	if w.waitingGauge != nil {
 		w.waitingGauge.Set(float64(len(w.waiters)))
@@ -476,9 +568,10 @@ func (r *SafeJobReconciler) setupWindow(mgr manager.Manager) error {
 			r.enqueue(key)
 		}
 	})
+	r.window.following(r.LaunchWindowMin)
 	if r.Metrics != nil {
 		r.window.held, r.window.waitingGauge = r.Metrics.LaunchWindowHeld, r.Metrics.LaunchWindowWaiting
-		r.window.outcomesGauge = r.Metrics.LaunchWindowHeldOutcomes
+		r.window.outcomesGauge, r.window.sizeGauge = r.Metrics.LaunchWindowHeldOutcomes, r.Metrics.LaunchWindowSize
 	}
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		r.window.run(ctx, windowTick)
@@ -495,6 +588,12 @@ func (r *SafeJobReconciler) setupWindow(mgr manager.Manager) error {
 // enough that a burst of SafeJobs does not queue thousands of pods at the
 // kubelets (docs/performance.md, "A launch window").
 const DefaultLaunchWindow = 500
+
+// DefaultLaunchWindowMin is the operator's LaunchWindowMin: pods that start
+// within a second, as on a local cluster of simulated nodes, keep the
+// window near it; fewer places would leave the kubelets idle between
+// launches (docs/performance.md, "A window that follows the starts").
+const DefaultLaunchWindowMin = 32
 
 // DefaultOutcomeHold is the operator's OutcomeHold: long enough that a
 // burst of SafeJobs larger than the window gets its pods run first and its

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -71,15 +72,15 @@ func TestWindowServesInArrivalOrder(t *testing.T) {
 	w.place(1, "b-0")
 	w.wokenNow()
 
-	w.started(pod("a-0"))
+	w.started(pod("a-0"), true)
 	w.wokenNow("b") // the place goes to b, the oldest waiting
 	w.take("d", 1, 0)
 	w.take("c", 1, 0) // set aside for b: c still waits
 	w.take("b", 1, 1)
 	w.place(1, "b-1")
 
-	w.started(pod("a-1"))
-	w.started(pod("b-0"))
+	w.started(pod("a-1"), true)
+	w.started(pod("b-0"), true)
 	w.wokenNow("c", "d") // c came before d
 	w.take("d", 1, 1)
 	w.take("c", 1, 1)
@@ -88,8 +89,8 @@ func TestWindowServesInArrivalOrder(t *testing.T) {
 	if n := len(w.pending); n != 3 {
 		t.Fatalf("%d places held, want 3", n)
 	}
-	w.started(pod("b-0")) // twice: nothing more to free
-	w.started(pod("x-0")) // never placed
+	w.started(pod("b-0"), true) // twice: nothing more to free
+	w.started(pod("x-0"), true) // never placed
 	w.take("e", 1, 0)
 	w.wokenNow()
 }
@@ -138,7 +139,7 @@ func TestWindowTimeout(t *testing.T) {
 	w.wokenNow("c")
 	w.take("c", 1, 1)
 	w.place(1, "c-0")
-	w.started(pod("a-0")) // a-0 starts late: its place was freed already
+	w.started(pod("a-0"), true) // a-0 starts late: its place was freed already
 	if n := w.free(); n != 0 {
 		t.Fatalf("free %d, want 0: c-0 holds the only place", n)
 	}
@@ -179,7 +180,7 @@ func TestWindowForget(t *testing.T) {
 	w.take("c", 1, 0)
 	w.take("d", 1, 0)
 	w.forget(job("c"))
-	w.started(pod("a-0"))
+	w.started(pod("a-0"), true)
 	w.wokenNow("b")
 	w.forget(job("b")) // deleted before it came back
 	w.wokenNow("d")
@@ -218,7 +219,7 @@ func TestWindowHoldsOutcomes(t *testing.T) {
 			t.Fatal("not held while b waits")
 		}
 	}
-	w.started(pod("a-0")) // b gets the room: nothing waits any more
+	w.started(pod("a-0"), true) // b gets the room: nothing waits any more
 	w.wokenNow("b", "x")
 	if w.holdOutcomes(job("x")) {
 		t.Fatal("held again while no SafeJob waits")
@@ -249,7 +250,7 @@ func TestWindowHoldsOutcomes(t *testing.T) {
 		t.Fatal("not held while c waits")
 	}
 	w.gone(job("z"))
-	w.started(pod("b-0"))
+	w.started(pod("b-0"), true)
 	w.wokenNow("c")
 }
 
@@ -268,7 +269,7 @@ func TestWindowDropsOutcomes(t *testing.T) {
 	w.clk.SetTime(w.clk.Now().Add(time.Minute))
 	w.tick()
 	w.wokenNow()
-	w.started(pod("a-0"))
+	w.started(pod("a-0"), true)
 	w.wokenNow("b")
 }
 
@@ -320,4 +321,170 @@ func TestHoldOutcomesWhich(t *testing.T) {
 			}
 		})
 	}
+}
+
+// launchBatch places n one-pod SafeJobs named prefix-i, each taking its
+// place, and returns the pods.
+func (w *windowUnderTest) launchBatch(prefix string, n int) []string {
+	w.t.Helper()
+	var pods []string
+	for i := range n {
+		name := prefix + "-" + strconv.Itoa(i)
+		w.take(name, 1, 1)
+		w.place(1, name+"-0")
+		pods = append(pods, name+"-0")
+	}
+	return pods
+}
+
+// size checks the places the window has now.
+func (w *windowUnderTest) size(want int) {
+	w.t.Helper()
+	w.mu.Lock()
+	got := w.current
+	w.mu.Unlock()
+	if got != want {
+		w.t.Fatalf("window size %d, want %d", got, want)
+	}
+}
+
+// TestWindowFollowsStarts runs the window against a model of a cluster
+// whose kubelets start 40 pods a second, each no sooner than 200 ms after
+// its launch is committed, first come first served, with more one-pod
+// SafeJobs waiting than it can start. From its least size the window must
+// grow until the kubelets are never idle, and stop there: pods must not
+// queue at the kubelets for seconds, as they do behind a window of fixed
+// size (the same model with the window at its size).
+func TestWindowFollowsStarts(t *testing.T) {
+	const (
+		tick     = 5 * time.Millisecond
+		interval = 25 * time.Millisecond // 40 starts a second
+		base     = 200 * time.Millisecond
+		run      = 60 * time.Second
+	)
+	model := func(least int) (started int, longestWait time.Duration, mostHeld int) {
+		w := newWindowUnderTest(t, 500, 30*time.Second)
+		w.following(least)
+		start := w.clk.Now()
+		type launch struct {
+			pod   string
+			ready time.Time
+		}
+		var queue []launch // committed, in order
+		next, nextStart := 0, start
+		for now := start; now.Before(start.Add(run)); now = now.Add(tick) {
+			w.clk.SetTime(now)
+			for {
+				name := "j" + strconv.Itoa(next)
+				if w.launchWindow.take(job(name), 1) == 0 {
+					w.forget(job(name)) // it comes again as a new SafeJob
+					break
+				}
+				w.place(1, name+"-0")
+				queue = append(queue, launch{pod: name + "-0", ready: now.Add(base)})
+				next++
+			}
+			for len(queue) > 0 && !now.Before(queue[0].ready) && !now.Before(nextStart) {
+				if now.Sub(start) > run/2 {
+					started++
+					longestWait = max(longestWait, now.Sub(queue[0].ready))
+				}
+				w.started(pod(queue[0].pod), true)
+				queue = queue[1:]
+				nextStart = now.Add(interval)
+			}
+			if now.Sub(start) > run/2 {
+				w.mu.Lock()
+				mostHeld = max(mostHeld, len(w.pending))
+				w.mu.Unlock()
+			}
+		}
+		return started, longestWait, mostHeld
+	}
+	// Over the second half of the run the kubelets could start 1,200.
+	started, wait, held := model(8)
+	t.Logf("following: %d pods started in the second half, longest wait at the kubelets %v, most held %d", started, wait, held)
+	if started < 1188 {
+		t.Errorf("following: %d pods started in 30 s, want the kubelets busy (at least 99%% of 1,200)", started)
+	}
+	if wait > time.Second {
+		t.Errorf("following: pods waited up to %v at the kubelets, want at most 1s", wait)
+	}
+	fixedStarted, fixedWait, fixedHeld := model(0)
+	t.Logf("fixed: %d pods started, longest wait %v, most held %d", fixedStarted, fixedWait, fixedHeld)
+	if fixedWait < 5*time.Second {
+		t.Errorf("fixed: pods waited up to %v; the model should queue them behind a fixed window", fixedWait)
+	}
+}
+
+// TestWindowGrowsForSlowStarts checks that pods which take long to start get
+// room for as many as start in that time, up to the window's size, and that
+// the quickest start of the last minute sizes it: a minute after the
+// quick starts, slow ones alone.
+func TestWindowGrowsForSlowStarts(t *testing.T) {
+	w := newWindowUnderTest(t, 100, 30*time.Second)
+	w.following(4)
+	w.size(4)
+	quick := w.launchBatch("a", 4)
+	w.clk.SetTime(w.clk.Now().Add(250 * time.Millisecond))
+	for _, p := range quick {
+		w.started(pod(p), true)
+	}
+	w.size(4) // 2 x 4 a second x 0.25 s is less than its least
+
+	w.clk.SetTime(w.clk.Now().Add(time.Second).Truncate(time.Second))
+	slow := w.launchBatch("b", 4)
+	w.clk.SetTime(w.clk.Now().Add(5 * time.Second))
+	for _, p := range slow {
+		w.started(pod(p), true)
+	}
+	w.size(4) // a quick start within the last minute: no queue grows the window
+
+	w.clk.SetTime(w.clk.Now().Add(time.Minute).Truncate(time.Second))
+	slow = w.launchBatch("c", 4)
+	w.clk.SetTime(w.clk.Now().Add(5 * time.Second))
+	for _, p := range slow {
+		w.started(pod(p), true)
+	}
+	w.size(40) // 2 x 4 a second x 5 s
+	w.clk.SetTime(w.clk.Now().Add(200 * time.Millisecond))
+	slow = w.launchBatch("d", 40)
+	w.clk.SetTime(w.clk.Now().Add(5 * time.Second))
+	for _, p := range slow {
+		w.started(pod(p), true)
+	}
+	w.size(100) // 2 x 40 x 5 s is more than its size
+}
+
+// TestWindowFollowsOnlyStarts checks that pods deleted or refused by the
+// scheduler free their places but do not size the window, that pods which
+// never start size it as pods that take the whole timeout to start, and
+// that a window not following the starts keeps its size.
+func TestWindowFollowsOnlyStarts(t *testing.T) {
+	w := newWindowUnderTest(t, 100, 30*time.Second)
+	w.following(4)
+	pods := w.launchBatch("a", 4)
+	w.clk.SetTime(w.clk.Now().Add(20 * time.Second))
+	w.started(pod(pods[0]), false)
+	w.size(4)
+	if n := w.free(); n != 1 {
+		t.Fatalf("free %d, want 1: the deleted pod's place", n)
+	}
+	// The other three never start: at the timeout their places free, and
+	// the window grows as for pods that take that long.
+	w.clk.SetTime(w.clk.Now().Add(10 * time.Second))
+	w.tick()
+	w.size(100)
+	w.take("b", 100, 100)
+
+	fixed := newWindowUnderTest(t, 10, 30*time.Second)
+	fixed.following(10) // as large as its size: it stays there
+	fixed.size(10)
+	pods = fixed.launchBatch("a", 10)
+	fixed.clk.SetTime(fixed.clk.Now().Add(100 * time.Millisecond))
+	for _, p := range pods {
+		fixed.started(pod(p), true)
+	}
+	fixed.size(10)
+	fixed.take("b", 10, 10)
 }
