@@ -67,8 +67,9 @@ func main() {
 		"The pods launched across all SafeJobs that may wait to start at once (created or about to be, not yet running); "+
 			"SafeJobs beyond it wait their turn (0: unbounded).")
 	flag.IntVar(&s.launchWindowMin, "launch-window-min", controller.DefaultLaunchWindowMin,
-		"The least --launch-window shrinks to: it follows how fast pods start, about twice the pods that start in a second "+
-			"times the quickest start seen in the last 10 seconds, between this and --launch-window "+
+		"The least --launch-window shrinks to: it follows how fast pods start, twice the most pods that started in one second "+
+			"of the last 10 seconds times the quickest start of the last minute, between this and --launch-window, "+
+			"and all of --launch-window where pods take 10 seconds or more to start on average "+
 			"(0, or --launch-window or more: it stays at --launch-window).")
 	flag.DurationVar(&s.launchWindowTimeout, "launch-window-timeout", controller.DefaultLaunchWindowTimeout,
 		"The longest a pod that does not start holds its place in --launch-window.")

@@ -43,8 +43,9 @@ import (
 // that start in a second times the quickest start seen lately, between
 // least and size. Pods that start within a second need a few dozen places
 // to keep the kubelets busy, and more only queue there, where they slow
-// the kubelets' own writes; pods that take long to start (image pulls, a
-// node being added) get the whole size.
+// the kubelets' own writes; pods that take seconds to start (image pulls, a
+// node being added) get the whole size. It keeps its size while no pod
+// starts: a burst after a quiet spell gets the room the last one had.
 type launchWindow struct {
 	// size is the most places; current the places now (size unless the
 	// window follows the starts).
@@ -111,12 +112,20 @@ const paceHorizon = 10
 // to queue.
 const startGain = 2
 
-// startSecond is one second of starts: how many places were given up by
-// pods that started, and the quickest.
+// slowStart is the average wait for a start from which the window takes the
+// wait for the cluster's own (image pulls, nodes being added) and has its
+// whole size: a queue at kubelets that start pods within a second, which
+// the window keeps short, does not reach it.
+const slowStart = 10 * time.Second
+
+// startSecond is one second of places given up: by pods that started (n),
+// their waits in all and the quickest, and by pods the timeout ended
+// (expired).
 type startSecond struct {
-	at       int64 // the second, Unix time
-	n        int
-	quickest time.Duration
+	at         int64 // the second, Unix time
+	n, expired int
+	waited     time.Duration
+	quickest   time.Duration
 }
 
 // place is a pod's place, taken at a time.
@@ -159,33 +168,66 @@ func (w *launchWindow) free() int {
 	return w.current - len(w.pending) - w.reserved - w.grantedSum
 }
 
-// startedAfter records a place given up after held by a pod that started,
-// or that the timeout ended, and sizes the window: startGain times the most
-// pods that started in one second of the last paceHorizon times the
-// quickest start of the last startHorizon, within least and size. With no
-// start seen lately the size stays as it was. The lock must be held.
-func (w *launchWindow) startedAfter(held time.Duration) {
+// startedAfter records a place given up after held by a pod that started
+// (expired false), or that the timeout ended, and sizes the window from the
+// pods that started: startGain times the most that started in one second of
+// the last paceHorizon times the quickest start of the last startHorizon,
+// within least and size. Where they took slowStart or longer to start, on
+// average over the last startHorizon, their wait is the cluster's (image
+// pulls, nodes being added), not a queue the window made: the window has
+// its whole size. Places that timed out size it only when no pod started
+// within startHorizon (nothing starts, or not within the timeout), as pods
+// that took the timeout; else they are one SafeJob's pods that never start
+// (an image that cannot be pulled) amid others that do. With no start seen
+// lately the size stays as it was. The lock must be held.
+func (w *launchWindow) startedAfter(held time.Duration, expired bool) {
 	if w.least == 0 {
 		return
 	}
 	now := w.clock.Now().Unix()
 	s := &w.starts[now%startHorizon]
 	if s.at != now {
-		*s = startSecond{at: now, quickest: held}
+		*s = startSecond{at: now}
 	}
-	s.n++
-	s.quickest = min(s.quickest, held)
-	most, quickest := 0, held
+	if expired {
+		s.expired++
+	} else {
+		if s.n == 0 || held < s.quickest {
+			s.quickest = held
+		}
+		s.n++
+		s.waited += held
+	}
+	var (
+		most, mostExpired, n int
+		quickest, waited     time.Duration
+	)
 	for _, s := range w.starts {
-		if s.n > 0 && s.at > now-startHorizon {
-			quickest = min(quickest, s.quickest)
-			if s.at > now-paceHorizon {
-				most = max(most, s.n)
-			}
+		// A second from after now (the clock stepped back) is as stale as
+		// one from before the horizon.
+		if s.at <= now-startHorizon || s.at > now {
+			continue
+		}
+		if s.n > 0 && (n == 0 || s.quickest < quickest) {
+			quickest = s.quickest
+		}
+		n += s.n
+		waited += s.waited
+		if s.at > now-paceHorizon {
+			most, mostExpired = max(most, s.n), max(mostExpired, s.expired)
 		}
 	}
-	size := int(math.Ceil(startGain * float64(most) * quickest.Seconds()))
-	w.current = min(max(size, w.least), w.size)
+	if n == 0 {
+		// Nothing started within the horizon: the places that timed out
+		// tell the pace, as pods that took the timeout.
+		most, n, quickest, waited = mostExpired, 1, w.timeout, w.timeout
+	}
+	size := startGain * float64(most) * quickest.Seconds()
+	if waited >= slowStart*time.Duration(n) || size >= float64(w.size) {
+		w.current = w.size
+		return
+	}
+	w.current = max(int(math.Ceil(size)), w.least)
 }
 
 // take reserves up to want places for the launches of job's next write and
@@ -243,8 +285,9 @@ func (w *launchWindow) giveBack(n int) {
 }
 
 // started frees pod's place, if it holds one: it runs or finished (ran),
-// is deleted, or the scheduler refused it. Only a pod that ran tells how
-// fast pods start.
+// is deleted, or the scheduler refused it. Only a pod that ran, placed by
+// this process, tells how fast pods start: one an earlier process left
+// holds its place from its creation, by the API server's clock.
 func (w *launchWindow) started(pod types.NamespacedName, ran bool) {
 	w.mu.Lock()
 	at, ok := w.pending[pod]
@@ -253,8 +296,8 @@ func (w *launchWindow) started(pod types.NamespacedName, ran bool) {
 		return
 	}
 	delete(w.pending, pod)
-	if ran {
-		w.startedAfter(w.clock.Since(at))
+	if ran && !at.Before(w.since) {
+		w.startedAfter(w.clock.Since(at), false)
 	}
 	w.unlock()
 }
@@ -378,9 +421,10 @@ func (w *launchWindow) expire() {
 		}
 		if at, ok := w.pending[p.pod]; ok && at.Equal(p.at) {
 			delete(w.pending, p.pod)
-			// A pod that takes the whole timeout to start asks for a
-			// window as large as such pods need, not a smaller one.
-			w.startedAfter(w.timeout)
+			// A pod (placed by this process or left by an earlier one)
+			// that takes the whole timeout to start: where no pod starts,
+			// the window grows as for pods that take that long.
+			w.startedAfter(w.timeout, true)
 		}
 	}
 	w.order = w.order[i:]
@@ -572,6 +616,9 @@ func (r *SafeJobReconciler) setupWindow(mgr manager.Manager) error {
 	if r.Metrics != nil {
 		r.window.held, r.window.waitingGauge = r.Metrics.LaunchWindowHeld, r.Metrics.LaunchWindowWaiting
 		r.window.outcomesGauge, r.window.sizeGauge = r.Metrics.LaunchWindowHeldOutcomes, r.Metrics.LaunchWindowSize
+		r.window.mu.Lock()
+		r.window.measured()
+		r.window.mu.Unlock()
 	}
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		r.window.run(ctx, windowTick)

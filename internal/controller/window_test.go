@@ -417,52 +417,61 @@ func TestWindowFollowsStarts(t *testing.T) {
 	}
 }
 
-// TestWindowGrowsForSlowStarts checks that pods which take long to start get
-// room for as many as start in that time, up to the window's size, and that
-// the quickest start of the last minute sizes it: a minute after the
-// quick starts, slow ones alone.
+// TestWindowGrowsForSlowStarts checks that pods which take a few seconds to
+// start get room for as many as start in that time, up to the window's
+// size, once no quicker start is within the last minute (20 s after one,
+// it still sizes the window), and that pods which take 10 s or more on
+// average give the window its whole size, a quick start among them or not.
 func TestWindowGrowsForSlowStarts(t *testing.T) {
 	w := newWindowUnderTest(t, 100, 30*time.Second)
 	w.following(4)
 	w.size(4)
-	quick := w.launchBatch("a", 4)
-	w.clk.SetTime(w.clk.Now().Add(250 * time.Millisecond))
-	for _, p := range quick {
-		w.started(pod(p), true)
+	startAfter := func(prefix string, n int, after time.Duration) {
+		t.Helper()
+		pods := w.launchBatch(prefix, n)
+		w.clk.SetTime(w.clk.Now().Add(after))
+		for _, p := range pods {
+			w.started(pod(p), true)
+		}
 	}
+	startAfter("a", 4, 250*time.Millisecond)
 	w.size(4) // 2 x 4 a second x 0.25 s is less than its least
 
-	w.clk.SetTime(w.clk.Now().Add(time.Second).Truncate(time.Second))
-	slow := w.launchBatch("b", 4)
-	w.clk.SetTime(w.clk.Now().Add(5 * time.Second))
-	for _, p := range slow {
-		w.started(pod(p), true)
-	}
-	w.size(4) // a quick start within the last minute: no queue grows the window
+	w.clk.SetTime(w.clk.Now().Add(20 * time.Second).Truncate(time.Second))
+	startAfter("b", 4, 5*time.Second)
+	w.size(4) // the quick start 25 s ago: a queue's wait does not grow the window
 
 	w.clk.SetTime(w.clk.Now().Add(time.Minute).Truncate(time.Second))
-	slow = w.launchBatch("c", 4)
-	w.clk.SetTime(w.clk.Now().Add(5 * time.Second))
-	for _, p := range slow {
-		w.started(pod(p), true)
-	}
+	startAfter("c", 4, 5*time.Second)
 	w.size(40) // 2 x 4 a second x 5 s
 	w.clk.SetTime(w.clk.Now().Add(200 * time.Millisecond))
-	slow = w.launchBatch("d", 40)
-	w.clk.SetTime(w.clk.Now().Add(5 * time.Second))
-	for _, p := range slow {
-		w.started(pod(p), true)
-	}
+	startAfter("d", 40, 5*time.Second)
 	w.size(100) // 2 x 40 x 5 s is more than its size
+
+	pulls := newWindowUnderTest(t, 100, 30*time.Second)
+	pulls.following(4)
+	w = pulls
+	startAfter("a", 1, 100*time.Millisecond) // a pod whose image was there
+	w.size(4)
+	w.clk.SetTime(w.clk.Now().Add(time.Second))
+	startAfter("b", 3, 20*time.Second) // pods that pulled theirs: 15 s on average
+	w.size(100)
 }
 
 // TestWindowFollowsOnlyStarts checks that pods deleted or refused by the
-// scheduler free their places but do not size the window, that pods which
-// never start size it as pods that take the whole timeout to start, and
-// that a window not following the starts keeps its size.
+// scheduler, or left by an earlier process, free their places but do not
+// size the window; that places the timeout ends size it, as pods that took
+// the timeout, only where no pod started within the last minute (not one
+// SafeJob's pods that never start amid others that do); and that a window
+// whose least is its size or more keeps its size.
 func TestWindowFollowsOnlyStarts(t *testing.T) {
 	w := newWindowUnderTest(t, 100, 30*time.Second)
 	w.following(4)
+	// A pod an earlier process left waiting starts: its wait, from its
+	// creation, is not this process's to time.
+	w.seen(pod("old-0"), w.clk.Now().Add(-20*time.Second))
+	w.started(pod("old-0"), true)
+	w.size(4)
 	pods := w.launchBatch("a", 4)
 	w.clk.SetTime(w.clk.Now().Add(20 * time.Second))
 	w.started(pod(pods[0]), false)
@@ -470,15 +479,25 @@ func TestWindowFollowsOnlyStarts(t *testing.T) {
 	if n := w.free(); n != 1 {
 		t.Fatalf("free %d, want 1: the deleted pod's place", n)
 	}
-	// The other three never start: at the timeout their places free, and
-	// the window grows as for pods that take that long.
+	// A pod starts quickly; the other three never start: at the timeout
+	// their places free and the quick start keeps the window small.
+	quick := w.launchBatch("q", 1)
+	w.clk.SetTime(w.clk.Now().Add(100 * time.Millisecond))
+	w.started(pod(quick[0]), true)
 	w.clk.SetTime(w.clk.Now().Add(10 * time.Second))
 	w.tick()
+	w.size(4)
+	// A minute on, with no pod started since, places that time out grow the
+	// window as for pods that take that long.
+	w.clk.SetTime(w.clk.Now().Add(time.Minute))
+	pods = w.launchBatch("b", 4)
+	w.clk.SetTime(w.clk.Now().Add(30 * time.Second))
+	w.tick()
 	w.size(100)
-	w.take("b", 100, 100)
+	w.take("c", 100, 100)
 
 	fixed := newWindowUnderTest(t, 10, 30*time.Second)
-	fixed.following(10) // as large as its size: it stays there
+	fixed.following(20) // larger than its size: it stays at its size
 	fixed.size(10)
 	pods = fixed.launchBatch("a", 10)
 	fixed.clk.SetTime(fixed.clk.Now().Add(100 * time.Millisecond))
