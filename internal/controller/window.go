@@ -198,10 +198,22 @@ func (w *launchWindow) startedAfter(held time.Duration, expired bool) {
 		s.n++
 		s.waited += held
 	}
-	var (
-		most, mostExpired, n int
-		quickest, waited     time.Duration
-	)
+	most, n, quickest, waited := w.startsSince(now)
+	size := startGain * float64(most) * quickest.Seconds()
+	if waited >= slowStart*time.Duration(n) || size >= float64(w.size) {
+		w.current = w.size
+		return
+	}
+	w.current = max(int(math.Ceil(size)), w.least)
+}
+
+// startsSince sums the starts up to now (a Unix second): the most pods that
+// started in one second of the last paceHorizon, how many started in the
+// last startHorizon, the quickest of them and their waits in all; or, if
+// none started, the places that timed out, as pods that took the timeout.
+// The lock must be held.
+func (w *launchWindow) startsSince(now int64) (most, n int, quickest, waited time.Duration) {
+	mostExpired := 0
 	for _, s := range w.starts {
 		// A second from after now (the clock stepped back) is as stale as
 		// one from before the horizon.
@@ -220,14 +232,9 @@ func (w *launchWindow) startedAfter(held time.Duration, expired bool) {
 	if n == 0 {
 		// Nothing started within the horizon: the places that timed out
 		// tell the pace, as pods that took the timeout.
-		most, n, quickest, waited = mostExpired, 1, w.timeout, w.timeout
+		return mostExpired, 1, w.timeout, w.timeout
 	}
-	size := startGain * float64(most) * quickest.Seconds()
-	if waited >= slowStart*time.Duration(n) || size >= float64(w.size) {
-		w.current = w.size
-		return
-	}
-	w.current = max(int(math.Ceil(size)), w.least)
+	return most, n, quickest, waited
 }
 
 // take reserves up to want places for the launches of job's next write and

@@ -490,7 +490,7 @@ func TestWindowFollowsOnlyStarts(t *testing.T) {
 	// A minute on, with no pod started since, places that time out grow the
 	// window as for pods that take that long.
 	w.clk.SetTime(w.clk.Now().Add(time.Minute))
-	pods = w.launchBatch("b", 4)
+	w.launchBatch("b", 4)
 	w.clk.SetTime(w.clk.Now().Add(30 * time.Second))
 	w.tick()
 	w.size(100)
