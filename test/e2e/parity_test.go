@@ -118,7 +118,17 @@ func parityCases() map[string]parityCase {
 		}},
 		"backoffLimit exceeded": {spec: jobSpec(ptr.To[int32](1), 1, func(s *batchv1.JobSpec) { s.BackoffLimit = ptr.To[int32](1) }),
 			script: failFirst(5, 1)},
-		"Indexed, one index fails twice": {spec: jobSpec(ptr.To[int32](4), 2, indexed), script: failFirst(2, 1, "1")},
+		// Index 1's failing pods run 4 s, the others 200 ms: every other
+		// index has succeeded before index 1 fails, in both controllers' runs.
+		// A success recorded after a failure resets batch/v1's backoff, so
+		// failures and successes that finish together would make the
+		// delays (compared below) depend on which was seen first.
+		"Indexed, one index fails twice": {spec: jobSpec(ptr.To[int32](4), 2, indexed), script: func(index string, attempt int) fate {
+			if index == "1" && attempt < 2 {
+				return fate{exit: 1, duration: 4 * time.Second}
+			}
+			return fate{duration: quick}
+		}},
 		"per-index backoff": {spec: jobSpec(ptr.To[int32](3), 3, indexed, func(s *batchv1.JobSpec) {
 			s.BackoffLimitPerIndex = ptr.To[int32](2)
 		}), script: failFirst(2, 1, "0")},
