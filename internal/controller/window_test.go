@@ -337,6 +337,17 @@ func (w *windowUnderTest) launchBatch(prefix string, n int) []string {
 	return pods
 }
 
+// startAfter places n one-pod SafeJobs named prefix-i and sees their pods
+// start after the given wait.
+func (w *windowUnderTest) startAfter(prefix string, n int, after time.Duration) {
+	w.t.Helper()
+	pods := w.launchBatch(prefix, n)
+	w.clk.SetTime(w.clk.Now().Add(after))
+	for _, p := range pods {
+		w.started(pod(p), true)
+	}
+}
+
 // size checks the places the window has now.
 func (w *windowUnderTest) size(want int) {
 	w.t.Helper()
@@ -426,35 +437,26 @@ func TestWindowGrowsForSlowStarts(t *testing.T) {
 	w := newWindowUnderTest(t, 100, 30*time.Second)
 	w.following(4)
 	w.size(4)
-	startAfter := func(prefix string, n int, after time.Duration) {
-		t.Helper()
-		pods := w.launchBatch(prefix, n)
-		w.clk.SetTime(w.clk.Now().Add(after))
-		for _, p := range pods {
-			w.started(pod(p), true)
-		}
-	}
-	startAfter("a", 4, 250*time.Millisecond)
+	w.startAfter("a", 4, 250*time.Millisecond)
 	w.size(4) // 2 x 4 a second x 0.25 s is less than its least
 
 	w.clk.SetTime(w.clk.Now().Add(20 * time.Second).Truncate(time.Second))
-	startAfter("b", 4, 5*time.Second)
+	w.startAfter("b", 4, 5*time.Second)
 	w.size(4) // the quick start 25 s ago: a queue's wait does not grow the window
 
 	w.clk.SetTime(w.clk.Now().Add(time.Minute).Truncate(time.Second))
-	startAfter("c", 4, 5*time.Second)
+	w.startAfter("c", 4, 5*time.Second)
 	w.size(40) // 2 x 4 a second x 5 s
 	w.clk.SetTime(w.clk.Now().Add(200 * time.Millisecond))
-	startAfter("d", 40, 5*time.Second)
+	w.startAfter("d", 40, 5*time.Second)
 	w.size(100) // 2 x 40 x 5 s is more than its size
 
-	pulls := newWindowUnderTest(t, 100, 30*time.Second)
-	pulls.following(4)
-	w = pulls
-	startAfter("a", 1, 100*time.Millisecond) // a pod whose image was there
+	w = newWindowUnderTest(t, 100, 30*time.Second)
+	w.following(4)
+	w.startAfter("a", 1, 100*time.Millisecond) // a pod whose image was there
 	w.size(4)
 	w.clk.SetTime(w.clk.Now().Add(time.Second))
-	startAfter("b", 3, 20*time.Second) // pods that pulled theirs: 15 s on average
+	w.startAfter("b", 3, 20*time.Second) // pods that pulled theirs: 15 s on average
 	w.size(100)
 }
 
@@ -499,11 +501,7 @@ func TestWindowFollowsOnlyStarts(t *testing.T) {
 	fixed := newWindowUnderTest(t, 10, 30*time.Second)
 	fixed.following(20) // larger than its size: it stays at its size
 	fixed.size(10)
-	pods = fixed.launchBatch("a", 10)
-	fixed.clk.SetTime(fixed.clk.Now().Add(100 * time.Millisecond))
-	for _, p := range pods {
-		fixed.started(pod(p), true)
-	}
+	fixed.startAfter("a", 10, 100*time.Millisecond)
 	fixed.size(10)
 	fixed.take("b", 10, 10)
 }
