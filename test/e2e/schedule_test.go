@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -149,18 +151,32 @@ func checkRuns(t *testing.T, e *env, final *batchv1alpha1.SafeJob, gone time.Tim
 	if final.Status.MissedRuns != missed {
 		t.Errorf("status.missedRuns %d, ledger says %d", final.Status.MissedRuns, missed)
 	}
-	checkOnePodPerRun(t, e, ran-int64(len(notCreated)))
+	checkOnePodPerRun(t, e, created)
 	return ran, missed
 }
 
-func checkOnePodPerRun(t *testing.T, e *env, ran int64) {
+// checkOnePodPerRun holds the pods created in the namespace (audit log)
+// against the runs created: one each, named for its run, and no other.
+func checkOnePodPerRun(t *testing.T, e *env, created map[string]int) {
 	t.Helper()
-	pods, err := testutil.CreatesByNamespace(e.c.AuditLog, "pods")
+	creates, err := testutil.CreatesByNamespace(e.c.AuditLog, "pods")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(pods[nsSafeJob]); int64(n) != ran {
-		t.Errorf("%d pods created for %d runs of one completion each", n, ran)
+	pods := creates[nsSafeJob]
+	for run := range created {
+		var of []string
+		for pod, n := range pods {
+			if strings.HasPrefix(pod, run+"-") {
+				of = append(of, fmt.Sprintf("%s x%d", pod, n))
+			}
+		}
+		if len(of) != 1 || pods[strings.Fields(of[0])[0]] != 1 {
+			t.Errorf("run %s: pods created %v, want one", run, of)
+		}
+	}
+	if len(pods) != len(created) {
+		t.Errorf("%d pods created for %d runs of one completion each: %v", len(pods), len(created), pods)
 	}
 }
 

@@ -94,7 +94,8 @@ type auditEvent struct {
 const AuditLogMaxSizeMB = "1048576"
 
 // PodCreates reads the API server's audit log and counts, per pod name, the
-// successful pod creates in namespace ns: evidence no controller can fake.
+// creates that stored a pod in namespace ns: evidence no controller can
+// fake.
 func PodCreates(logPath, ns string) (map[string]int, error) {
 	all, err := PodCreatesByNamespace(logPath)
 	if err != nil {
@@ -106,14 +107,14 @@ func PodCreates(logPath, ns string) (map[string]int, error) {
 	return all[ns], nil
 }
 
-// PodCreatesByNamespace counts the successful pod creates per namespace and
-// pod name; a generated name counts as its prefix plus a serial.
+// PodCreatesByNamespace counts the creates that stored a pod, per namespace
+// and pod name; a generated name counts as its prefix plus a serial.
 func PodCreatesByNamespace(logPath string) (map[string]map[string]int, error) {
 	return CreatesByNamespace(logPath, "pods")
 }
 
-// CreatesByNamespace counts the successful creates of a resource ("pods",
-// "safejobs", "jobs") per namespace and name.
+// CreatesByNamespace counts the creates that stored an object of a resource
+// ("pods", "safejobs", "jobs"), per namespace and name.
 func CreatesByNamespace(logPath, resource string) (map[string]map[string]int, error) {
 	events, err := Creates(logPath, resource)
 	if err != nil {
@@ -198,27 +199,69 @@ func scanAudit(logPath string, f func(*auditEvent)) error {
 	return nil
 }
 
-// Creates lists the successful creates of a resource in the audit log, in
-// log order; a generated name is its prefix plus a serial.
+// Creates lists the creates that stored an object of a resource in the
+// audit log, in the order the API server received them; a generated name is
+// its prefix plus a serial.
+//
+// A create the API server answered with a server error (a 504 when the
+// client went away, was killed or timed out mid-request) may still store
+// the object: the API server answers as soon as the request's context ends
+// while the write goes on, and logs the answer after requests received
+// later. Such a create counts when a request received after it shows the
+// object existed: one on the same name succeeded, or a create of it was
+// refused as AlreadyExists, before the next successful create of that name.
+// A named object only: a generated name is not known until the answer.
 func Creates(logPath, resource string) ([]Create, error) {
-	var out []Create
-	serial := 0
+	var events []auditEvent
 	err := scanAudit(logPath, func(e *auditEvent) {
-		if e.Verb != "create" || e.Stage != "ResponseComplete" || e.ObjectRef.Resource != resource ||
-			e.ObjectRef.Subresource != "" || e.ResponseStatus.Code != 201 {
-			return
+		if e.Stage == "ResponseComplete" && e.ObjectRef.Resource == resource {
+			events = append(events, *e)
 		}
+	})
+	slices.SortStableFunc(events, func(a, b auditEvent) int { return a.RequestReceived.Compare(b.RequestReceived) })
+	type slot struct {
+		Create
+		stored bool // a 201, or a server error a later request shows stored
+	}
+	var out []slot
+	uncertain := map[[2]string]int{} // namespace and name: its create's index in out
+	serial := 0
+	for i := range events {
+		e := &events[i]
 		name := e.ObjectRef.Name
 		if name == "" {
 			name = e.RequestObject.Metadata.Name
 		}
-		if name == "" {
-			serial++
-			name = fmt.Sprintf("%s#%d", e.RequestObject.Metadata.GenerateName, serial)
+		key := [2]string{e.ObjectRef.Namespace, name}
+		isCreate := e.Verb == "create" && e.ObjectRef.Subresource == ""
+		code := e.ResponseStatus.Code
+		if j, ok := uncertain[key]; ok && !(isCreate && code == 201) && (code >= 200 && code < 300 || isCreate && code == 409) {
+			out[j].stored = true // the object existed: the uncertain create stored it
+			delete(uncertain, key)
 		}
-		out = append(out, Create{Namespace: e.ObjectRef.Namespace, Name: name, Received: e.RequestReceived})
-	})
-	return out, err
+		if !isCreate {
+			continue
+		}
+		switch {
+		case code == 201:
+			delete(uncertain, key) // an uncertain create before it stored nothing
+			if name == "" {
+				serial++
+				name = fmt.Sprintf("%s#%d", e.RequestObject.Metadata.GenerateName, serial)
+			}
+			out = append(out, slot{Create{Namespace: e.ObjectRef.Namespace, Name: name, Received: e.RequestReceived}, true})
+		case code >= 500 && name != "":
+			uncertain[key] = len(out)
+			out = append(out, slot{Create: Create{Namespace: e.ObjectRef.Namespace, Name: name, Received: e.RequestReceived}})
+		}
+	}
+	var creates []Create
+	for _, s := range out {
+		if s.stored {
+			creates = append(creates, s.Create)
+		}
+	}
+	return creates, err
 }
 
 // Writes lists the completed writes (create, update, patch, delete) of a
