@@ -100,3 +100,36 @@ func TestBindOnlyUpdateNotQueued(t *testing.T) {
 		})
 	}
 }
+
+// TestStartedAndRan: a pod frees its launch-window place once it no longer
+// waits for a kubelet, and sizes the window only if a kubelet started it.
+func TestStartedAndRan(t *testing.T) {
+	unschedulable := corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}
+	for name, tc := range map[string]struct {
+		phase        corev1.PodPhase
+		deleting     bool
+		conditions   []corev1.PodCondition
+		started, ran bool
+	}{
+		"pending":                 {phase: corev1.PodPending},
+		"pending, scheduled":      {phase: corev1.PodPending, conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}},
+		"pending, not yet placed": {phase: corev1.PodPending, conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonSchedulingGated}}},
+		"pending, unschedulable":  {phase: corev1.PodPending, conditions: []corev1.PodCondition{unschedulable}, started: true},
+		"pending, being deleted":  {phase: corev1.PodPending, deleting: true, started: true},
+		"running":                 {phase: corev1.PodRunning, started: true, ran: true},
+		"succeeded":               {phase: corev1.PodSucceeded, started: true, ran: true},
+		"failed":                  {phase: corev1.PodFailed, started: true, ran: true},
+		"running, being deleted":  {phase: corev1.PodRunning, deleting: true, started: true, ran: true},
+	} {
+		pod := &corev1.Pod{Status: corev1.PodStatus{Phase: tc.phase, Conditions: tc.conditions}}
+		if tc.deleting {
+			pod.DeletionTimestamp = &metav1.Time{Time: time.Unix(1, 0)}
+		}
+		if got := started(pod); got != tc.started {
+			t.Errorf("%s: started %t, want %t", name, got, tc.started)
+		}
+		if got := ran(pod); got != tc.ran {
+			t.Errorf("%s: ran %t, want %t", name, got, tc.ran)
+		}
+	}
+}
