@@ -38,7 +38,9 @@ func TestAuditCountsCreatesOfCancelledRequests(t *testing.T) {
 		for i := range 200 {
 			name := fmt.Sprintf("p-%d", names)
 			names++
-			deadline := time.Duration(200+(i%40)*100) * time.Microsecond // some end before the write, some during it
+			// Some end before the write, some during it; a slower API
+			// server (a busy machine) gets longer ones in each round.
+			deadline := time.Duration(200+(i%40)*100) * time.Microsecond << round
 			cctx, cancel := context.WithTimeout(ctx, deadline)
 			if _, err := cs.CoreV1().Pods(ns).Create(cctx, pod(name), metav1.CreateOptions{}); err != nil {
 				failed[name] = true
