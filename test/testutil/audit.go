@@ -228,21 +228,16 @@ func Creates(logPath, resource string) ([]Create, error) {
 	serial := 0
 	for i := range events {
 		e := &events[i]
-		name := e.ObjectRef.Name
-		if name == "" {
-			name = e.RequestObject.Metadata.Name
-		}
+		name := e.objectName()
 		key := [2]string{e.ObjectRef.Namespace, name}
-		isCreate := e.Verb == "create" && e.ObjectRef.Subresource == ""
-		code := e.ResponseStatus.Code
-		if j, ok := uncertain[key]; ok && !(isCreate && code == 201) && (code >= 200 && code < 300 || isCreate && code == 409) {
+		if j, ok := uncertain[key]; ok && e.showsExisting() {
 			out[j].stored = true // the object existed: the uncertain create stored it
 			delete(uncertain, key)
 		}
-		if !isCreate {
+		if !e.isCreate() {
 			continue
 		}
-		switch {
+		switch code := e.ResponseStatus.Code; {
 		case code == 201:
 			delete(uncertain, key) // an uncertain create before it stored nothing
 			if name == "" {
@@ -262,6 +257,32 @@ func Creates(logPath, resource string) ([]Create, error) {
 		}
 	}
 	return creates, err
+}
+
+// objectName is the name of the object the request is about: in its path,
+// or in a create's body ("" for a generated name).
+func (e *auditEvent) objectName() string {
+	if e.ObjectRef.Name != "" {
+		return e.ObjectRef.Name
+	}
+	return e.RequestObject.Metadata.Name
+}
+
+// isCreate reports whether the request creates an object (not a
+// subresource such as a pod's binding).
+func (e *auditEvent) isCreate() bool {
+	return e.Verb == "create" && e.ObjectRef.Subresource == ""
+}
+
+// showsExisting reports whether the request's answer shows its object
+// existed when it was served: any success but a create's, or a create
+// refused as AlreadyExists.
+func (e *auditEvent) showsExisting() bool {
+	code := e.ResponseStatus.Code
+	if e.isCreate() {
+		return code == 409
+	}
+	return code >= 200 && code < 300
 }
 
 // Writes lists the completed writes (create, update, patch, delete) of a
