@@ -237,18 +237,20 @@ func Creates(logPath, resource string) ([]Create, error) {
 		if !e.isCreate() {
 			continue
 		}
-		switch code := e.ResponseStatus.Code; {
+		code := e.ResponseStatus.Code
+		switch {
 		case code == 201:
 			delete(uncertain, key) // an uncertain create before it stored nothing
 			if name == "" {
 				serial++
 				name = fmt.Sprintf("%s#%d", e.RequestObject.Metadata.GenerateName, serial)
 			}
-			out = append(out, slot{Create{Namespace: e.ObjectRef.Namespace, Name: name, Received: e.RequestReceived}, true})
 		case code >= 500 && name != "":
 			uncertain[key] = len(out)
-			out = append(out, slot{Create: Create{Namespace: e.ObjectRef.Namespace, Name: name, Received: e.RequestReceived}})
+		default:
+			continue
 		}
+		out = append(out, slot{Create{Namespace: e.ObjectRef.Namespace, Name: name, Received: e.RequestReceived}, code == 201})
 	}
 	var creates []Create
 	for _, s := range out {
