@@ -12,7 +12,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -209,7 +211,7 @@ func main() {
 	flag.StringVar(&o.podDuration, "pod-duration", "1s", "how long every pod runs on the simulated nodes")
 	flag.StringVar(&o.manager, "manager", "bin/manager", "the operator binary")
 	flag.StringVar(&o.profileDir, "profile", "",
-		"directory for CPU profiles of the operator and kube-apiserver (first repeat of each workload at the raised rate)")
+		"directory for CPU profiles of the operator, kube-apiserver and KWOK (first repeat of each workload at the raised rate)")
 	flag.IntVar(&o.profileSeconds, "profile-seconds", 20, "length of each CPU profile")
 	flag.DurationVar(&o.profileAfter, "profile-after", 0,
 		"start the CPU profiles this long after the run's first create (a cost that grows as a run goes on shows late)")
@@ -606,7 +608,7 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	operator := operatorCounters(ctx, m)
 	cpu0 := cpuSeconds(ctrl)
 	others0, busy0 := clusterCPU(c), machineTicks()
-	stopProfile := maybeProfile(o, w, m, repeat, cfg)
+	stopProfile := maybeProfile(o, w, m, repeat, cfg, c.Process("kwok"))
 	start := time.Now()
 	created, err := submit(ctx, cl, w, m, o.podDuration, rec)
 	if err != nil {
@@ -753,7 +755,7 @@ func startOperator(ctx context.Context, o options, c *cluster.Cluster, dir strin
 		args = append(args, fmt.Sprintf("--kube-api-qps=%d", m.QPS), fmt.Sprintf("--kube-api-burst=%d", 2*m.QPS))
 	}
 	if o.profileDir != "" {
-		args = append(args, "--pprof-bind-address=127.0.0.1:6065")
+		args = append(args, "--pprof-bind-address="+operatorPprofAddr)
 	}
 	args = append(args, o.operatorArgs...)
 	p, err := cluster.StartProcess("manager", filepath.Join(dir, "manager.log"), o.manager, args...)
@@ -771,11 +773,13 @@ func startOperator(ctx context.Context, o options, c *cluster.Cluster, dir strin
 	return p, nil
 }
 
-// maybeProfile takes CPU profiles of the operator and of kube-apiserver (for
-// either controller), -profile-seconds long, starting -profile-after the
+// maybeProfile takes CPU profiles of kube-apiserver and of the operator
+// (for either controller, the operator in SafeJob's runs), and samples the
+// process kwok (KWOK, which plays every pod's stages) with Linux perf where
+// perf is installed, -profile-seconds long, starting -profile-after the
 // run's start; the returned function waits for them, or abandons those not
 // yet started.
-func maybeProfile(o options, w workload, m mode, repeat int, cfg *rest.Config) func() {
+func maybeProfile(o options, w workload, m mode, repeat int, cfg *rest.Config, kwok *cluster.Process) func() {
 	if o.profileDir == "" || m.Controller == ctrlLimit || repeat != 1 || m.QPS == 0 {
 		return func() {}
 	}
@@ -789,16 +793,33 @@ func maybeProfile(o options, w workload, m mode, repeat int, cfg *rest.Config) f
 			return false
 		}
 	}
+	seconds := fmt.Sprintf("?seconds=%d", o.profileSeconds)
+	timeout := time.Duration(o.profileSeconds)*time.Second + time.Minute
 	var wg sync.WaitGroup
-	if m.Controller == ctrlSafeJob {
+	profile := func(what, url, out string) {
 		wg.Go(func() {
 			if !started() {
 				return
 			}
-			out := filepath.Join(o.profileDir, fmt.Sprintf("safejob-%s.pprof", w.Name))
-			url := fmt.Sprintf("http://127.0.0.1:6065/debug/pprof/profile?seconds=%d", o.profileSeconds)
-			if err := exec.Command("curl", "-s", "-o", out, url).Run(); err != nil {
-				fmt.Fprintf(os.Stderr, "bench: profiling the operator: %v\n", err)
+			if err := saveProfile(url, filepath.Join(o.profileDir, out), timeout); err != nil {
+				fmt.Fprintf(os.Stderr, "bench: profiling %s: %v\n", what, err)
+			}
+		})
+	}
+	if m.Controller == ctrlSafeJob {
+		profile("the operator", operatorPprof+"/profile"+seconds, fmt.Sprintf("safejob-%s.pprof", w.Name))
+	}
+	if perf, err := exec.LookPath("perf"); err == nil && kwok != nil {
+		// KWOK's /debug/pprof serves no CPU profile: Linux perf samples it.
+		out := filepath.Join(o.profileDir, fmt.Sprintf("kwok-%s-%s.perf.data", m.Controller, w.Name))
+		wg.Go(func() {
+			if !started() {
+				return
+			}
+			cmd := exec.Command(perf, "record", "-F", "199", "-e", "cpu-clock", "-g", "-p", strconv.Itoa(kwok.Pid()), "-o", out,
+				"--", "sleep", strconv.Itoa(o.profileSeconds))
+			if raw, err := cmd.CombinedOutput(); err != nil {
+				fmt.Fprintf(os.Stderr, "bench: sampling KWOK with perf: %v: %s\n", err, raw)
 			}
 		})
 	}
@@ -811,7 +832,7 @@ func maybeProfile(o options, w workload, m mode, repeat int, cfg *rest.Config) f
 			return
 		}
 		raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(o.profileSeconds)).
-			Timeout(time.Duration(o.profileSeconds)*time.Second + time.Minute).DoRaw(context.Background())
+			Timeout(timeout).DoRaw(context.Background())
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench: profiling kube-apiserver: %v\n", err)
 			return
@@ -824,6 +845,38 @@ func maybeProfile(o options, w workload, m mode, repeat int, cfg *rest.Config) f
 	}
 }
 
+// The operator serves /debug/pprof, with -profile, at operatorPprof.
+const (
+	operatorPprofAddr = "127.0.0.1:6065"
+	operatorPprof     = "http://" + operatorPprofAddr + "/debug/pprof"
+)
+
+// saveProfile writes what url (a /debug/pprof endpoint) answers to out.
+func saveProfile(url, out string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("requesting %s: %w", url, err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("requesting %s: %w", url, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("requesting %s: %s", url, resp.Status)
+	}
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", url, err)
+	}
+	if err := os.WriteFile(out, raw, 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", out, err)
+	}
+	return nil
+}
+
 // heapProfile saves, with -profile, the operator's heap at the end of the
 // first repeat of a SafeJob run at the raised rate: what its caches hold
 // once every job is done.
@@ -832,7 +885,7 @@ func heapProfile(o options, w workload, m mode, repeat int) {
 		return
 	}
 	out := filepath.Join(o.profileDir, fmt.Sprintf("safejob-heap-%s.pprof", w.Name))
-	if err := exec.Command("curl", "-s", "-o", out, "http://127.0.0.1:6065/debug/pprof/heap?gc=1").Run(); err != nil {
+	if err := saveProfile(operatorPprof+"/heap?gc=1", out, time.Minute); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: heap profile of the operator: %v\n", err)
 	}
 }
