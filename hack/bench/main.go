@@ -211,7 +211,8 @@ func main() {
 	flag.StringVar(&o.podDuration, "pod-duration", "1s", "how long every pod runs on the simulated nodes")
 	flag.StringVar(&o.manager, "manager", "bin/manager", "the operator binary")
 	flag.StringVar(&o.profileDir, "profile", "",
-		"directory for CPU profiles of the operator, kube-apiserver and KWOK (first repeat of each workload at the raised rate)")
+		"directory for CPU profiles of the operator and kube-apiserver, and perf samples of KWOK where Linux perf is installed "+
+			"(first repeat of each workload at the raised rate)")
 	flag.IntVar(&o.profileSeconds, "profile-seconds", 20, "length of each CPU profile")
 	flag.DurationVar(&o.profileAfter, "profile-after", 0,
 		"start the CPU profiles this long after the run's first create (a cost that grows as a run goes on shows late)")
@@ -796,21 +797,23 @@ func maybeProfile(o options, w workload, m mode, repeat int, cfg *rest.Config, k
 	seconds := fmt.Sprintf("?seconds=%d", o.profileSeconds)
 	timeout := time.Duration(o.profileSeconds)*time.Second + time.Minute
 	var wg sync.WaitGroup
-	profile := func(what, url, out string) {
+	if m.Controller == ctrlSafeJob {
 		wg.Go(func() {
 			if !started() {
 				return
 			}
-			if err := saveProfile(url, filepath.Join(o.profileDir, out), timeout); err != nil {
-				fmt.Fprintf(os.Stderr, "bench: profiling %s: %v\n", what, err)
+			out := filepath.Join(o.profileDir, fmt.Sprintf("safejob-%s.pprof", w.Name))
+			if err := saveProfile(operatorPprof+"/profile"+seconds, out, timeout); err != nil {
+				fmt.Fprintf(os.Stderr, "bench: profiling the operator: %v\n", err)
 			}
 		})
 	}
-	if m.Controller == ctrlSafeJob {
-		profile("the operator", operatorPprof+"/profile"+seconds, fmt.Sprintf("safejob-%s.pprof", w.Name))
+	// KWOK's /debug/pprof serves no CPU profile: Linux perf samples it.
+	perf, err := exec.LookPath("perf")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: perf not found (Debian: apt-get install linux-perf): KWOK not sampled")
 	}
-	if perf, err := exec.LookPath("perf"); err == nil && kwok != nil {
-		// KWOK's /debug/pprof serves no CPU profile: Linux perf samples it.
+	if err == nil && kwok != nil {
 		out := filepath.Join(o.profileDir, fmt.Sprintf("kwok-%s-%s.perf.data", m.Controller, w.Name))
 		wg.Go(func() {
 			if !started() {
