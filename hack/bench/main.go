@@ -786,66 +786,64 @@ func maybeProfile(o options, w workload, m mode, repeat int, cfg *rest.Config, k
 	}
 	_ = os.MkdirAll(o.profileDir, 0o755)
 	abandon := make(chan struct{})
-	started := func() bool {
-		select {
-		case <-time.After(o.profileAfter):
-			return true
-		case <-abandon:
-			return false
-		}
-	}
-	seconds := fmt.Sprintf("?seconds=%d", o.profileSeconds)
-	timeout := time.Duration(o.profileSeconds)*time.Second + time.Minute
 	var wg sync.WaitGroup
+	take := func(what string, f func() error) {
+		wg.Go(func() {
+			select {
+			case <-time.After(o.profileAfter):
+			case <-abandon:
+				return
+			}
+			if err := f(); err != nil {
+				fmt.Fprintf(os.Stderr, "bench: %s: %v\n", what, err)
+			}
+		})
+	}
+	seconds := o.profileSeconds
+	timeout := time.Duration(seconds)*time.Second + time.Minute
+	out := func(format string) string {
+		return filepath.Join(o.profileDir, fmt.Sprintf(format, m.Controller, w.Name))
+	}
 	if m.Controller == ctrlSafeJob {
-		wg.Go(func() {
-			if !started() {
-				return
-			}
-			out := filepath.Join(o.profileDir, fmt.Sprintf("safejob-%s.pprof", w.Name))
-			if err := saveProfile(operatorPprof+"/profile"+seconds, out, timeout); err != nil {
-				fmt.Fprintf(os.Stderr, "bench: profiling the operator: %v\n", err)
-			}
+		take("profiling the operator", func() error {
+			return saveProfile(fmt.Sprintf("%s/profile?seconds=%d", operatorPprof, seconds),
+				filepath.Join(o.profileDir, fmt.Sprintf("safejob-%s.pprof", w.Name)), timeout)
 		})
 	}
-	// KWOK's /debug/pprof serves no CPU profile: Linux perf samples it.
-	perf, err := exec.LookPath("perf")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench: perf not found (Debian: apt-get install linux-perf): KWOK not sampled")
+	if kwok != nil {
+		take("sampling KWOK", func() error { return perfRecord(kwok.Pid(), seconds, out("kwok-%s-%s.perf.data")) })
 	}
-	if err == nil && kwok != nil {
-		out := filepath.Join(o.profileDir, fmt.Sprintf("kwok-%s-%s.perf.data", m.Controller, w.Name))
-		wg.Go(func() {
-			if !started() {
-				return
-			}
-			cmd := exec.Command(perf, "record", "-F", "199", "-e", "cpu-clock", "-g", "-p", strconv.Itoa(kwok.Pid()), "-o", out,
-				"--", "sleep", strconv.Itoa(o.profileSeconds))
-			if raw, err := cmd.CombinedOutput(); err != nil {
-				fmt.Fprintf(os.Stderr, "bench: sampling KWOK with perf: %v: %s\n", err, raw)
-			}
-		})
-	}
-	wg.Go(func() {
-		if !started() {
-			return
-		}
+	take("profiling kube-apiserver", func() error {
 		cs, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
-			return
+			return fmt.Errorf("creating a client: %w", err)
 		}
-		raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(o.profileSeconds)).
+		raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(seconds)).
 			Timeout(timeout).DoRaw(context.Background())
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "bench: profiling kube-apiserver: %v\n", err)
-			return
+			return err
 		}
-		_ = os.WriteFile(filepath.Join(o.profileDir, fmt.Sprintf("apiserver-%s-%s.pprof", m.Controller, w.Name)), raw, 0o644)
+		return os.WriteFile(out("apiserver-%s-%s.pprof"), raw, 0o644)
 	})
 	return func() {
 		close(abandon)
 		wg.Wait()
 	}
+}
+
+// perfRecord samples process pid's CPU for seconds with Linux perf into out
+// (`perf report -i out`): KWOK's /debug/pprof serves no CPU profile.
+func perfRecord(pid, seconds int, out string) error {
+	perf, err := exec.LookPath("perf")
+	if err != nil {
+		return errors.New("perf not found (Debian: apt-get install linux-perf), not sampled")
+	}
+	cmd := exec.Command(perf, "record", "-F", "199", "-e", "cpu-clock", "-g", "-p", strconv.Itoa(pid), "-o", out,
+		"--", "sleep", strconv.Itoa(seconds))
+	if raw, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("perf record: %w: %s", err, raw)
+	}
+	return nil
 }
 
 // The operator serves /debug/pprof, with -profile, at operatorPprof.
