@@ -821,9 +821,12 @@ func maybeProfile(o options, w workload, m mode, repeat int, cfg *rest.Config, k
 		raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(seconds)).
 			Timeout(timeout).DoRaw(context.Background())
 		if err != nil {
-			return err
+			return fmt.Errorf("requesting /debug/pprof/profile: %w", err)
 		}
-		return os.WriteFile(out("apiserver-%s-%s.pprof"), raw, 0o644)
+		if err := os.WriteFile(out("apiserver-%s-%s.pprof"), raw, 0o644); err != nil {
+			return fmt.Errorf("writing the profile: %w", err)
+		}
+		return nil
 	})
 	return func() {
 		close(abandon)
