@@ -135,7 +135,11 @@ type result struct {
 	// and MachineBusy the fraction of all cores busy (from /proc/stat).
 	ClusterCPUSec map[string]float64
 	MachineBusy   float64
-	PeakRSSMiB    float64
+	// ContextSwitches is how often the machine's CPUs switched between
+	// threads during the run (/proc/stat ctxt): on a busy machine, work that
+	// wakes processes one event at a time costs switches beside its CPU.
+	ContextSwitches int64 `json:",omitempty"`
+	PeakRSSMiB      float64
 	// Reconciles counts the operator's reconcile passes during the run
 	// (SafeJob modes only).
 	Reconciles int `json:",omitempty"`
@@ -443,10 +447,12 @@ func runAll(o options, ws []workload) (results, failed []result) {
 					"%.2f writes/completion, CPU %.1fs, RSS %.0f MiB, %d extra pods; %d succeeded reported for %d pods seen succeeding\n",
 					w.Name, m.Name, r, res.Completions, res.MakespanSec, res.PerSecond, res.FirstPodP50Sec, res.FirstPodP99Sec,
 					res.WritesPerCompl, res.CPUSec, res.PeakRSSMiB, res.ExtraPods, res.Reported, res.PodsSucceeded)
-				fmt.Printf("    machine %.0f%% busy; CPU s: apiserver %.1f, etcd %.1f, scheduler %.1f, kwok %.1f; "+
+				fmt.Printf("    machine %.0f%% busy, %.0f context switches per completion; "+
+					"CPU s: apiserver %.1f, etcd %.1f, scheduler %.1f, kwok %.1f; "+
 					"watches closed for falling behind: %v; pod watches ended, by client: %v; "+
 					"pod watch events sent: %d (%.0f MiB)\n",
-					100*res.MachineBusy, res.ClusterCPUSec["kube-apiserver"], res.ClusterCPUSec["etcd"],
+					100*res.MachineBusy, float64(res.ContextSwitches)/float64(max(res.Completions, 1)),
+					res.ClusterCPUSec["kube-apiserver"], res.ClusterCPUSec["etcd"],
 					res.ClusterCPUSec["kube-scheduler"], res.ClusterCPUSec["kwok"], res.WatchersClosed, res.PodWatchesEnded,
 					res.WatchEvents["pods"], float64(res.WatchBytes["pods"])/(1<<20))
 				res.Spec, res.Run = &w, o.runName()
@@ -608,7 +614,7 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	}
 	operator := operatorCounters(ctx, m)
 	cpu0 := cpuSeconds(ctrl)
-	others0, busy0 := clusterCPU(c), machineTicks()
+	others0, busy0, ctxt0 := clusterCPU(c), machineTicks(), contextSwitches()
 	stopProfile := maybeProfile(o, w, m, repeat, cfg, c.Process("kwok"))
 	start := time.Now()
 	created, err := submit(ctx, cl, w, m, o.podDuration, rec)
@@ -634,6 +640,9 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	busy1 := machineTicks()
 	if total := busy1[1] - busy0[1]; total > 0 {
 		res.MachineBusy = (busy1[0] - busy0[0]) / total
+	}
+	if ctxt0 > 0 {
+		res.ContextSwitches = contextSwitches() - ctxt0
 	}
 	return res, nil
 }
@@ -681,6 +690,25 @@ func clusterCPU(c *cluster.Cluster) map[string]float64 {
 		out[name] = cpuSeconds(c.Process(name))
 	}
 	return out
+}
+
+// contextSwitches returns the machine's context switches since boot (the
+// ctxt line of /proc/stat), or 0 where it cannot be read.
+func contextSwitches() int64 {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(raw)) {
+		if v, ok := strings.CutPrefix(line, "ctxt "); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return n
+		}
+	}
+	return 0
 }
 
 // machineTicks returns busy and total CPU ticks of the whole machine.

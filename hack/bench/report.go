@@ -220,6 +220,7 @@ func verdict(results []result, w string) string {
 	b.WriteString(closedWatchers(results, w))
 	b.WriteString(kwokRewatches(results, w))
 	b.WriteString(podWatchEvents(results, w))
+	b.WriteString(contextSwitchLine(results, w))
 	fmt.Fprintf(&b, "- largest status seen: SafeJob %s, built-in %s (target: at most 256 KiB at 100,000 completions)\n",
 		kib(largestStatus(results, w, modeSafeJob)), kib(largestStatus(results, w, modeBuiltin)))
 	if sj.reconciles > 0 {
@@ -607,6 +608,27 @@ func podWatchEvents(results []result, w string) string {
 	}
 	return "- pod watch events kube-apiserver sent per completion, one per event and watcher (medians): " +
 		strings.Join(parts, ", ") + "\n"
+}
+
+// contextSwitchLine gives the machine's context switches per completion,
+// by mode (medians). Runs from before this was recorded are left out.
+func contextSwitchLine(results []result, w string) string {
+	var parts []string
+	for _, m := range modeOrder {
+		var per []float64
+		for _, r := range results {
+			if r.Workload == w && r.Mode == m && r.ContextSwitches > 0 && r.Completions > 0 {
+				per = append(per, float64(r.ContextSwitches)/float64(r.Completions))
+			}
+		}
+		if len(per) > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f", m, median(per)))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "- the machine's context switches per completion, every process (medians): " + strings.Join(parts, ", ") + "\n"
 }
 
 // kwokRewatches says, run by run, how often KWOK's pod watch ended during

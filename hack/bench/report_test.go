@@ -357,3 +357,35 @@ func TestStatusWriteKinds(t *testing.T) {
 		t.Errorf("statusWriteKinds of the built-in = %q, want nothing", got)
 	}
 }
+
+func TestContextSwitchLine(t *testing.T) {
+	results := []result{
+		{Workload: "W5", Mode: modeBuiltin, Completions: 1000, ContextSwitches: 120_000},
+		{Workload: "W5", Mode: modeSafeJob, Completions: 1000, ContextSwitches: 150_000},
+		{Workload: "W5", Mode: modeSafeJob, Completions: 1000, ContextSwitches: 170_000},
+		{Workload: "W5", Mode: modeSafeJob, Completions: 1000, ContextSwitches: 190_000},
+		// Recorded before the count existed, or for another workload: left out.
+		{Workload: "W5", Mode: modeBuiltin, Completions: 1000},
+		{Workload: "W1", Mode: modeBuiltin, Completions: 1000, ContextSwitches: 1},
+	}
+	want := "- the machine's context switches per completion, every process (medians): built-in 120, SafeJob 170\n"
+	if got := contextSwitchLine(results, "W5"); got != want {
+		t.Errorf("contextSwitchLine = %q, want %q", got, want)
+	}
+	if got := contextSwitchLine(results[4:5], "W5"); got != "" {
+		t.Errorf("contextSwitchLine without counts = %q, want nothing", got)
+	}
+}
+
+func TestContextSwitchesReadsProcStat(t *testing.T) {
+	if _, err := os.Stat("/proc/stat"); err != nil {
+		t.Skip("no /proc/stat here")
+	}
+	a := contextSwitches()
+	if a <= 0 {
+		t.Fatalf("contextSwitches = %d, want the machine's count since boot", a)
+	}
+	if b := contextSwitches(); b < a {
+		t.Errorf("contextSwitches went back from %d to %d", a, b)
+	}
+}
