@@ -614,7 +614,7 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	}
 	operator := operatorCounters(ctx, m)
 	cpu0 := cpuSeconds(ctrl)
-	others0, busy0, ctxt0 := clusterCPU(c), machineTicks(), contextSwitches()
+	others0, machine0 := clusterCPU(c), readMachine()
 	stopProfile := maybeProfile(o, w, m, repeat, cfg, c.Process("kwok"))
 	start := time.Now()
 	created, err := submit(ctx, cl, w, m, o.podDuration, rec)
@@ -637,13 +637,7 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	for k, v := range others0 {
 		res.ClusterCPUSec[k] -= v
 	}
-	busy1 := machineTicks()
-	if total := busy1[1] - busy0[1]; total > 0 {
-		res.MachineBusy = (busy1[0] - busy0[0]) / total
-	}
-	if ctxt0 > 0 {
-		res.ContextSwitches = contextSwitches() - ctxt0
-	}
+	machine0.since(&res)
 	return res, nil
 }
 
@@ -690,6 +684,28 @@ func clusterCPU(c *cluster.Cluster) map[string]float64 {
 		out[name] = cpuSeconds(c.Process(name))
 	}
 	return out
+}
+
+// machineCounters are the whole machine's figures a run is measured by.
+type machineCounters struct {
+	ticks [2]float64
+	ctxt  int64
+}
+
+func readMachine() machineCounters {
+	return machineCounters{ticks: machineTicks(), ctxt: contextSwitches()}
+}
+
+// since sets res's MachineBusy and ContextSwitches: what the machine did
+// since m was read.
+func (m machineCounters) since(res *result) {
+	now := readMachine()
+	if total := now.ticks[1] - m.ticks[1]; total > 0 {
+		res.MachineBusy = (now.ticks[0] - m.ticks[0]) / total
+	}
+	if m.ctxt > 0 && now.ctxt >= m.ctxt {
+		res.ContextSwitches = now.ctxt - m.ctxt
+	}
 }
 
 // contextSwitches returns the machine's context switches since boot (the
