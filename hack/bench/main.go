@@ -14,10 +14,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -139,7 +141,11 @@ type result struct {
 	// threads during the run (/proc/stat ctxt): on a busy machine, work that
 	// wakes processes one event at a time costs switches beside its CPU.
 	ContextSwitches int64 `json:",omitempty"`
-	PeakRSSMiB      float64
+	// SwitchesByProcess is the context switches of each of the processes
+	// whose CPU is counted (the controller as "controller"), every thread's,
+	// voluntary and not, during the run.
+	SwitchesByProcess map[string]int64 `json:",omitempty"`
+	PeakRSSMiB        float64
 	// Reconciles counts the operator's reconcile passes during the run
 	// (SafeJob modes only).
 	Reconciles int `json:",omitempty"`
@@ -455,6 +461,9 @@ func runAll(o options, ws []workload) (results, failed []result) {
 					res.ClusterCPUSec["kube-apiserver"], res.ClusterCPUSec["etcd"],
 					res.ClusterCPUSec["kube-scheduler"], res.ClusterCPUSec["kwok"], res.WatchersClosed, res.PodWatchesEnded,
 					res.WatchEvents["pods"], float64(res.WatchBytes["pods"])/(1<<20))
+				if len(res.SwitchesByProcess) > 0 {
+					fmt.Printf("    context switches per completion by process: %s\n", perCompletion(res.SwitchesByProcess, res.Completions))
+				}
 				res.Spec, res.Run = &w, o.runName()
 				results = append(results, res)
 				if res.Inexact != "" {
@@ -614,7 +623,7 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	}
 	operator := operatorCounters(ctx, m)
 	cpu0 := cpuSeconds(ctrl)
-	others0, machine0 := clusterCPU(c), readMachine()
+	others0, machine0, switches0 := clusterCPU(c), readMachine(), switchesByProcess(c, ctrl)
 	stopProfile := maybeProfile(o, w, m, repeat, cfg, c.Process("kwok"))
 	start := time.Now()
 	created, err := submit(ctx, cl, w, m, o.podDuration, rec)
@@ -638,6 +647,10 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 		res.ClusterCPUSec[k] -= v
 	}
 	machine0.since(&res)
+	res.SwitchesByProcess = switchesByProcess(c, ctrl)
+	for k, v := range switches0 {
+		res.SwitchesByProcess[k] -= v
+	}
 	return res, nil
 }
 
@@ -673,17 +686,70 @@ func finish(ctx context.Context, w workload, m mode, rec *recorder, cl client.Cl
 // in the built-in modes it is also the controller.
 var clusterComponents = []string{"kube-apiserver", "etcd", "kube-scheduler", "kwok", kcmProcess}
 
-// kcmProcess is kube-controller-manager's process name.
-const kcmProcess = "kube-controller-manager"
+// kcmProcess is kube-controller-manager's process name, and benchProcess
+// the name the bench's own CPU and context switches are reported under.
+const (
+	kcmProcess   = "kube-controller-manager"
+	benchProcess = "bench"
+)
 
 // clusterCPU is the CPU time so far of each cluster component and of the
 // bench itself (its client and watches).
 func clusterCPU(c *cluster.Cluster) map[string]float64 {
-	out := map[string]float64{"bench": cluster.CPUSeconds(os.Getpid())}
+	out := map[string]float64{benchProcess: cluster.CPUSeconds(os.Getpid())}
 	for _, name := range clusterComponents {
 		out[name] = cpuSeconds(c.Process(name))
 	}
 	return out
+}
+
+// switchesByProcess is the context switches so far of each cluster
+// component, of the controller and of the bench itself.
+func switchesByProcess(c *cluster.Cluster, ctrl *cluster.Process) map[string]int64 {
+	out := map[string]int64{benchProcess: processSwitches(os.Getpid())}
+	for _, name := range clusterComponents {
+		if p := c.Process(name); p != nil {
+			out[name] = processSwitches(p.Pid())
+		}
+	}
+	if ctrl != nil {
+		out["controller"] = processSwitches(ctrl.Pid())
+	}
+	return out
+}
+
+// processSwitches sums the voluntary and involuntary context switches of
+// every thread of process pid (/proc/PID/task/*/status); 0 if it is gone.
+func processSwitches(pid int) int64 {
+	tasks, err := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "task", "*", "status"))
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, task := range tasks {
+		raw, err := os.ReadFile(task)
+		if err != nil {
+			continue // the thread ended
+		}
+		for line := range strings.Lines(string(raw)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+				if c, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+					n += c
+				}
+			}
+		}
+	}
+	return n
+}
+
+// perCompletion formats counts divided by completions, sorted by name.
+func perCompletion(counts map[string]int64, completions int) string {
+	names := slices.Sorted(maps.Keys(counts))
+	parts := make([]string, 0, len(names))
+	for _, name := range names {
+		parts = append(parts, fmt.Sprintf("%s %.0f", name, float64(counts[name])/float64(max(completions, 1))))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // machineCounters are the whole machine's figures a run is measured by.

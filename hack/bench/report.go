@@ -358,7 +358,7 @@ func cpuTable(results []result, w string) string {
 	if len(names) == 0 {
 		return ""
 	}
-	order := []string{"controller", "kube-apiserver", "etcd", "kube-scheduler", "kwok", kcmProcess, "bench"}
+	order := []string{"controller", "kube-apiserver", "etcd", "kube-scheduler", "kwok", kcmProcess, benchProcess}
 	var b strings.Builder
 	b.WriteString("<details><summary>CPU ms per completion by process (medians; kube-controller-manager beside the controller: " +
 		"its garbage collector and pod GC)</summary>\n\n")
