@@ -389,3 +389,22 @@ func TestContextSwitchesReadsProcStat(t *testing.T) {
 		t.Errorf("contextSwitches went back from %d to %d", a, b)
 	}
 }
+
+func TestPerCompletionByName(t *testing.T) {
+	got := perCompletion(map[string]int64{"kwok": 3000, "bench": 500, "controller": 12_345}, 100)
+	if want := "bench 5, controller 123, kwok 30"; got != want {
+		t.Errorf("perCompletion = %q, want %q", got, want)
+	}
+}
+
+func TestProcessSwitchesCountsThisProcess(t *testing.T) {
+	if _, err := os.Stat("/proc/self/task"); err != nil {
+		t.Skip("no /proc here")
+	}
+	if n := processSwitches(os.Getpid()); n <= 0 {
+		t.Errorf("processSwitches(self) = %d, want the switches of this process's threads", n)
+	}
+	if n := processSwitches(-1); n != 0 {
+		t.Errorf("processSwitches(no such process) = %d, want 0", n)
+	}
+}
