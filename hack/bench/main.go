@@ -758,8 +758,32 @@ type machineCounters struct {
 	ctxt  int64
 }
 
+// readMachine reads the machine's counters from one read of /proc/stat:
+// busy and total CPU ticks (its first line) and context switches since
+// boot (its ctxt line); zero where they cannot be read.
 func readMachine() machineCounters {
-	return machineCounters{ticks: machineTicks(), ctxt: contextSwitches()}
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineCounters{}
+	}
+	var m machineCounters
+	for line := range strings.Lines(string(raw)) {
+		fields := strings.Fields(line)
+		switch {
+		case len(fields) > 1 && fields[0] == "cpu":
+			for i, f := range fields[1:] {
+				var v float64
+				_, _ = fmt.Sscan(f, &v)
+				m.ticks[1] += v
+				if i != 3 && i != 4 { // idle, iowait
+					m.ticks[0] += v
+				}
+			}
+		case len(fields) == 2 && fields[0] == "ctxt":
+			m.ctxt, _ = strconv.ParseInt(fields[1], 10, 64)
+		}
+	}
+	return m
 }
 
 // since sets res's MachineBusy and ContextSwitches: what the machine did
@@ -772,44 +796,6 @@ func (m machineCounters) since(res *result) {
 	if m.ctxt > 0 && now.ctxt >= m.ctxt {
 		res.ContextSwitches = now.ctxt - m.ctxt
 	}
-}
-
-// contextSwitches returns the machine's context switches since boot (the
-// ctxt line of /proc/stat), or 0 where it cannot be read.
-func contextSwitches() int64 {
-	raw, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	for line := range strings.Lines(string(raw)) {
-		if v, ok := strings.CutPrefix(line, "ctxt "); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				return 0
-			}
-			return n
-		}
-	}
-	return 0
-}
-
-// machineTicks returns busy and total CPU ticks of the whole machine.
-func machineTicks() [2]float64 {
-	raw, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return [2]float64{}
-	}
-	line, _, _ := strings.Cut(string(raw), "\n")
-	var busy, total float64
-	for i, f := range strings.Fields(line)[1:] {
-		var v float64
-		_, _ = fmt.Sscan(f, &v)
-		total += v
-		if i != 3 && i != 4 { // idle, iowait
-			busy += v
-		}
-	}
-	return [2]float64{busy, total}
 }
 
 // startController returns the process of the mode's controller (none for

@@ -381,12 +381,12 @@ func TestContextSwitchesReadsProcStat(t *testing.T) {
 	if _, err := os.Stat("/proc/stat"); err != nil {
 		t.Skip("no /proc/stat here")
 	}
-	a := contextSwitches()
+	a := readMachine().ctxt
 	if a <= 0 {
-		t.Fatalf("contextSwitches = %d, want the machine's count since boot", a)
+		t.Fatalf("readMachine().ctxt = %d, want the machine's count since boot", a)
 	}
-	if b := contextSwitches(); b < a {
-		t.Errorf("contextSwitches went back from %d to %d", a, b)
+	if b := readMachine().ctxt; b < a {
+		t.Errorf("readMachine().ctxt went back from %d to %d", a, b)
 	}
 }
 
