@@ -12,10 +12,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"io/fs"
 	"maps"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -955,21 +953,9 @@ const (
 func saveProfile(url, out string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	raw, err := httpGet(ctx, url)
 	if err != nil {
-		return fmt.Errorf("requesting %s: %w", url, err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("requesting %s: %w", url, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("requesting %s: %s", url, resp.Status)
-	}
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return fmt.Errorf("reading %s: %w", url, err)
+		return err
 	}
 	if err := os.WriteFile(out, raw, 0o644); err != nil {
 		return fmt.Errorf("writing %s: %w", out, err)

@@ -164,23 +164,32 @@ func (c operatorCounts) since(before operatorCounts) operatorCounts {
 func scrapeOperator(ctx context.Context) (operatorCounts, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, operatorMetrics, nil)
+	raw, err := httpGet(ctx, operatorMetrics)
 	if err != nil {
-		return operatorCounts{}, fmt.Errorf("the operator's metrics: %w", err)
+		return operatorCounts{}, fmt.Errorf("reading the operator's metrics: %w", err)
+	}
+	return parseOperator(string(raw)), nil
+}
+
+// httpGet returns the body of a GET of url that answered 200 OK.
+func httpGet(ctx context.Context, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("requesting %s: %w", url, err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return operatorCounts{}, fmt.Errorf("reading the operator's metrics: %w", err)
+		return nil, fmt.Errorf("requesting %s: %w", url, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return operatorCounts{}, fmt.Errorf("reading the operator's metrics: %w", err)
+		return nil, fmt.Errorf("reading %s: %w", url, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return operatorCounts{}, fmt.Errorf("reading the operator's metrics: %s", resp.Status)
+		return nil, fmt.Errorf("requesting %s: %s", url, resp.Status)
 	}
-	return parseOperator(string(raw)), nil
+	return raw, nil
 }
 
 // parseOperator sums safejob_reconciles_total over its results and
