@@ -173,6 +173,9 @@ type result struct {
 
 type options struct {
 	root, manager, podDuration, profileDir string
+	// podDurationMax, if set, spreads pod run times uniformly between
+	// podDuration and it, each pod's drawn by the simulated node.
+	podDurationMax string
 	repeats                                int
 	scale                                  float64
 	raisedQPS                              int
@@ -217,6 +220,7 @@ func main() {
 	flag.IntVar(&o.raisedQPS, "qps", 200, "the equal, raised client rate (QPS; burst is twice it) of both controllers")
 	flag.BoolVar(&o.defaults, "defaults", true, "also run both controllers once at their default client rates")
 	flag.StringVar(&o.podDuration, "pod-duration", "1s", "how long every pod runs on the simulated nodes")
+	flag.StringVar(&o.podDurationMax, "pod-duration-max", "", "if set, each pod runs a time drawn uniformly between -pod-duration and this, so pods end out of their creation order")
 	flag.StringVar(&o.manager, "manager", "bin/manager", "the operator binary")
 	flag.StringVar(&o.profileDir, "profile", "",
 		"directory for CPU profiles of the operator and kube-apiserver, and perf samples of KWOK where Linux perf is installed "+
@@ -624,7 +628,7 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	others0, machine0, switches0 := clusterCPU(c), readMachine(), switchesByProcess(c, ctrl)
 	stopProfile := maybeProfile(o, w, m, repeat, cfg, c.Process("kwok"))
 	start := time.Now()
-	created, err := submit(ctx, cl, w, m, o.podDuration, rec)
+	created, err := submit(ctx, cl, w, m, podTemplate(o.podDuration, o.podDurationMax), rec)
 	if err != nil {
 		return result{}, err
 	}
@@ -976,9 +980,13 @@ func heapProfile(o options, w workload, m mode, repeat int) {
 	}
 }
 
-func podTemplate(duration string) corev1.PodTemplateSpec {
+func podTemplate(duration, durationMax string) corev1.PodTemplateSpec {
+	annotations := map[string]string{"kwok.safejob.dev/duration": duration}
+	if durationMax != "" {
+		annotations["kwok.safejob.dev/duration-max"] = durationMax
+	}
 	return corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"kwok.safejob.dev/duration": duration}},
+		ObjectMeta: metav1.ObjectMeta{Annotations: annotations},
 		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
 	}
@@ -986,9 +994,9 @@ func podTemplate(duration string) corev1.PodTemplateSpec {
 
 // submit creates the workload as fast as the client can, 32 creates at a
 // time, and returns when each job's create returned.
-func submit(ctx context.Context, cl client.Client, w workload, m mode, d string, rec *recorder) (map[string]time.Time, error) {
+func submit(ctx context.Context, cl client.Client, w workload, m mode, tmpl corev1.PodTemplateSpec, rec *recorder) (map[string]time.Time, error) {
 	if m.Controller == ctrlLimit {
-		return rec.runLimit(ctx, cl, w, podTemplate(d))
+		return rec.runLimit(ctx, cl, w, tmpl)
 	}
 	created := map[string]time.Time{}
 	var mu sync.Mutex
@@ -999,7 +1007,7 @@ func submit(ctx context.Context, cl client.Client, w workload, m mode, d string,
 		wg.Go(func() {
 			for i := range work {
 				name := fmt.Sprintf("j-%d", i)
-				if err := cl.Create(ctx, jobObject(name, w, m, d)); err != nil {
+				if err := cl.Create(ctx, jobObject(name, w, m, tmpl)); err != nil {
 					mu.Lock()
 					firstErr = err
 					mu.Unlock()
@@ -1019,10 +1027,10 @@ func submit(ctx context.Context, cl client.Client, w workload, m mode, d string,
 	return created, firstErr
 }
 
-func jobObject(name string, w workload, m mode, d string) client.Object {
+func jobObject(name string, w workload, m mode, tmpl corev1.PodTemplateSpec) client.Object {
 	if m.Controller == ctrlBuiltin {
 		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: batchv1.JobSpec{
-			Template: podTemplate(d), Completions: ptr.To(w.Completions), Parallelism: ptr.To(w.Parallelism)}}
+			Template: *tmpl.DeepCopy(), Completions: ptr.To(w.Completions), Parallelism: ptr.To(w.Parallelism)}}
 		if w.Indexed {
 			job.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
 		}
@@ -1035,7 +1043,7 @@ func jobObject(name string, w workload, m mode, d string) client.Object {
 		return job
 	}
 	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: batchv1alpha1.SafeJobSpec{
-		Template: podTemplate(d), Completions: ptr.To(w.Completions), Parallelism: ptr.To(w.Parallelism)}}
+		Template: *tmpl.DeepCopy(), Completions: ptr.To(w.Completions), Parallelism: ptr.To(w.Parallelism)}}
 	if w.Indexed {
 		sj.Spec.CompletionMode = batchv1alpha1.IndexedCompletion
 	}

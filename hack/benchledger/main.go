@@ -59,12 +59,14 @@ func fail(err error) {
 
 // row is one benchmark case: its name parts and metrics by unit.
 type row struct {
-	mode, completions, parallelism string
-	metrics                        map[string]float64
+	mode, completions, parallelism, order string
+	metrics                               map[string]float64
 }
 
 // parse reads `go test -bench` output lines such as
-// "BenchmarkDecideToCompletion/Indexed/completions=1000/parallelism=100-2  1  21291 max-status-bytes ...".
+// "BenchmarkDecideToCompletion/Indexed/completions=1000/parallelism=100-2  1  21291 max-status-bytes ...",
+// whose name may end in an order ("/order=shuffled"; pods end in waves
+// otherwise).
 func parse(raw []byte) ([]row, error) {
 	var rows []row
 	sc := bufio.NewScanner(bytes.NewReader(raw))
@@ -73,13 +75,19 @@ func parse(raw []byte) ([]row, error) {
 		if len(fields) < 4 || !strings.HasPrefix(fields[0], "BenchmarkDecideToCompletion/") {
 			continue
 		}
-		parts := strings.Split(strings.TrimPrefix(fields[0], "BenchmarkDecideToCompletion/"), "/")
-		if len(parts) != 3 {
+		name := fields[0]
+		if dash := strings.LastIndex(name, "-"); dash > 0 {
+			name = name[:dash] // the GOMAXPROCS suffix
+		}
+		parts := strings.Split(strings.TrimPrefix(name, "BenchmarkDecideToCompletion/"), "/")
+		if len(parts) != 3 && len(parts) != 4 {
 			return nil, fmt.Errorf("unexpected benchmark name %q", fields[0])
 		}
-		par := parts[2][:strings.LastIndex(parts[2], "-")]
 		r := row{mode: parts[0], completions: strings.TrimPrefix(parts[1], "completions="),
-			parallelism: strings.TrimPrefix(par, "parallelism="), metrics: map[string]float64{}}
+			parallelism: strings.TrimPrefix(parts[2], "parallelism="), order: "waves", metrics: map[string]float64{}}
+		if len(parts) == 4 {
+			r.order = strings.TrimPrefix(parts[3], "order=")
+		}
 		for k := 2; k+1 < len(fields); k += 2 {
 			v, err := strconv.ParseFloat(fields[k], 64)
 			if err != nil {
@@ -107,17 +115,20 @@ func render(rows []row, took time.Duration) string {
 	fmt.Fprintln(&b, "SafeJob from start to `Complete` the way the controller does: launches committed in waves, pods")
 	fmt.Fprintln(&b, "created once their commit is observed, run until the parallelism is reached, succeed, and are")
 	fmt.Fprintln(&b, "deleted once released. The cost must not grow with completions: the ledger lists what is in flight")
-	fmt.Fprintln(&b, "and folds the rest into intervals. No API server is involved; its cost per write is `make bench-writes`.")
+	fmt.Fprintln(&b, "and folds the rest into intervals. Pods end in waves (every running pod together, once no write can")
+	fmt.Fprintln(&b, "launch more) or shuffled (a few at a time, picked at random, while their replacements launch: the")
+	fmt.Fprintln(&b, "runs of open launches get holes, the largest the ledger lists at a parallelism). No API server is")
+	fmt.Fprintln(&b, "involved; its cost per write is `make bench-writes`.")
 	fmt.Fprintln(&b)
 	fmt.Fprintf(&b, "Command: `make bench-ledger` (`go run ./hack/benchledger`), %s. Machine: %s/%s, %d cores.\n",
 		took.Round(time.Second), runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
 	fmt.Fprintln(&b)
-	fmt.Fprintln(&b, "| mode | completions | parallelism | Decide µs per completion | status writes per completion |"+
+	fmt.Fprintln(&b, "| mode | completions | parallelism | pods end | Decide µs per completion | status writes per completion |"+
 		" status bytes per completion | mean status bytes per write | largest status bytes |")
-	fmt.Fprintln(&b, "|---|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(&b, "|---|---:|---:|---|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
 		m := r.metrics
-		fmt.Fprintf(&b, "| %s | %s | %s | %.1f | %.4f | %.0f | %.0f | %.0f |\n", r.mode, r.completions, r.parallelism,
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.1f | %.4f | %.0f | %.0f | %.0f |\n", r.mode, r.completions, r.parallelism, r.order,
 			m["decide-ns/completion"]/1000, m["writes/completion"], m["status-bytes/completion"], m["status-bytes/write"], m["max-status-bytes"])
 	}
 	fmt.Fprintln(&b, endMarker)

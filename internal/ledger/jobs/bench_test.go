@@ -3,6 +3,7 @@ package jobs
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -20,23 +21,44 @@ import (
 // size of the status written. The cost per completion must not grow with
 // completions: the ledger lists what is in flight, never the history.
 //
+// Pods end in one of two orders. In waves, every running pod succeeds
+// together once no write can launch more, so the open launches stay in
+// runs. Shuffled, a few running pods at a time succeed, picked at random
+// (a fixed seed), while their replacements launch: every run of launches
+// gets holes, which is the largest the listed ledger grows at a parallelism.
+//
 //	go test ./internal/ledger/jobs -run '^$' -bench DecideToCompletion -benchtime 1x
 func BenchmarkDecideToCompletion(b *testing.B) {
 	for _, mode := range []batchv1alpha1.CompletionMode{batchv1alpha1.NonIndexedCompletion, batchv1alpha1.IndexedCompletion} {
 		for _, completions := range []int32{1000, 10000, 100000} {
 			for _, par := range []int32{100, 1000, 2000} {
 				b.Run(fmt.Sprintf("%s/completions=%d/parallelism=%d", mode, completions, par), func(b *testing.B) {
-					benchmarkToCompletion(b, mode, completions, par)
+					benchmarkToCompletion(b, mode, completions, par, 0)
 				})
 			}
 		}
 	}
+	for _, mode := range []batchv1alpha1.CompletionMode{batchv1alpha1.NonIndexedCompletion, batchv1alpha1.IndexedCompletion} {
+		for _, completions := range []int32{10000, 100000} {
+			b.Run(fmt.Sprintf("%s/completions=%d/parallelism=%d/order=shuffled", mode, completions, 2000), func(b *testing.B) {
+				benchmarkToCompletion(b, mode, completions, 2000, shuffledBatch)
+			})
+		}
+	}
 }
 
-func benchmarkToCompletion(b *testing.B, mode batchv1alpha1.CompletionMode, completions, par int32) {
+// shuffledBatch is how many running pods succeed between two decisions in
+// the shuffled order: about what a SafeJob of parallelism 2,000 sees in a
+// pod batch period on the local cluster (70 completions a second, 500 ms).
+const shuffledBatch = 35
+
+// benchmarkToCompletion drives one SafeJob to Complete; with batch 0 its
+// pods end in waves, else batch of them at a time in a shuffled order.
+func benchmarkToCompletion(b *testing.B, mode batchv1alpha1.CompletionMode, completions, par int32, batch int) {
 	var writes, bytes, maxBytes int
 	var decide time.Duration
 	for b.Loop() {
+		rng := rand.New(rand.NewPCG(1, 2))
 		s := spec(par, completions)
 		s.CompletionMode = mode
 		dr := newDriver(s)
@@ -57,14 +79,18 @@ func benchmarkToCompletion(b *testing.B, mode batchv1alpha1.CompletionMode, comp
 				bytes += len(raw)
 				maxBytes = max(maxBytes, len(raw))
 			}
-			// Pods run until every launch a write can start is running: the
-			// largest parallelism is reached too.
-			saturated := len(dr.uncreated) == 0 && !slices.ContainsFunc(plan.Append, func(e batchv1alpha1.LedgerEntry) bool {
-				return e.Type == batchv1alpha1.EntryLaunched
-			})
-			for k, p := range dr.pods {
-				if saturated && p.Status.Phase == corev1.PodRunning {
-					dr.pods[k] = withPhase(p, corev1.PodSucceeded, 0)
+			if batch > 0 {
+				succeedShuffled(dr.pods, batch, rng)
+			} else {
+				// Pods run until every launch a write can start is running:
+				// the largest parallelism is reached too.
+				saturated := len(dr.uncreated) == 0 && !slices.ContainsFunc(plan.Append, func(e batchv1alpha1.LedgerEntry) bool {
+					return e.Type == batchv1alpha1.EntryLaunched
+				})
+				for k, p := range dr.pods {
+					if saturated && p.Status.Phase == corev1.PodRunning {
+						dr.pods[k] = withPhase(p, corev1.PodSucceeded, 0)
+					}
 				}
 			}
 			dr.pods = slices.DeleteFunc(dr.pods, func(p *corev1.Pod) bool { return IsTerminal(p) && len(p.Finalizers) == 0 })
@@ -77,6 +103,20 @@ func benchmarkToCompletion(b *testing.B, mode batchv1alpha1.CompletionMode, comp
 	b.ReportMetric(float64(maxBytes), "max-status-bytes")
 	b.ReportMetric(float64(bytes)/n, "status-bytes/completion")
 	b.ReportMetric(0, "ns/op")
+}
+
+// succeedShuffled has up to n running pods, picked at random, succeed.
+func succeedShuffled(pods []*corev1.Pod, n int, rng *rand.Rand) {
+	var running []int
+	for k, p := range pods {
+		if p.Status.Phase == corev1.PodRunning {
+			running = append(running, k)
+		}
+	}
+	rng.Shuffle(len(running), func(i, j int) { running[i], running[j] = running[j], running[i] })
+	for _, k := range running[:min(n, len(running))] {
+		pods[k] = withPhase(pods[k], corev1.PodSucceeded, 0)
+	}
 }
 
 // BenchmarkDecideSteady measures one reconcile of a SafeJob whose
