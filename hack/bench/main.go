@@ -175,18 +175,18 @@ type options struct {
 	root, manager, podDuration, profileDir string
 	// podDurationMax, if set, spreads pod run times uniformly between
 	// podDuration and it, each pod's drawn by the simulated node.
-	podDurationMax string
-	repeats                                int
-	scale                                  float64
-	raisedQPS                              int
-	defaults                               bool
-	timeout                                time.Duration
-	only                                   string
-	keepLogs                               bool
-	kcmVerbosity, kwokPodWorkers           int
-	profileSeconds                         int
-	profileAfter                           time.Duration
-	operatorArgs                           []string
+	podDurationMax               string
+	repeats                      int
+	scale                        float64
+	raisedQPS                    int
+	defaults                     bool
+	timeout                      time.Duration
+	only                         string
+	keepLogs                     bool
+	kcmVerbosity, kwokPodWorkers int
+	profileSeconds               int
+	profileAfter                 time.Duration
+	operatorArgs                 []string
 	// extraPodWatchers runs that many more informers of pods in the bench,
 	// to measure what a watcher of pods costs kube-apiserver.
 	extraPodWatchers int
@@ -220,7 +220,8 @@ func main() {
 	flag.IntVar(&o.raisedQPS, "qps", 200, "the equal, raised client rate (QPS; burst is twice it) of both controllers")
 	flag.BoolVar(&o.defaults, "defaults", true, "also run both controllers once at their default client rates")
 	flag.StringVar(&o.podDuration, "pod-duration", "1s", "how long every pod runs on the simulated nodes")
-	flag.StringVar(&o.podDurationMax, "pod-duration-max", "", "if set, each pod runs a time drawn uniformly between -pod-duration and this, so pods end out of their creation order")
+	flag.StringVar(&o.podDurationMax, "pod-duration-max", "",
+		"if set, each pod runs a time drawn uniformly between -pod-duration and this, so pods end out of their creation order")
 	flag.StringVar(&o.manager, "manager", "bin/manager", "the operator binary")
 	flag.StringVar(&o.profileDir, "profile", "",
 		"directory for CPU profiles of the operator and kube-apiserver, and perf samples of KWOK where Linux perf is installed "+
@@ -994,7 +995,8 @@ func podTemplate(duration, durationMax string) corev1.PodTemplateSpec {
 
 // submit creates the workload as fast as the client can, 32 creates at a
 // time, and returns when each job's create returned.
-func submit(ctx context.Context, cl client.Client, w workload, m mode, tmpl corev1.PodTemplateSpec, rec *recorder) (map[string]time.Time, error) {
+func submit(ctx context.Context, cl client.Client, w workload, m mode, tmpl corev1.PodTemplateSpec,
+	rec *recorder) (map[string]time.Time, error) {
 	if m.Controller == ctrlLimit {
 		return rec.runLimit(ctx, cl, w, tmpl)
 	}
