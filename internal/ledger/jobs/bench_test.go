@@ -24,8 +24,9 @@ import (
 // Pods end in one of two orders. In waves, every running pod succeeds
 // together once no write can launch more, so the open launches stay in
 // runs. Shuffled, a few running pods at a time succeed, picked at random
-// (a fixed seed), while their replacements launch: every run of launches
-// gets holes, which is the largest the listed ledger grows at a parallelism.
+// (a fixed seed), while their replacements launch: a pod that ends inside a
+// run of launches splits it, and the listed ledger approaches one entry per
+// open launch.
 //
 //	go test ./internal/ledger/jobs -run '^$' -bench DecideToCompletion -benchtime 1x
 func BenchmarkDecideToCompletion(b *testing.B) {
@@ -48,8 +49,9 @@ func BenchmarkDecideToCompletion(b *testing.B) {
 }
 
 // shuffledBatch is how many running pods succeed between two decisions in
-// the shuffled order: about what a SafeJob of parallelism 2,000 sees in a
-// pod batch period on the local cluster (70 completions a second, 500 ms).
+// the shuffled order: about what a SafeJob of parallelism 2,000 gathers in
+// one pod batch period on the local cluster (docs/performance.md, "Pods that
+// end out of order").
 const shuffledBatch = 35
 
 // benchmarkToCompletion drives one SafeJob to Complete; with batch 0 its
