@@ -269,6 +269,9 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	if err := checkPodDurations(o.podDuration, o.podDurationMax); err != nil {
+		fail(err)
+	}
 	if *redraw {
 		if err := redrawChart(jsonOut, chart, ws); err != nil {
 			fail(err)
@@ -979,6 +982,25 @@ func heapProfile(o options, w workload, m mode, repeat int) {
 	if err := saveProfile(operatorPprof+"/heap?gc=1", out, time.Minute); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: heap profile of the operator: %v\n", err)
 	}
+}
+
+// checkPodDurations refuses run times the simulated nodes would read
+// otherwise than meant: each must parse as a Go duration of at least 0, and
+// a maximum below the duration (which KWOK would take as every pod's run
+// time) is refused.
+func checkPodDurations(duration, durationMax string) error {
+	d, err := time.ParseDuration(duration)
+	if err != nil || d < 0 {
+		return fmt.Errorf("-pod-duration %q: want a duration of at least 0 (1s, 500ms)", duration)
+	}
+	if durationMax == "" {
+		return nil
+	}
+	dMax, err := time.ParseDuration(durationMax)
+	if err != nil || dMax < d {
+		return fmt.Errorf("-pod-duration-max %q: want a duration of at least -pod-duration (%s)", durationMax, duration)
+	}
+	return nil
 }
 
 func podTemplate(duration, durationMax string) corev1.PodTemplateSpec {
