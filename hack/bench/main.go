@@ -908,8 +908,7 @@ func maybeProfile(o options, w workload, m mode, repeat int, cfg *rest.Config, k
 	}
 	if m.Controller == ctrlSafeJob {
 		take("profiling the operator", func() error {
-			return saveProfile(fmt.Sprintf("%s/profile?seconds=%d", operatorPprof, seconds),
-				filepath.Join(o.profileDir, fmt.Sprintf("safejob-%s.pprof", w.Name)), timeout)
+			return saveProfile(fmt.Sprintf("%s/profile?seconds=%d", operatorPprof, seconds), out("%s-%s.pprof"), timeout)
 		})
 	}
 	if kwok != nil {
