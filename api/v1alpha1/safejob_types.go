@@ -383,6 +383,14 @@ type LedgerEntry struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100000
 	Count int32 `json:"count,omitempty"`
+	// foldedIndexes lists, on an entry with count, the indexes of its run
+	// whose pods have ended and whose entries were folded into the
+	// checkpoint, as intervals ("4,7-9"): the entry stands for its other
+	// pods only. Its first and last indexes are never listed. It keeps the
+	// ledger small when pods end in another order than they were launched.
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	FoldedIndexes string `json:"foldedIndexes,omitempty"`
 	// run is the name of the child SafeJob a run entry is about.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
@@ -421,8 +429,9 @@ type LedgerEntry struct {
 	UID string `json:"uid,omitempty"`
 }
 
-// Pods is the number of pods the entry stands for: its count on a Launched
-// or Stopping entry with one, otherwise 1.
+// Pods is the number of seqs the entry takes, one per pod of its run: its
+// count on a Launched or Stopping entry with one, otherwise 1. The pods of
+// its foldedIndexes are among them.
 func (e *LedgerEntry) Pods() int32 {
 	if e.Count > 1 && e.Countable() {
 		return e.Count

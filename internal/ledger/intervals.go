@@ -77,6 +77,14 @@ func (s *IndexSet) NextAbsent(i int32) int32 {
 	return i
 }
 
+// Min returns the smallest index in the set; ok is false when it is empty.
+func (s *IndexSet) Min() (i int32, ok bool) {
+	if len(s.runs) == 0 {
+		return 0, false
+	}
+	return s.runs[0].lo, true
+}
+
 // Max returns the largest index in the set; ok is false when it is empty.
 func (s *IndexSet) Max() (i int32, ok bool) {
 	if len(s.runs) == 0 {

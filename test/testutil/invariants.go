@@ -160,7 +160,8 @@ func (w *LedgerWatch) seeJob(sj *batchv1alpha1.SafeJob) {
 		for _, e := range sj.Status.Ledger.Entries {
 			if e.LastSeq() > prev.Seq && e.Type == batchv1alpha1.EntryLaunched {
 				// The launches after prev: a fold may have joined them to
-				// launches listed before it, in one entry with a count.
+				// launches listed before it, in one entry with a count (its
+				// folded indexes were launches too).
 				launched += int(min(int64(e.Pods()), e.LastSeq()-prev.Seq))
 			}
 		}

@@ -22,6 +22,13 @@ func FuzzReplayFold(f *testing.F) {
 		{Seq: 7, Entries: Pack([]batchv1alpha1.LedgerEntry{launched(1, 0, 0), launched(2, 1, 0), launched(3, 2, 0),
 			stopping(4, 0, EvictReasonSuspended), stopping(5, 1, EvictReasonSuspended), stopping(6, 2, EvictReasonSuspended),
 			outcome(7, batchv1alpha1.EntryEvicted, 1, 0, EvictReasonSuspended)})},
+		{Seq: 7, Checkpoint: &batchv1alpha1.LedgerCheckpoint{Seq: 6, SucceededIndexes: "2", Failed: 1,
+			Indexes: []batchv1alpha1.IndexState{{Index: 3, Attempts: 1, Failures: 1}}},
+			Entries: []batchv1alpha1.LedgerEntry{func() batchv1alpha1.LedgerEntry {
+				e := launched(1, 0, 0)
+				e.Count, e.FoldedIndexes = 6, "2,3"
+				return e
+			}(), outcome(7, batchv1alpha1.EntrySucceeded, 4, 0, "")}},
 	}
 	for _, s := range seeds {
 		raw, err := json.Marshal(s)

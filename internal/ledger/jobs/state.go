@@ -217,13 +217,26 @@ func (st *State) apply(e *batchv1alpha1.LedgerEntry) error {
 	}
 	switch e.Type {
 	case batchv1alpha1.EntryLaunched:
-		return expand(e, st.applyLaunch)
+		return expand(e, st.applyLaunch, func(i int32) error { return st.checkFolded(e, i) })
 	case batchv1alpha1.EntryStopping:
-		return expand(e, st.applyEnd)
+		return expand(e, st.applyEnd, func(i int32) error { return st.checkFolded(e, i) })
 	case batchv1alpha1.EntryScheduled:
 		return fmt.Errorf("entry type Scheduled is not valid in a SafeJob without schedule")
 	}
 	return st.applyEnd(e)
+}
+
+// checkFolded checks that index i, listed among the folded indexes of e's
+// run, had that attempt's pod end and fold into the checkpoint: the index
+// is finished, or the checkpoint counts the attempt among its launches.
+// A run never stands for a pod whose launch or outcome is not recorded.
+func (st *State) checkFolded(e *batchv1alpha1.LedgerEntry, i int32) error {
+	open := st.openIndex[i] && st.Attempts[i]-1 == e.Attempt // a Stopping run's pod whose launch is listed
+	if open || (!st.done(i) && st.Attempts[i] <= e.Attempt) {
+		return fmt.Errorf("%s run from %s lists index %d folded, but attempt %d of it is not in the checkpoint",
+			e.Type, e.Pod, i, e.Attempt)
+	}
+	return nil
 }
 
 // applyEnd adds an entry about one open launch: that its pod is being
@@ -357,8 +370,9 @@ func (st *State) IsClosed(ref PodRef) bool {
 // Fold moves every closed launch (its Launched and Stopping entries and its
 // outcome) into the checkpoint, keeping the newest keep outcomes listed. Open
 // launches stay listed, packed (Pack) afresh: an entry with a count whose
-// pods have partly closed is split into the runs still open. The State of the
-// result equals the State of l.
+// pods have partly closed lists its run from the first to the last pod
+// still listed, the others between them as folded. The State of the result
+// equals the State of l.
 func Fold(l *batchv1alpha1.Ledger, keep int) (batchv1alpha1.Ledger, error) {
 	st, err := Replay(l)
 	if err != nil {
@@ -384,12 +398,13 @@ func foldClosed(l *batchv1alpha1.Ledger, closed map[string]PodRef, keep int) (ba
 	// runs that do are expanded, so a pass does not name every open pod.
 	folded := &batchv1alpha1.Ledger{Checkpoint: l.Checkpoint}
 	out := batchv1alpha1.Ledger{Seq: l.Seq}
+	var stay []batchv1alpha1.LedgerEntry // the pods of one entry that stay listed
 	sort := func(one *batchv1alpha1.LedgerEntry) error {
 		if _, isClosed := closed[one.Pod]; isClosed && !kept[one.Pod] {
 			folded.Entries = append(folded.Entries, *one)
 			folded.Seq = one.Seq
 		} else {
-			out.Entries = append(out.Entries, *one)
+			stay = append(stay, *one)
 		}
 		return nil
 	}
@@ -399,8 +414,12 @@ func foldClosed(l *batchv1alpha1.Ledger, closed map[string]PodRef, keep int) (ba
 			out.Entries = append(out.Entries, *e)
 			continue
 		}
-		if err := expand(e, sort); err != nil {
+		stay = stay[:0]
+		if err := expand(e, sort, nil); err != nil {
 			return batchv1alpha1.Ledger{}, fmt.Errorf("entry %d (seq %d): %w", k, e.Seq, err)
+		}
+		if len(stay) > 0 {
+			out.Entries = append(out.Entries, rejoin(stay))
 		}
 	}
 	if len(folded.Entries) == 0 {
@@ -415,7 +434,9 @@ func foldClosed(l *batchv1alpha1.Ledger, closed map[string]PodRef, keep int) (ba
 		cpSeq = max(cpSeq, l.Checkpoint.Seq)
 	}
 	out.Checkpoint = fst.checkpoint(cpSeq)
-	dropRelaunchedFailureTimes(out.Checkpoint, out.Entries)
+	if err := dropRelaunchedFailureTimes(out.Checkpoint, out.Entries); err != nil {
+		return batchv1alpha1.Ledger{}, fmt.Errorf("folding: %w", err)
+	}
 	out.Entries = Pack(out.Entries)
 	return out, nil
 }
@@ -445,12 +466,16 @@ func holdsClosed(e *batchv1alpha1.LedgerEntry, closed map[string]PodRef) bool {
 // dropRelaunchedFailureTimes clears the failure time of the checkpoint's
 // indexes that the listed entries launch again: they have waited out their
 // delay, and replay drops the time at that launch anyway.
-func dropRelaunchedFailureTimes(cp *batchv1alpha1.LedgerCheckpoint, entries []batchv1alpha1.LedgerEntry) {
+func dropRelaunchedFailureTimes(cp *batchv1alpha1.LedgerCheckpoint, entries []batchv1alpha1.LedgerEntry) error {
 	relaunched := map[int32]bool{}
 	for k := range entries {
 		if e := &entries[k]; e.Type == batchv1alpha1.EntryLaunched {
-			for i := range e.Pods() {
-				relaunched[e.Index+i] = true
+			err := expand(e, func(one *batchv1alpha1.LedgerEntry) error {
+				relaunched[one.Index] = true
+				return nil
+			}, nil)
+			if err != nil {
+				return fmt.Errorf("entry seq %d: %w", e.Seq, err)
 			}
 		}
 	}
@@ -459,6 +484,7 @@ func dropRelaunchedFailureTimes(cp *batchv1alpha1.LedgerCheckpoint, entries []ba
 			cp.Indexes[k].LastFailureTime = nil
 		}
 	}
+	return nil
 }
 
 // checkpoint writes the state as a checkpoint. Only valid for a state with
