@@ -25,8 +25,8 @@ import (
 // together once no write can launch more, so the open launches stay in
 // runs. Shuffled, a few running pods at a time succeed, picked at random
 // (a fixed seed), while their replacements launch: a pod that ends inside a
-// run of launches splits it, and the listed ledger approaches one entry per
-// open launch.
+// run of launches leaves it listed with that pod folded, and the listed
+// ledger holds an entry for each write whose launches have not all ended.
 //
 //	go test ./internal/ledger/jobs -run '^$' -bench DecideToCompletion -benchtime 1x
 func BenchmarkDecideToCompletion(b *testing.B) {
