@@ -373,24 +373,19 @@ type LedgerEntry struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	Pod string `json:"pod,omitempty"`
-	// count is, on a Launched or Stopping entry, the number of pods it
-	// stands for (1 when absent): entries of one type, attempt, time and
-	// reason, of consecutive indexes from index, whose seqs follow on from
-	// seq. Each pod's name is pod's with the "-<index>-<attempt>" suffix of
-	// its own index. It keeps the ledger small however many pods are open or
-	// being stopped.
+	// count is, on a Launched or Stopping entry, the number of pods of its
+	// run (1 when absent): entries of one type, attempt, time and reason, of
+	// consecutive indexes from index, whose seqs follow on from seq. Each
+	// pod's name is pod's with the "-<index>-<attempt>" suffix of its own
+	// index. It keeps the ledger small however many pods are open or being
+	// stopped. A pod strictly inside the run whose launch the checkpoint
+	// holds (its index finished, or its attempt below the checkpoint's count
+	// for the index, at a seq no later than the checkpoint's) ended and was
+	// folded: the entry no longer stands for it.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100000
 	Count int32 `json:"count,omitempty"`
-	// foldedIndexes lists, on an entry with count, the indexes of its run
-	// whose pods have ended and whose entries were folded into the
-	// checkpoint, as intervals ("4,7-9"): the entry stands for its other
-	// pods only. Its first and last indexes are never listed. It keeps the
-	// ledger small when pods end in another order than they were launched.
-	// +optional
-	// +kubebuilder:validation:MaxLength=65536
-	FoldedIndexes string `json:"foldedIndexes,omitempty"`
 	// run is the name of the child SafeJob a run entry is about.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
@@ -430,8 +425,8 @@ type LedgerEntry struct {
 }
 
 // Pods is the number of seqs the entry takes, one per pod of its run: its
-// count on a Launched or Stopping entry with one, otherwise 1. The pods of
-// its foldedIndexes are among them.
+// count on a Launched or Stopping entry with one, otherwise 1. Pods of the
+// run that a fold took into the checkpoint are among them.
 func (e *LedgerEntry) Pods() int32 {
 	if e.Count > 1 && e.Countable() {
 		return e.Count

@@ -77,13 +77,8 @@ func (s *IndexSet) NextAbsent(i int32) int32 {
 	return i
 }
 
-// Min returns the smallest index in the set; ok is false when it is empty.
-func (s *IndexSet) Min() (i int32, ok bool) {
-	if len(s.runs) == 0 {
-		return 0, false
-	}
-	return s.runs[0].lo, true
-}
+// Clone returns a copy of the set that shares nothing with it.
+func (s *IndexSet) Clone() IndexSet { return IndexSet{runs: slices.Clone(s.runs), n: s.n} }
 
 // Max returns the largest index in the set; ok is false when it is empty.
 func (s *IndexSet) Max() (i int32, ok bool) {

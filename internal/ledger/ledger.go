@@ -44,9 +44,6 @@ func Walk(l *batchv1alpha1.Ledger, apply func(e *batchv1alpha1.LedgerEntry) erro
 		if e.Count < 0 || (e.Count > 1 && !e.Countable()) {
 			return fmt.Errorf("entry %d (seq %d): count %d on a %s entry", k, e.Seq, e.Count, e.Type)
 		}
-		if e.FoldedIndexes != "" && e.Pods() < 3 { // a run's first and last pods are never folded
-			return fmt.Errorf("entry %d (seq %d): foldedIndexes on a %s entry of %d pods", k, e.Seq, e.Type, e.Pods())
-		}
 		prev, last = e.LastSeq(), max(last, e.LastSeq())
 		if err := apply(e); err != nil {
 			return fmt.Errorf("entry %d (seq %d): %w", k, e.Seq, err)

@@ -73,7 +73,7 @@ func Ledger(sj *batchv1alpha1.SafeJob) (*LedgerView, error) {
 	if sj.Spec.Schedule == nil {
 		// One row per pod, also where the ledger lists a write's launches, or stops, as one entry.
 		var err error
-		if entries, err = jobs.Unpack(l.Entries); err != nil {
+		if entries, err = jobs.Unpack(l); err != nil {
 			return nil, fmt.Errorf("the ledger of %s/%s does not read: %w", sj.Namespace, sj.Name, err)
 		}
 	}

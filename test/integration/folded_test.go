@@ -17,11 +17,10 @@ import (
 
 // TestPodsEndingOutOfOrder runs one write's launches whose pods end out of
 // order: the even indexes first, while the odd ones keep running. The
-// ledger lists the launches as one run with the ended pods inside it
-// folded, and that field comes back from the API server as written (the
-// CRD's schema keeps it), so every later replay reads it: the SafeJob
-// stays valid, completes with every index counted once, and every version
-// the ledger watch saw replays.
+// ledger keeps the launches listed as one run with the ended pods inside it
+// folded into the checkpoint, the API server stores it as written, and
+// every later replay reads it: the SafeJob stays valid, completes with
+// every index counted once, and every version the ledger watch saw replays.
 func TestPodsEndingOutOfOrder(t *testing.T) {
 	t.Parallel()
 	oddHeld := func(p *corev1.Pod) testutil.Fate {
@@ -37,20 +36,21 @@ func TestPodsEndingOutOfOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := client.ObjectKeyFromObject(sj)
-	var folded batchv1alpha1.LedgerEntry
-	waitFor(t, time.Minute, "a run listed with the even indexes folded", func() (bool, error) {
+	var run batchv1alpha1.LedgerEntry
+	var err error
+	waitFor(t, time.Minute, "a run listed with the even indexes folded inside it", func() (bool, error) {
 		if err := k8s.Get(ctx, key, sj); err != nil {
 			return false, err
 		}
 		if c := condition(sj, batchv1alpha1.ConditionLedgerValid); c != nil && c.Status == metav1.ConditionFalse {
 			t.Fatalf("ledger refused: %s", c.Message)
 		}
-		for _, e := range sj.Status.Ledger.Entries {
-			if e.Type == batchv1alpha1.EntryLaunched && e.FoldedIndexes != "" {
-				folded = e
-			}
+		if sj.Status.Succeeded != n/2 {
+			return false, nil
 		}
-		return folded.FoldedIndexes != "" && sj.Status.Succeeded == n/2, nil
+		var found bool
+		run, found, err = runWithFoldedPods(&sj.Status.Ledger)
+		return found, err
 	})
 	st, err := jobs.Replay(&sj.Status.Ledger)
 	if err != nil {
@@ -58,7 +58,7 @@ func TestPodsEndingOutOfOrder(t *testing.T) {
 	}
 	if len(st.Open) != n/2 || st.Succeeded.String() != "0,2,4,6,8" {
 		t.Fatalf("%d launches open and indexes %q succeeded, want the %d odd ones open and the even ones succeeded; run %+v",
-			len(st.Open), st.Succeeded.String(), n/2, folded)
+			len(st.Open), st.Succeeded.String(), n/2, run)
 	}
 	h.kubelet.SetFate(succeed)
 	sj = waitFinished(t, key, time.Minute)
@@ -67,4 +67,19 @@ func TestPodsEndingOutOfOrder(t *testing.T) {
 			sj.Status.Succeeded, sj.Status.CompletedIndexes, sj.Status.Conditions, n)
 	}
 	h.finalCheck(t, sj)
+}
+
+// runWithFoldedPods returns a listed run of launches that no longer stands
+// for some of its pods: folded into l's checkpoint.
+func runWithFoldedPods(l *batchv1alpha1.Ledger) (batchv1alpha1.LedgerEntry, bool, error) {
+	for _, e := range l.Entries {
+		pods, err := jobs.Unpack(&batchv1alpha1.Ledger{Checkpoint: l.Checkpoint, Entries: []batchv1alpha1.LedgerEntry{e}})
+		if err != nil {
+			return e, false, err
+		}
+		if e.Type == batchv1alpha1.EntryLaunched && len(pods) < int(e.Pods()) {
+			return e, true, nil
+		}
+	}
+	return batchv1alpha1.LedgerEntry{}, false, nil
 }

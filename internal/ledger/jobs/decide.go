@@ -766,7 +766,7 @@ func (d *decision) writeStatus() error {
 	}
 	if len(st.Closed) > KeepOutcomes {
 		var err error
-		if l, err = foldClosed(&l, st.Closed, KeepOutcomes); err != nil { // st is the State of l
+		if l, err = foldClosed(&l, st, KeepOutcomes); err != nil { // st is the State of l
 			return err
 		}
 	}

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
 )
 
 // run is the entry of one write's launches of the indexes from, from+1,
@@ -24,54 +26,104 @@ func run(seq int64, from, n int32) batchv1alpha1.LedgerEntry {
 }
 
 // foldBoth folds l keeping keep outcomes and checks that the result means
-// what l means: the same open launches, facts and per-index failure times.
+// exactly what l means.
 func foldBoth(t *testing.T, l batchv1alpha1.Ledger, keep int) batchv1alpha1.Ledger {
 	t.Helper()
-	before := mustReplay(t, &l)
-	folded, err := Fold(&l, keep)
+	folded, err := foldChecked(l, keep)
 	if err != nil {
 		t.Fatal(err)
-	}
-	after, err := Replay(&folded)
-	if err != nil {
-		t.Fatalf("folded ledger does not replay: %v\n%+v", err, folded)
-	}
-	if err := after.Covers(before); err != nil {
-		t.Errorf("fold lost a fact: %v", err)
-	}
-	if err := before.Covers(after); err != nil {
-		t.Errorf("fold invented a fact: %v", err)
-	}
-	if diff := cmp.Diff(before.Open, after.Open, cmpopts.EquateEmpty()); diff != "" {
-		t.Errorf("open launches (-before,+after):\n%s", diff)
-	}
-	if diff := cmp.Diff(before.Stopping, after.Stopping, cmpopts.EquateEmpty()); diff != "" {
-		t.Errorf("pods being stopped (-before,+after):\n%s", diff)
-	}
-	for i, at := range before.LastIndexFailure { // a finished index's is of no use, and not kept
-		if got, ok := after.LastIndexFailure[i]; !before.done(i) && (!ok || !got.Equal(at)) {
-			t.Errorf("index %d's last failure %v after the fold, want %v", i, got, at)
-		}
-	}
-	if len(after.LastIndexFailure) > len(before.LastIndexFailure) {
-		t.Errorf("indexes' last failures %v after the fold, from %v", after.LastIndexFailure, before.LastIndexFailure)
-	}
-	if before.Launched() != after.Launched() {
-		t.Errorf("launches %d before the fold, %d after", before.Launched(), after.Launched())
-	}
-	for name, ref := range before.Closed {
-		if !after.IsClosed(ref) {
-			t.Errorf("pod %s no longer closed after the fold", name)
-		}
 	}
 	return folded
 }
 
-// TestFoldListsRunWithFoldedIndexes: pods of one write's run end out of
-// order. The fold lists the run from its first to its last pod still
-// listed, and names the folded pods between them, instead of splitting it
-// into a run per gap.
-func TestFoldListsRunWithFoldedIndexes(t *testing.T) {
+// foldChecked folds l keeping keep outcomes, and reports a fold that fails,
+// that Replay refuses, or whose meaning differs from l's.
+func foldChecked(l batchv1alpha1.Ledger, keep int) (batchv1alpha1.Ledger, error) {
+	before, err := Replay(&l)
+	if err != nil {
+		return l, fmt.Errorf("the ledger to fold does not replay: %w", err)
+	}
+	folded, err := Fold(&l, keep)
+	if err != nil {
+		return l, fmt.Errorf("fold: %w", err)
+	}
+	after, err := Replay(&folded)
+	if err != nil {
+		return l, fmt.Errorf("folded ledger does not replay: %w\n%+v", err, folded)
+	}
+	if diff := sameMeaning(before, after); diff != "" {
+		return l, fmt.Errorf("the fold changed the ledger's meaning (-before +after):\n%s", diff)
+	}
+	for name, ref := range before.Closed {
+		if !after.IsClosed(ref) {
+			return l, fmt.Errorf("pod %s no longer closed after the fold", name)
+		}
+	}
+	return folded, nil
+}
+
+// sameMeaning compares what two States say, field by field, leaving out only
+// what a fold drops by design: which closed pods are still listed, and the
+// attempt counts, failure counts and failure times of finished indexes.
+// It returns "" when they agree.
+func sameMeaning(a, b *State) string {
+	type meaning struct {
+		Seq                                                  int64
+		Succeeded, FailedIndexes                             string
+		Failed, Lost, Evicted, Ignored, FailuresSinceSuccess int32
+		FailJob                                              bool
+		LastFailure, LastSuccess                             time.Time
+		Open                                                 map[string]PodRef
+		Stopping                                             map[string]string
+		Attempts, Failures                                   map[int32]int32
+		LastIndexFailure                                     map[int32]time.Time
+		Launched                                             int64
+	}
+	of := func(st *State) meaning {
+		m := meaning{Seq: st.Seq, Succeeded: st.Succeeded.String(), FailedIndexes: st.FailedIndexes.String(),
+			Failed: st.Failed, Lost: st.Lost, Evicted: st.Evicted, Ignored: st.Ignored, FailuresSinceSuccess: st.FailuresSinceSuccess,
+			FailJob: st.FailJob, LastFailure: st.LastFailure.UTC(), LastSuccess: st.LastSuccess.UTC(), Open: st.Open, Stopping: st.Stopping,
+			Attempts: map[int32]int32{}, Failures: map[int32]int32{}, LastIndexFailure: map[int32]time.Time{}, Launched: st.Launched()}
+		for i, n := range st.Attempts {
+			if !st.done(i) && n > 0 {
+				m.Attempts[i] = n
+			}
+		}
+		for i, n := range st.Failures {
+			if !st.done(i) && n > 0 {
+				m.Failures[i] = n
+			}
+		}
+		for i, at := range st.LastIndexFailure {
+			if !st.done(i) {
+				m.LastIndexFailure[i] = at.UTC()
+			}
+		}
+		return m
+	}
+	return cmp.Diff(of(a), of(b), cmpopts.EquateEmpty())
+}
+
+// foldedInRuns counts the pods that l's listed runs no longer stand for:
+// folded into its checkpoint while pods around them were still listed.
+func foldedInRuns(t testing.TB, l *batchv1alpha1.Ledger) int {
+	t.Helper()
+	pods, err := Unpack(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for k := range l.Entries {
+		n += int(l.Entries[k].Pods())
+	}
+	return n - len(pods)
+}
+
+// TestFoldKeepsRunsWhole: pods of one write's run end out of order. The
+// fold lists the run from its first to its last pod still listed; the pods
+// between them that ended are the checkpoint's. The run is not split into
+// a piece per gap.
+func TestFoldKeepsRunsWhole(t *testing.T) {
 	entries := []batchv1alpha1.LedgerEntry{run(1, 0, 10),
 		outcome(11, batchv1alpha1.EntrySucceeded, 0, 0, ""),
 		outcome(12, batchv1alpha1.EntrySucceeded, 2, 0, ""),
@@ -80,18 +132,14 @@ func TestFoldListsRunWithFoldedIndexes(t *testing.T) {
 		outcome(15, batchv1alpha1.EntryLost, 7, 0, ""),
 		outcome(16, batchv1alpha1.EntrySucceeded, 9, 0, ""),
 	}
-	want := func(seq int64, from, n int32, folded string) batchv1alpha1.LedgerEntry {
-		e := run(seq, from, n)
-		e.FoldedIndexes = folded
-		return e
-	}
 	cases := map[string]struct {
-		keep int
-		want []batchv1alpha1.LedgerEntry
+		keep   int
+		want   []batchv1alpha1.LedgerEntry
+		folded int // pods inside the listed run that it no longer stands for
 	}{
-		"every outcome folded": {keep: 0, want: []batchv1alpha1.LedgerEntry{want(2, 1, 8, "2,3,5,7")}},
+		"every outcome folded": {keep: 0, want: []batchv1alpha1.LedgerEntry{run(2, 1, 8)}, folded: 4},
 		// The newest two outcomes stay listed, with their pods' launches.
-		"two outcomes kept": {keep: 2, want: []batchv1alpha1.LedgerEntry{want(2, 1, 9, "2,3,5"), entries[5], entries[6]}},
+		"two outcomes kept": {keep: 2, want: []batchv1alpha1.LedgerEntry{run(2, 1, 9), entries[5], entries[6]}, folded: 3},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -99,34 +147,35 @@ func TestFoldListsRunWithFoldedIndexes(t *testing.T) {
 			if diff := cmp.Diff(tc.want, folded.Entries, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("listed entries (-want +got):\n%s", diff)
 			}
-			// Folding again changes nothing; a later fold joins the gaps.
+			if n := foldedInRuns(t, &folded); n != tc.folded {
+				t.Errorf("%d pods folded inside the run, want %d", n, tc.folded)
+			}
 			again := foldBoth(t, folded, tc.keep)
 			if diff := cmp.Diff(folded, again, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("folding twice differs:\n%s", diff)
 			}
 		})
 	}
-	l := ledgerOf(entries...)
-	folded := foldBoth(t, l, 0)
-	l2 := ledgerOf(append(folded.Entries, outcome(17, batchv1alpha1.EntrySucceeded, 4, 0, ""),
+	folded := foldBoth(t, ledgerOf(entries...), 0)
+	l := ledgerOf(append(folded.Entries, outcome(17, batchv1alpha1.EntrySucceeded, 4, 0, ""),
 		outcome(18, batchv1alpha1.EntrySucceeded, 8, 0, ""))...)
-	l2.Checkpoint = folded.Checkpoint
-	later := foldBoth(t, l2, 0)
-	if diff := cmp.Diff([]batchv1alpha1.LedgerEntry{want(2, 1, 6, "2-5")}, later.Entries, cmpopts.EquateEmpty()); diff != "" {
+	l.Checkpoint = folded.Checkpoint
+	later := foldBoth(t, l, 0)
+	if diff := cmp.Diff([]batchv1alpha1.LedgerEntry{run(2, 1, 6)}, later.Entries, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("after two more outcomes (-want +got):\n%s", diff)
 	}
 }
 
 // TestFoldedIndexKeepsFailureTime: a pod inside a run failed and its index
-// waits out its backoff delay. The run still lists the index, folded: the
-// checkpoint keeps the failure's time, since the index was not launched
-// again.
+// waits out its backoff delay. The run is still listed across the index:
+// the checkpoint keeps the failure's time, since the index was not
+// launched again.
 func TestFoldedIndexKeepsFailureTime(t *testing.T) {
 	failed := outcome(6, batchv1alpha1.EntryFailed, 2, 0, batchv1alpha1.FailReasonCounted)
 	failed.Time = metav1.NewTime(t0.Add(3 * time.Second))
 	folded := foldBoth(t, ledgerOf(run(1, 0, 5), failed), 0)
-	if got := folded.Entries[0].FoldedIndexes; len(folded.Entries) != 1 || got != "2" {
-		t.Fatalf("listed %+v, want one run with index 2 folded", folded.Entries)
+	if len(folded.Entries) != 1 || folded.Entries[0].Pods() != 5 {
+		t.Fatalf("listed %+v, want the run of 5 whole", folded.Entries)
 	}
 	var at *metav1.Time
 	for _, is := range folded.Checkpoint.Indexes {
@@ -139,53 +188,61 @@ func TestFoldedIndexKeepsFailureTime(t *testing.T) {
 	}
 }
 
-// TestReplayRejectsBadFoldedIndexes: a run names as folded only pods whose
-// launch and outcome the checkpoint holds, strictly inside the run.
-func TestReplayRejectsBadFoldedIndexes(t *testing.T) {
-	valid := func(folded string, cp batchv1alpha1.LedgerCheckpoint, more ...batchv1alpha1.LedgerEntry) batchv1alpha1.Ledger {
-		e := run(1, 0, 5)
-		e.FoldedIndexes = folded
-		l := ledgerOf(append([]batchv1alpha1.LedgerEntry{e}, more...)...)
-		l.Seq = max(l.Seq, 7)
-		cp.Seq = 6
+// TestReplayReadsFoldedPodsFromCheckpoint: a run no longer stands for a pod
+// strictly inside it whose launch and outcome the checkpoint holds, by the
+// checkpoint alone; any other pod of the run is read as the run says, and
+// refused where that breaks a rule.
+func TestReplayReadsFoldedPodsFromCheckpoint(t *testing.T) {
+	withCheckpoint := func(cp batchv1alpha1.LedgerCheckpoint, entries ...batchv1alpha1.LedgerEntry) batchv1alpha1.Ledger {
+		l := ledgerOf(entries...)
+		l.Seq = max(l.Seq, 6)
 		l.Checkpoint = &cp
 		return l
 	}
-	succeeded2 := batchv1alpha1.LedgerCheckpoint{SucceededIndexes: "2"}
-	if _, err := Replay(new(valid("2", succeeded2))); err != nil {
-		t.Fatalf("a valid ledger is refused: %v", err)
+	succeeded2 := batchv1alpha1.LedgerCheckpoint{Seq: 6, SucceededIndexes: "2"}
+	failed2 := batchv1alpha1.LedgerCheckpoint{Seq: 6, Failed: 1, Indexes: []batchv1alpha1.IndexState{{Index: 2, Attempts: 1, Failures: 1}}}
+	for name, l := range map[string]batchv1alpha1.Ledger{
+		"index succeeded":                      withCheckpoint(succeeded2, run(1, 0, 5)),
+		"attempt failed":                       withCheckpoint(failed2, run(1, 0, 5)),
+		"attempt failed, index launched again": withCheckpoint(failed2, run(1, 0, 5), launched(7, 2, 1)),
+	} {
+		st, err := Replay(&l)
+		if err != nil {
+			t.Fatalf("%s: a valid ledger is refused: %v", name, err)
+		}
+		if _, open := st.Open[PodName("sj", 2, 0)]; open || len(st.Open) != 4+len(l.Entries)-1 {
+			t.Errorf("%s: open %v, want indexes 0, 1, 3, 4 (and the relaunch)", name, ledger.SortedKeys(st.Open))
+		}
 	}
-	failed2 := batchv1alpha1.LedgerCheckpoint{Failed: 1, Indexes: []batchv1alpha1.IndexState{{Index: 2, Attempts: 1, Failures: 1}}}
-	if _, err := Replay(new(valid("2", failed2))); err != nil {
-		t.Fatalf("a valid ledger is refused: %v", err)
-	}
-	single := launched(1, 0, 0)
-	single.FoldedIndexes = "1"
-	pair := run(1, 0, 2)
-	pair.FoldedIndexes = "1"
-	onOutcome := outcome(2, batchv1alpha1.EntrySucceeded, 0, 0, "")
-	onOutcome.FoldedIndexes = "1"
-	stops := stopping(8, 0, EvictReasonSuspended)
-	stops.Count, stops.FoldedIndexes = 5, "2"
+	stops := stopping(8, 1, EvictReasonSuspended)
+	stops.Count = 3
 	cases := map[string]struct {
 		ledger  batchv1alpha1.Ledger
 		wantErr string
 	}{
-		"on one pod's launch":             {ledger: ledgerOf(single), wantErr: "foldedIndexes on a Launched entry of 1 pods"},
-		"on a run of two":                 {ledger: ledgerOf(pair), wantErr: "foldedIndexes on a Launched entry of 2 pods"},
-		"on an outcome":                   {ledger: ledgerOf(launched(1, 0, 0), onOutcome), wantErr: "foldedIndexes on a Succeeded entry"},
-		"the first index":                 {ledger: valid("0", batchv1alpha1.LedgerCheckpoint{SucceededIndexes: "0"}), wantErr: "not all between"},
-		"the last index":                  {ledger: valid("4", batchv1alpha1.LedgerCheckpoint{SucceededIndexes: "4"}), wantErr: "not all between"},
-		"beyond the run":                  {ledger: valid("2,9", succeeded2), wantErr: "not all between"},
-		"not intervals":                   {ledger: valid("2-x", succeeded2), wantErr: "foldedIndexes: bad"},
-		"an attempt the checkpoint lacks": {ledger: valid("2", batchv1alpha1.LedgerCheckpoint{}), wantErr: "attempt 0 of it is not in the checkpoint"},
+		"the checkpoint holds the run's first pod": {
+			ledger:  withCheckpoint(batchv1alpha1.LedgerCheckpoint{Seq: 6, SucceededIndexes: "0"}, run(1, 0, 5)),
+			wantErr: "launch of finished index 0",
+		},
+		"the checkpoint holds the run's last pod": {
+			ledger:  withCheckpoint(batchv1alpha1.LedgerCheckpoint{Seq: 6, SucceededIndexes: "4"}, run(1, 0, 5)),
+			wantErr: "launch of finished index 4",
+		},
+		"the pod's seq is after the checkpoint's": {
+			ledger:  withCheckpoint(batchv1alpha1.LedgerCheckpoint{Seq: 2, SucceededIndexes: "2"}, run(1, 0, 5)),
+			wantErr: "launch of finished index 2",
+		},
+		"no checkpoint, the pod's outcome listed before": {
+			ledger:  ledgerOf(launched(1, 2, 0), outcome(2, batchv1alpha1.EntrySucceeded, 2, 0, ""), run(3, 1, 3)),
+			wantErr: "launch of finished index 2",
+		},
 		"a folded pod's outcome listed": {
-			ledger:  valid("2", failed2, outcome(7, batchv1alpha1.EntryFailed, 2, 0, batchv1alpha1.FailReasonCounted)),
+			ledger:  withCheckpoint(failed2, run(1, 0, 5), outcome(7, batchv1alpha1.EntryFailed, 2, 0, batchv1alpha1.FailReasonCounted)),
 			wantErr: "pod sj-2-0 that is not open",
 		},
-		"a stop of an open pod folded": {
-			ledger:  ledgerOf(run(1, 0, 5), stops),
-			wantErr: "Stopping run from sj-0-0 lists index 2 folded",
+		"a stop after the index was launched again": {
+			ledger:  withCheckpoint(failed2, run(1, 1, 3), launched(7, 2, 1), stops),
+			wantErr: "Stopping for pod sj-2-0 that is not open",
 		},
 	}
 	for name, tc := range cases {
@@ -199,11 +256,11 @@ func TestReplayRejectsBadFoldedIndexes(t *testing.T) {
 }
 
 // TestOlderReaderRefusesFoldedRuns reads folded runs as an operator of an
-// earlier version does, which does not know foldedIndexes (its decoder
-// drops the field, and a CRD of that version prunes it): every run would
-// stand for its folded pods as open. Such a reader must refuse the ledger
-// (LedgerValid=False: nothing done, nothing counted twice), whatever the
-// folded pods' outcomes were.
+// earlier version does: it takes every pod of a run for one the run stands
+// for (as the same ledger with each run written as its single entries
+// reads). Such a reader must refuse the ledger (LedgerValid=False: nothing
+// done, nothing counted twice), whatever the folded pods' outcomes were;
+// the ledger itself is left as it is, for the newer operator to read again.
 func TestOlderReaderRefusesFoldedRuns(t *testing.T) {
 	cases := map[string][]batchv1alpha1.LedgerEntry{
 		"succeeded":    {outcome(6, batchv1alpha1.EntrySucceeded, 2, 0, "")},
@@ -218,29 +275,103 @@ func TestOlderReaderRefusesFoldedRuns(t *testing.T) {
 			e.Count = 5
 			return e
 		}(), outcome(11, batchv1alpha1.EntryEvicted, 2, 0, EvictReasonSuspended)},
+		"stopped one by one, evicted": {stopping(6, 1, EvictReasonSuspended), stopping(7, 2, EvictReasonSuspended),
+			stopping(8, 3, EvictReasonScaledDown), outcome(9, batchv1alpha1.EntryEvicted, 2, 0, EvictReasonSuspended)},
 	}
 	for name, more := range cases {
 		t.Run(name, func(t *testing.T) {
 			folded := foldBoth(t, ledgerOf(append([]batchv1alpha1.LedgerEntry{run(1, 0, 5)}, more...)...), 0)
-			raw, err := json.Marshal(folded)
-			if err != nil {
-				t.Fatal(err)
+			if foldedInRuns(t, &folded) == 0 {
+				t.Fatalf("no pod folded inside a run: %+v", folded.Entries)
 			}
-			if !strings.Contains(string(raw), `"foldedIndexes":"2"`) {
-				t.Fatalf("no run with index 2 folded: %s", raw)
+			var singles []batchv1alpha1.LedgerEntry
+			for k := range folded.Entries {
+				err := expand(&folded.Entries[k], nil, func(one *batchv1alpha1.LedgerEntry) error {
+					singles = append(singles, *one)
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
 			}
-			var older batchv1alpha1.Ledger
-			if err := json.Unmarshal(raw, &older); err != nil {
-				t.Fatal(err)
-			}
-			for k := range older.Entries {
-				older.Entries[k].FoldedIndexes = "" // unknown to that reader
-			}
+			older := batchv1alpha1.Ledger{Seq: folded.Seq, Checkpoint: folded.Checkpoint, Entries: singles}
 			if _, err := Replay(&older); err == nil {
-				t.Errorf("a reader without foldedIndexes accepts %s", raw)
+				t.Errorf("a reader that takes every pod of a run accepts %+v", folded)
 			}
 		})
 	}
+}
+
+// TestFoldRandomLedgers folds ledgers built at random: waves of launches
+// with gaps, stops, every kind of outcome in any order, attempts above 0,
+// folds that keep 0 to 3 outcomes. Every fold must mean exactly what it
+// folded, and must be read back by Replay.
+func TestFoldRandomLedgers(t *testing.T) {
+	var foldedPods int
+	for seed := range uint64(400) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		l, now := batchv1alpha1.Ledger{}, t0
+		for step := range 60 {
+			if rng.IntN(3) != 0 {
+				now = now.Add(time.Second)
+			}
+			add := randomEntries(rng, mustReplay(t, &l), now)
+			listed := len(l.Entries)
+			l = ledger.Append(&l, add)
+			l.Entries = append(l.Entries[:listed], Pack(l.Entries[listed:])...)
+			if rng.IntN(2) == 0 {
+				var err error
+				if l, err = foldChecked(l, rng.IntN(4)); err != nil {
+					t.Fatalf("seed %d, step %d: %v", seed, step, err)
+				}
+				foldedPods += foldedInRuns(t, &l)
+			}
+		}
+	}
+	if foldedPods == 0 {
+		t.Errorf("no fold left a pod folded inside a run")
+	}
+	t.Logf("pods folded inside listed runs, summed over the folds: %d", foldedPods)
+}
+
+// randomEntries is one status write's worth of entries for a ledger of 12
+// indexes in state st: a wave of launches with some indexes passed over,
+// or stops of some open launches, or outcomes of some, in a random order.
+func randomEntries(rng *rand.Rand, st *State, now time.Time) []batchv1alpha1.LedgerEntry {
+	at := metav1.NewTime(now)
+	var add []batchv1alpha1.LedgerEntry
+	switch rng.IntN(4) {
+	case 0:
+		for i := range int32(12) {
+			if !st.done(i) && !st.openIndex[i] && rng.IntN(4) != 0 {
+				a := st.Attempts[i]
+				add = append(add, batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryLaunched, Pod: PodName("sj", i, a), Index: i, Attempt: a, Time: at})
+			}
+		}
+	case 1:
+		for _, ref := range sortedOpen(st) {
+			if _, stopping := st.Stopping[ref.Name]; !stopping && rng.IntN(3) != 0 {
+				add = append(add, batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryStopping, Pod: ref.Name, Index: ref.Index,
+					Attempt: ref.Attempt, Time: at, Reason: EvictReasonSuspended})
+			}
+		}
+	default:
+		kinds := []struct {
+			typ    batchv1alpha1.EntryType
+			reason string
+		}{{batchv1alpha1.EntrySucceeded, ""}, {batchv1alpha1.EntryFailed, batchv1alpha1.FailReasonCounted},
+			{batchv1alpha1.EntryFailed, batchv1alpha1.FailReasonIgnored}, {batchv1alpha1.EntryFailed, batchv1alpha1.FailReasonFailIndex},
+			{batchv1alpha1.EntryLost, ""}, {batchv1alpha1.EntryEvicted, EvictReasonSuspended}}
+		for _, ref := range sortedOpen(st) {
+			if rng.IntN(3) == 0 {
+				k := kinds[rng.IntN(len(kinds))]
+				add = append(add, batchv1alpha1.LedgerEntry{Type: k.typ, Reason: k.reason, Pod: ref.Name, Index: ref.Index, Attempt: ref.Attempt,
+					Time: metav1.NewTime(now.Add(-time.Duration(rng.IntN(5)) * time.Second))})
+			}
+		}
+		rng.Shuffle(len(add), func(a, b int) { add[a], add[b] = add[b], add[a] })
+	}
+	return add
 }
 
 // TestLedgerSizeWhenPodsEndShuffled drives the largest parallelism with

@@ -21,9 +21,10 @@ import (
 // reads both.
 //
 // Pods of a run end in any order. A fold keeps such a run listed from the
-// first to the last of its pods still listed, and names the pods between
-// them that it folded (foldedIndexes: a few bytes per gap, where listing
-// the pods left as separate runs cost about 100 bytes each).
+// first to the last of its pods still listed; the pods between them whose
+// launch and outcome it folded are the checkpoint's, and the run no longer
+// stands for them (Folded). Splitting the run at every gap instead cost
+// about 100 bytes per piece, and pods that end at random leave many gaps.
 
 // podSuffix is the part of a pod's name that PodName derives from its index
 // and attempt.
@@ -51,21 +52,27 @@ func runPrefix(e *batchv1alpha1.LedgerEntry) (string, bool) {
 // entry.
 func podAt(e *batchv1alpha1.LedgerEntry, prefix string, k int32) batchv1alpha1.LedgerEntry {
 	one := *e
-	one.Count, one.FoldedIndexes = 0, ""
+	one.Count = 0
 	one.Seq = e.Seq + int64(k)
 	one.Index = e.Index + k
 	one.Pod = podNamed(prefix, one.Index, e.Attempt)
 	return one
 }
 
-// expand calls each with every pod's entry e stands for, in seq order, and
-// folded (when not nil) with each index of its foldedIndexes, in order. Only
-// an entry with a count is checked here: its first pod's name must end as
-// PodName makes it, so that the names of the others can be derived, and its
-// folded indexes must lie between its first and last.
-func expand(e *batchv1alpha1.LedgerEntry, each func(one *batchv1alpha1.LedgerEntry) error, folded func(index int32) error) error {
+// Folded reports whether the pod of the given seq, index and attempt,
+// inside a run of launches or stops, is folded into the checkpoint; nil: none
+// is. See State.folded.
+type Folded func(seq int64, index, attempt int32) bool
+
+// expand calls each with every pod's entry e stands for, in seq order,
+// passing over the pods strictly inside its run that folded reports (never
+// its first or last pod: a fold lists the run from the first to the last
+// pod it keeps). Only an entry with a count is checked here: its first
+// pod's name must end as PodName makes it, so that the names of the others
+// can be derived.
+func expand(e *batchv1alpha1.LedgerEntry, folded Folded, each func(one *batchv1alpha1.LedgerEntry) error) error {
 	n := e.Pods()
-	if n == 1 && e.FoldedIndexes == "" {
+	if n == 1 {
 		return each(e)
 	}
 	prefix, ok := runPrefix(e)
@@ -75,17 +82,8 @@ func expand(e *batchv1alpha1.LedgerEntry, each func(one *batchv1alpha1.LedgerEnt
 	if n > ledger.MaxCompletions || int64(e.Index)+int64(n) > int64(^uint32(0)>>1) {
 		return fmt.Errorf("%s of %d pods from index %d overflows", e.Type, n, e.Index)
 	}
-	gone, err := foldedIn(e)
-	if err != nil {
-		return err
-	}
 	for k := range n {
-		if gone.Has(e.Index + k) {
-			if folded != nil {
-				if err := folded(e.Index + k); err != nil {
-					return err
-				}
-			}
+		if k > 0 && k < n-1 && folded != nil && folded(e.Seq+int64(k), e.Index+k, e.Attempt) {
 			continue
 		}
 		one := podAt(e, prefix, k)
@@ -96,64 +94,32 @@ func expand(e *batchv1alpha1.LedgerEntry, each func(one *batchv1alpha1.LedgerEnt
 	return nil
 }
 
-// foldedIn returns the indexes of e's foldedIndexes, once checked: they lie
-// strictly between the run's first and last index, whose pods the entry
-// always stands for.
-func foldedIn(e *batchv1alpha1.LedgerEntry) (ledger.IndexSet, error) {
-	set, err := ledger.ParseIndexSet(e.FoldedIndexes)
-	if err != nil {
-		return ledger.IndexSet{}, fmt.Errorf("foldedIndexes: %w", err)
-	}
-	lo, ok := set.Min()
-	hi, _ := set.Max()
-	last := int64(e.Index) + int64(e.Pods()) - 1
-	if ok && (lo <= e.Index || int64(hi) >= last) {
-		return ledger.IndexSet{}, fmt.Errorf("foldedIndexes %q of the %s run of indexes %d-%d are not all between its first and last",
-			e.FoldedIndexes, e.Type, e.Index, last)
-	}
-	return set, nil
-}
-
 // rejoin writes the pods of one run that stay listed (their single entries,
-// at least one, in order) as one entry again: from the first to the last of
-// them, with the indexes between them that do not stay listed as folded.
+// at least one, in order) as one entry again, from the first to the last of
+// them: the pods between them that do not stay listed are folded.
 func rejoin(stay []batchv1alpha1.LedgerEntry) batchv1alpha1.LedgerEntry {
 	e := stay[0]
-	n := stay[len(stay)-1].Index - e.Index + 1
-	if n == 1 {
-		return e
+	if n := stay[len(stay)-1].Index - e.Index + 1; n > 1 {
+		e.Count = n
 	}
-	var folded ledger.IndexSet
-	next := e.Index
-	for k := range stay {
-		for i := next; i < stay[k].Index; i++ {
-			folded.Add(i)
-		}
-		next = stay[k].Index + 1
-	}
-	e.Count, e.FoldedIndexes = n, folded.String()
 	return e
 }
 
-// joinFolded is the foldedIndexes of two runs joined, b's run after a's:
-// both first and last pods of each are listed, so b's indexes lie at least
-// three above a's and the two strings join as they are.
-func joinFolded(a, b string) string {
-	if a == "" || b == "" {
-		return a + b
+// Unpack returns l's listed entries with every entry that has a count
+// written as one entry per pod it stands for (not those folded into l's
+// checkpoint).
+func Unpack(l *batchv1alpha1.Ledger) ([]batchv1alpha1.LedgerEntry, error) {
+	folded, err := checkpointFolded(l.Checkpoint)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	return a + "," + b
-}
-
-// Unpack returns entries with every entry that has a count written as one
-// entry per pod.
-func Unpack(entries []batchv1alpha1.LedgerEntry) ([]batchv1alpha1.LedgerEntry, error) {
+	entries := l.Entries
 	out := make([]batchv1alpha1.LedgerEntry, 0, len(entries))
 	for k := range entries {
-		err := expand(&entries[k], func(one *batchv1alpha1.LedgerEntry) error {
+		err := expand(&entries[k], folded, func(one *batchv1alpha1.LedgerEntry) error {
 			out = append(out, *one)
 			return nil
-		}, nil)
+		})
 		if err != nil {
 			return nil, fmt.Errorf("entry %d (seq %d): %w", k, entries[k].Seq, err)
 		}
@@ -165,15 +131,15 @@ func Unpack(entries []batchv1alpha1.LedgerEntry) ([]batchv1alpha1.LedgerEntry, e
 // Stopping entries, that follow on from one another (consecutive seqs and
 // indexes, and otherwise equal: one type, attempt, time and reason, pods
 // named as PodName makes them from one SafeJob's name) written as one entry
-// with a count, and the folded indexes of both. Other entries are kept as
-// they are; Unpack gives back exactly the entries packed.
+// with a count. Other entries are kept as they are. Unpack gives back
+// exactly the single entries packed; runs a fold left with pods folded
+// inside join with the same meaning (the checkpoint still holds those).
 func Pack(entries []batchv1alpha1.LedgerEntry) []batchv1alpha1.LedgerEntry {
 	out := make([]batchv1alpha1.LedgerEntry, 0, len(entries))
 	var prefix string // of the last entry of out, when it may grow
 	for _, e := range entries {
 		if k := len(out) - 1; k >= 0 && prefix != "" && follows(&out[k], prefix, &e) {
 			out[k].Count = out[k].Pods() + e.Pods()
-			out[k].FoldedIndexes = joinFolded(out[k].FoldedIndexes, e.FoldedIndexes)
 			continue
 		}
 		out = append(out, e)

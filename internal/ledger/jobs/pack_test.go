@@ -62,7 +62,7 @@ func TestPackRoundTrip(t *testing.T) {
 			if len(packed) != tc.want {
 				t.Errorf("packed into %d entries, want %d: %+v", len(packed), tc.want, packed)
 			}
-			back, err := Unpack(packed)
+			back, err := Unpack(&batchv1alpha1.Ledger{Entries: packed})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -254,10 +254,9 @@ func TestFollowsComparesEveryField(t *testing.T) {
 	if !ok || !follows(&first, prefix, &next) {
 		t.Fatalf("the next pod's entry does not follow its run")
 	}
-	// Count says how many pods an entry stands for, and FoldedIndexes
-	// which of them are folded, not what they are: an entry with either may
-	// join a run too, which then counts and folds the pods of both.
-	ignored := map[string]bool{"Count": true, "FoldedIndexes": true}
+	// Count says how many pods an entry stands for, not what they are:
+	// an entry with a count may join a run too.
+	ignored := map[string]bool{"Count": true}
 	typ := reflect.TypeFor[batchv1alpha1.LedgerEntry]()
 	for k := range typ.NumField() {
 		f := typ.Field(k)

@@ -7,6 +7,7 @@ package jobs
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -66,6 +67,9 @@ type State struct {
 	Stopping map[string]string
 
 	openIndex map[int32]bool
+	// folded is what the ledger's checkpoint holds of the pods of listed
+	// runs (nil without a checkpoint).
+	folded Folded
 	// launches holds the launches applied in seq order (a ledger's seqs
 	// rise), and since launchClosed some that have closed: sortedOpen
 	// filters it instead of sorting Open.
@@ -93,6 +97,9 @@ func Replay(l *batchv1alpha1.Ledger) (*State, error) {
 		if err := st.loadCheckpoint(cp); err != nil {
 			return nil, fmt.Errorf("checkpoint: %w", err)
 		}
+		// As the checkpoint says it, before the listed entries change st.
+		v := &checkpointView{seq: cp.Seq, succeeded: st.Succeeded.Clone(), failed: st.FailedIndexes.Clone(), attempts: maps.Clone(st.Attempts)}
+		st.folded = v.folded
 	}
 	if err := ledger.Walk(l, st.apply); err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
@@ -113,6 +120,38 @@ func sizes(entries []batchv1alpha1.LedgerEntry) (launches, outcomes int) {
 		}
 	}
 	return min(launches, ledger.MaxCompletions), min(outcomes, ledger.MaxCompletions)
+}
+
+// checkpointView is what a checkpoint holds of the launches it folded: the
+// indexes finished, and the attempts of the others, up to its seq.
+type checkpointView struct {
+	seq               int64
+	succeeded, failed ledger.IndexSet
+	attempts          map[int32]int32
+}
+
+// folded reports whether the checkpoint holds the launch of this seq, index
+// and attempt, and its outcome: a launch it folded is of a finished index or
+// below the index's attempt count, and no later than its seq. A listed run
+// whose pod that is stands for it no more (Fold kept the run listed around
+// it). The attempts of a listed launch are never the checkpoint's: a fold
+// takes a launch with its outcome, and a launch is only listed before it.
+func (v *checkpointView) folded(seq int64, index, attempt int32) bool {
+	return seq <= v.seq && (v.succeeded.Has(index) || v.failed.Has(index) || v.attempts[index] > attempt)
+}
+
+// checkpointFolded is Folded for the pods of runs listed beside cp (nil
+// without a checkpoint).
+func checkpointFolded(cp *batchv1alpha1.LedgerCheckpoint) (Folded, error) {
+	if cp == nil {
+		return nil, nil
+	}
+	st := &State{Attempts: map[int32]int32{}, Failures: map[int32]int32{}, LastIndexFailure: map[int32]time.Time{}}
+	if err := st.loadCheckpoint(cp); err != nil {
+		return nil, err
+	}
+	v := &checkpointView{seq: cp.Seq, succeeded: st.Succeeded, failed: st.FailedIndexes, attempts: st.Attempts}
+	return v.folded, nil
 }
 
 func (st *State) loadCheckpoint(cp *batchv1alpha1.LedgerCheckpoint) error {
@@ -217,26 +256,13 @@ func (st *State) apply(e *batchv1alpha1.LedgerEntry) error {
 	}
 	switch e.Type {
 	case batchv1alpha1.EntryLaunched:
-		return expand(e, st.applyLaunch, func(i int32) error { return st.checkFolded(e, i) })
+		return expand(e, st.folded, st.applyLaunch)
 	case batchv1alpha1.EntryStopping:
-		return expand(e, st.applyEnd, func(i int32) error { return st.checkFolded(e, i) })
+		return expand(e, st.folded, st.applyEnd)
 	case batchv1alpha1.EntryScheduled:
 		return fmt.Errorf("entry type Scheduled is not valid in a SafeJob without schedule")
 	}
 	return st.applyEnd(e)
-}
-
-// checkFolded checks that index i, listed among the folded indexes of e's
-// run, had that attempt's pod end and fold into the checkpoint: the index
-// is finished, or the checkpoint counts the attempt among its launches.
-// A run never stands for a pod whose launch or outcome is not recorded.
-func (st *State) checkFolded(e *batchv1alpha1.LedgerEntry, i int32) error {
-	open := st.openIndex[i] && st.Attempts[i]-1 == e.Attempt // a Stopping run's pod whose launch is listed
-	if open || (!st.done(i) && st.Attempts[i] <= e.Attempt) {
-		return fmt.Errorf("%s run from %s lists index %d folded, but attempt %d of it is not in the checkpoint",
-			e.Type, e.Pod, i, e.Attempt)
-	}
-	return nil
 }
 
 // applyEnd adds an entry about one open launch: that its pod is being
@@ -370,21 +396,21 @@ func (st *State) IsClosed(ref PodRef) bool {
 // Fold moves every closed launch (its Launched and Stopping entries and its
 // outcome) into the checkpoint, keeping the newest keep outcomes listed. Open
 // launches stay listed, packed (Pack) afresh: an entry with a count whose
-// pods have partly closed lists its run from the first to the last pod
-// still listed, the others between them as folded. The State of the result
-// equals the State of l.
+// pods have partly closed is listed from the first to the last pod still
+// listed, and no longer stands for the pods between them that folded (the
+// checkpoint holds them). The State of the result equals the State of l.
 func Fold(l *batchv1alpha1.Ledger, keep int) (batchv1alpha1.Ledger, error) {
 	st, err := Replay(l)
 	if err != nil {
 		return batchv1alpha1.Ledger{}, err
 	}
-	return foldClosed(l, st.Closed, keep)
+	return foldClosed(l, st, keep)
 }
 
-// foldClosed is Fold for a ledger whose listed closed launches, by pod
-// name, are known (its State's Closed): Decide has them without replaying
-// the ledger it wrote.
-func foldClosed(l *batchv1alpha1.Ledger, closed map[string]PodRef, keep int) (batchv1alpha1.Ledger, error) {
+// foldClosed is Fold for a ledger whose State is known: Decide has it
+// without replaying the ledger it wrote.
+func foldClosed(l *batchv1alpha1.Ledger, st *State, keep int) (batchv1alpha1.Ledger, error) {
+	closed := st.Closed
 	// Outcomes from the end that stay listed, with their Launched entries
 	// (an outcome stands for one pod: never packed).
 	kept := map[string]bool{}
@@ -415,7 +441,7 @@ func foldClosed(l *batchv1alpha1.Ledger, closed map[string]PodRef, keep int) (ba
 			continue
 		}
 		stay = stay[:0]
-		if err := expand(e, sort, nil); err != nil {
+		if err := expand(e, st.folded, sort); err != nil {
 			return batchv1alpha1.Ledger{}, fmt.Errorf("entry %d (seq %d): %w", k, e.Seq, err)
 		}
 		if len(stay) > 0 {
@@ -434,7 +460,11 @@ func foldClosed(l *batchv1alpha1.Ledger, closed map[string]PodRef, keep int) (ba
 		cpSeq = max(cpSeq, l.Checkpoint.Seq)
 	}
 	out.Checkpoint = fst.checkpoint(cpSeq)
-	if err := dropRelaunchedFailureTimes(out.Checkpoint, out.Entries); err != nil {
+	folds, err := checkpointFolded(out.Checkpoint)
+	if err != nil {
+		return batchv1alpha1.Ledger{}, fmt.Errorf("folding: %w", err)
+	}
+	if err := dropRelaunchedFailureTimes(out.Checkpoint, out.Entries, folds); err != nil {
 		return batchv1alpha1.Ledger{}, fmt.Errorf("folding: %w", err)
 	}
 	out.Entries = Pack(out.Entries)
@@ -466,14 +496,14 @@ func holdsClosed(e *batchv1alpha1.LedgerEntry, closed map[string]PodRef) bool {
 // dropRelaunchedFailureTimes clears the failure time of the checkpoint's
 // indexes that the listed entries launch again: they have waited out their
 // delay, and replay drops the time at that launch anyway.
-func dropRelaunchedFailureTimes(cp *batchv1alpha1.LedgerCheckpoint, entries []batchv1alpha1.LedgerEntry) error {
+func dropRelaunchedFailureTimes(cp *batchv1alpha1.LedgerCheckpoint, entries []batchv1alpha1.LedgerEntry, folded Folded) error {
 	relaunched := map[int32]bool{}
 	for k := range entries {
 		if e := &entries[k]; e.Type == batchv1alpha1.EntryLaunched {
-			err := expand(e, func(one *batchv1alpha1.LedgerEntry) error {
+			err := expand(e, folded, func(one *batchv1alpha1.LedgerEntry) error {
 				relaunched[one.Index] = true
 				return nil
-			}, nil)
+			})
 			if err != nil {
 				return fmt.Errorf("entry seq %d: %w", e.Seq, err)
 			}
