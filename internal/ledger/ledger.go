@@ -9,6 +9,7 @@ package ledger
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"time"
 
@@ -43,6 +44,9 @@ func Walk(l *batchv1alpha1.Ledger, apply func(e *batchv1alpha1.LedgerEntry) erro
 		}
 		if e.Count < 0 || (e.Count > 1 && !e.Countable()) {
 			return fmt.Errorf("entry %d (seq %d): count %d on a %s entry", k, e.Seq, e.Count, e.Type)
+		}
+		if e.Seq > math.MaxInt64-int64(e.Pods())+1 {
+			return fmt.Errorf("entry %d (seq %d): the seqs of its %d pods overflow", k, e.Seq, e.Pods())
 		}
 		prev, last = e.LastSeq(), max(last, e.LastSeq())
 		if err := apply(e); err != nil {

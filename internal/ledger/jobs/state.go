@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -325,6 +326,11 @@ func (st *State) applyLaunch(e *batchv1alpha1.LedgerEntry) error {
 	}
 	if e.Attempt != st.Attempts[e.Index] {
 		return fmt.Errorf("launch of index %d attempt %d, want attempt %d", e.Index, e.Attempt, st.Attempts[e.Index])
+	}
+	if !strings.HasSuffix(e.Pod, podSuffix(e.Index, e.Attempt)) {
+		// PodName's suffix makes a pod's name that of one launch only, which
+		// Open and Closed, keyed by name, rely on.
+		return fmt.Errorf("launch of pod %s names it for another index or attempt than %d/%d", e.Pod, e.Index, e.Attempt)
 	}
 	if _, dup := st.Open[e.Pod]; dup {
 		return fmt.Errorf("pod %s launched twice", e.Pod)

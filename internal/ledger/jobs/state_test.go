@@ -31,6 +31,14 @@ func TestReplayRejects(t *testing.T) {
 			ledger:  ledgerOf(launched(1, 0, 0), launched(2, 0, 1)),
 			wantErr: "while another pod of it is open",
 		},
+		"a launch named for another index": {
+			ledger: ledgerOf(launched(1, 0, 0), outcome(2, batchv1alpha1.EntryFailed, 0, 0, batchv1alpha1.FailReasonCounted), func() batchv1alpha1.LedgerEntry {
+				e := launched(3, 1, 0)
+				e.Pod = PodName("sj", 0, 0) // FuzzReplayFold found it: a closed pod's name, opened again
+				return e
+			}()),
+			wantErr: "names it for another index or attempt than 1/0",
+		},
 		"attempt skipped": {
 			ledger:  ledgerOf(launched(1, 0, 1)),
 			wantErr: "want attempt 0",
