@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"encoding/json"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -131,6 +132,14 @@ func TestReplayRejectsBadCounts(t *testing.T) {
 				return e
 			}()),
 			wantErr: "Stopping for pod sj-3-0 that is not open",
+		},
+		"seqs beyond the largest": {
+			ledger: batchv1alpha1.Ledger{Seq: math.MaxInt64, Entries: []batchv1alpha1.LedgerEntry{func() batchv1alpha1.LedgerEntry {
+				e := three
+				e.Seq = math.MaxInt64 - 1
+				return e
+			}()}},
+			wantErr: "the seqs of its 3 pods overflow",
 		},
 		"a count above the maximum": {
 			ledger: batchv1alpha1.Ledger{Seq: 1 << 40, Entries: []batchv1alpha1.LedgerEntry{func() batchv1alpha1.LedgerEntry {
