@@ -1,10 +1,8 @@
 package jobs
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"testing"
 	"time"
 
@@ -216,10 +214,7 @@ func TestReplayReadsFoldedPodsFromCheckpoint(t *testing.T) {
 	}
 	stops := stopping(8, 1, EvictReasonSuspended)
 	stops.Count = 3
-	cases := map[string]struct {
-		ledger  batchv1alpha1.Ledger
-		wantErr string
-	}{
+	cases := map[string]refusal{
 		"the checkpoint holds the run's first pod": {
 			ledger:  withCheckpoint(batchv1alpha1.LedgerCheckpoint{Seq: 6, SucceededIndexes: "0"}, run(1, 0, 5)),
 			wantErr: "launch of finished index 0",
@@ -245,14 +240,7 @@ func TestReplayReadsFoldedPodsFromCheckpoint(t *testing.T) {
 			wantErr: "Stopping for pod sj-2-0 that is not open",
 		},
 	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			_, err := Replay(&tc.ledger)
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
-			}
-		})
-	}
+	checkRefused(t, cases)
 }
 
 // TestOlderReaderRefusesFoldedRuns reads folded runs as an operator of an
@@ -383,17 +371,7 @@ func TestLedgerSizeWhenPodsEndShuffled(t *testing.T) {
 	const par, completions = 2000, 10000
 	dr := newDriver(indexedSpec(par, completions))
 	rng := rand.New(rand.NewPCG(1, 2))
-	var largest int
-	for step := 0; !findTrue(dr.status.Conditions, batchv1alpha1.ConditionComplete) || hasHeldPod(dr.pods); step++ {
-		if step > 2000 {
-			t.Fatalf("not complete after %d steps: succeeded %d", step, dr.status.Succeeded)
-		}
-		dr.step(t, t0.Add(time.Duration(step)*time.Second))
-		raw, err := json.Marshal(dr.status)
-		if err != nil {
-			t.Fatal(err)
-		}
-		largest = max(largest, len(raw))
+	largest, _ := driveToComplete(t, dr, 2000, func() {
 		var running []int
 		for k, p := range dr.pods {
 			if p.Status.Phase == corev1.PodRunning {
@@ -404,7 +382,7 @@ func TestLedgerSizeWhenPodsEndShuffled(t *testing.T) {
 		for _, k := range running[:min(35, len(running))] {
 			dr.pods[k] = withPhase(dr.pods[k], corev1.PodSucceeded, 0)
 		}
-	}
+	})
 	if dr.status.Succeeded != completions {
 		t.Fatalf("succeeded %d, want %d", dr.status.Succeeded, completions)
 	}

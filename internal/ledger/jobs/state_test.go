@@ -10,11 +10,29 @@ import (
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 )
 
+// refusal is a ledger Replay must refuse, and part of the error it must
+// give.
+type refusal struct {
+	ledger  batchv1alpha1.Ledger
+	wantErr string
+}
+
+// checkRefused replays each case and fails those Replay accepts or refuses
+// for another reason.
+func checkRefused(t *testing.T, cases map[string]refusal) {
+	t.Helper()
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := Replay(&tc.ledger)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
 func TestReplayRejects(t *testing.T) {
-	cases := map[string]struct {
-		ledger  batchv1alpha1.Ledger
-		wantErr string
-	}{
+	cases := map[string]refusal{
 		"outcome of a pod never launched": {
 			ledger:  ledgerOf(outcome(1, batchv1alpha1.EntrySucceeded, 0, 0, "")),
 			wantErr: "not open",
@@ -64,14 +82,7 @@ func TestReplayRejects(t *testing.T) {
 			wantErr: "both succeeded and failed",
 		},
 	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			_, err := Replay(&tc.ledger)
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
-			}
-		})
-	}
+	checkRefused(t, cases)
 }
 
 // longLedger has 40 indexes: every third failed once first, the last five still run.
