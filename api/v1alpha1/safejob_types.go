@@ -380,8 +380,9 @@ type LedgerEntry struct {
 	// index. It keeps the ledger small however many pods are open or being
 	// stopped. A pod strictly inside the run whose launch the checkpoint
 	// holds (its index finished, or its attempt below the checkpoint's count
-	// for the index, at a seq no later than the checkpoint's) ended and was
-	// folded: the entry no longer stands for it.
+	// for the index, at a seq below the checkpoint's, and no launch of its
+	// index listed before it) ended and was folded: the entry no longer
+	// stands for it.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100000

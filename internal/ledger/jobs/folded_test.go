@@ -187,9 +187,10 @@ func TestFoldedIndexKeepsFailureTime(t *testing.T) {
 }
 
 // TestReplayReadsFoldedPodsFromCheckpoint: a run no longer stands for a pod
-// strictly inside it whose launch and outcome the checkpoint holds, by the
-// checkpoint alone; any other pod of the run is read as the run says, and
-// refused where that breaks a rule.
+// strictly inside it whose launch and outcome the checkpoint holds (by the
+// checkpoint alone, as it was before the listed entries) and whose index no
+// launch listed before it names; any other pod of the run is read as the
+// run says, and refused where that breaks a rule.
 func TestReplayReadsFoldedPodsFromCheckpoint(t *testing.T) {
 	withCheckpoint := func(cp batchv1alpha1.LedgerCheckpoint, entries ...batchv1alpha1.LedgerEntry) batchv1alpha1.Ledger {
 		l := ledgerOf(entries...)
@@ -212,6 +213,8 @@ func TestReplayReadsFoldedPodsFromCheckpoint(t *testing.T) {
 			t.Errorf("%s: open %v, want indexes 0, 1, 3, 4 (and the relaunch)", name, ledger.SortedKeys(st.Open))
 		}
 	}
+	failed2Late := failed2
+	failed2Late.Seq = 20
 	stops := stopping(8, 1, EvictReasonSuspended)
 	stops.Count = 3
 	cases := map[string]refusal{
@@ -223,8 +226,8 @@ func TestReplayReadsFoldedPodsFromCheckpoint(t *testing.T) {
 			ledger:  withCheckpoint(batchv1alpha1.LedgerCheckpoint{Seq: 6, SucceededIndexes: "4"}, run(1, 0, 5)),
 			wantErr: "launch of finished index 4",
 		},
-		"the pod's seq is after the checkpoint's": {
-			ledger:  withCheckpoint(batchv1alpha1.LedgerCheckpoint{Seq: 2, SucceededIndexes: "2"}, run(1, 0, 5)),
+		"the pod's seq is the checkpoint's": { // its outcome came later
+			ledger:  withCheckpoint(batchv1alpha1.LedgerCheckpoint{Seq: 3, SucceededIndexes: "2"}, run(1, 0, 5)),
 			wantErr: "launch of finished index 2",
 		},
 		"no checkpoint, the pod's outcome listed before": {
@@ -238,6 +241,15 @@ func TestReplayReadsFoldedPodsFromCheckpoint(t *testing.T) {
 		"a stop after the index was launched again": {
 			ledger:  withCheckpoint(failed2, run(1, 1, 3), launched(7, 2, 1), stops),
 			wantErr: "Stopping for pod sj-2-0 that is not open",
+		},
+		// Below the checkpoint's seq, the same (reviews found both accepted).
+		"a stop after the index was launched again, all before the checkpoint's seq": {
+			ledger:  withCheckpoint(failed2Late, run(1, 1, 3), launched(5, 2, 1), stops),
+			wantErr: "Stopping for pod sj-2-0 that is not open",
+		},
+		"the next attempt listed before the run": {
+			ledger:  withCheckpoint(failed2Late, launched(1, 2, 1), run(2, 1, 3)),
+			wantErr: "launch of index 2 attempt 0, want attempt 2",
 		},
 	}
 	checkRefused(t, cases)

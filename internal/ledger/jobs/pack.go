@@ -17,8 +17,8 @@ import (
 // status write, hence every pod, would pay for it. The launches committed in
 // one write, and the stops, are mostly of consecutive indexes and the same
 // attempt, so the ledger lists each such run as one entry with a count. Pack
-// and Unpack convert between the two forms; they mean the same, and Replay
-// reads both.
+// and Unpack convert between the two forms, which mean the same, and Replay
+// reads both; Unpack leaves out the pods a run no longer stands for (below).
 //
 // Pods of a run end in any order. A fold keeps such a run listed from the
 // first to the last of its pods still listed; the pods between them whose
@@ -61,7 +61,7 @@ func podAt(e *batchv1alpha1.LedgerEntry, prefix string, k int32) batchv1alpha1.L
 
 // Folded reports whether the pod of the given seq, index and attempt,
 // inside a run of launches or stops, is folded into the checkpoint; nil: none
-// is. See State.folded.
+// is. See checkpointView.holds.
 type Folded func(seq int64, index, attempt int32) bool
 
 // expand calls each with every pod's entry e stands for, in seq order,

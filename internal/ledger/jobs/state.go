@@ -68,9 +68,9 @@ type State struct {
 	Stopping map[string]string
 
 	openIndex map[int32]bool
-	// folded is what the ledger's checkpoint holds of the pods of listed
-	// runs (nil without a checkpoint).
-	folded Folded
+	// held is what the ledger's checkpoint holds of the pods of listed runs
+	// (nil without a checkpoint).
+	held *checkpointView
 	// launches holds the launches applied in seq order (a ledger's seqs
 	// rise), and since launchClosed some that have closed: sortedOpen
 	// filters it instead of sorting Open.
@@ -99,8 +99,8 @@ func Replay(l *batchv1alpha1.Ledger) (*State, error) {
 			return nil, fmt.Errorf("checkpoint: %w", err)
 		}
 		// As the checkpoint says it, before the listed entries change st.
-		v := &checkpointView{seq: cp.Seq, succeeded: st.Succeeded.Clone(), failed: st.FailedIndexes.Clone(), attempts: maps.Clone(st.Attempts)}
-		st.folded = v.folded
+		st.held = &checkpointView{seq: cp.Seq, succeeded: st.Succeeded.Clone(), failed: st.FailedIndexes.Clone(),
+			attempts: maps.Clone(st.Attempts)}
 	}
 	if err := ledger.Walk(l, st.apply); err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
@@ -131,18 +131,29 @@ type checkpointView struct {
 	attempts          map[int32]int32
 }
 
-// folded reports whether the checkpoint holds the launch of this seq, index
-// and attempt, and its outcome: a launch it folded is of a finished index or
-// below the index's attempt count, and no later than its seq. A listed run
-// whose pod that is stands for it no more (Fold kept the run listed around
-// it). The attempts of a listed launch are never the checkpoint's: a fold
-// takes a launch with its outcome, and a launch is only listed before it.
-func (v *checkpointView) folded(seq int64, index, attempt int32) bool {
-	return seq <= v.seq && (v.succeeded.Has(index) || v.failed.Has(index) || v.attempts[index] > attempt)
+// holds reports whether the checkpoint holds the launch of this seq, index
+// and attempt, and its outcome: a launch it folded is of a finished index,
+// or below the index's attempt count, and before its seq (the outcome came
+// later, at most at its seq). A fold takes a launch only with its outcome,
+// and lists a launch only before its outcome, so in a valid ledger no pod
+// that a run still stands for is held, and a run no longer stands for one
+// that is. Replay also requires that no launch listed before the pod is of
+// its index (foldedInReplay).
+func (v *checkpointView) holds(seq int64, index, attempt int32) bool {
+	return v != nil && seq < v.seq && (v.succeeded.Has(index) || v.failed.Has(index) || v.attempts[index] > attempt)
 }
 
-// checkpointFolded is Folded for the pods of runs listed beside cp (nil
-// without a checkpoint).
+// foldedInReplay is Folded as Replay reads it, entry by entry: the
+// checkpoint holds the pod, and no launch of its index is listed before
+// it (the state's attempt count for it is still the checkpoint's). Any
+// other pod of a run is read as the run says, and refused where that
+// breaks a rule.
+func (st *State) foldedInReplay(seq int64, index, attempt int32) bool {
+	return st.held.holds(seq, index, attempt) && st.Attempts[index] == st.held.attempts[index]
+}
+
+// checkpointFolded is Folded for the pods of runs listed beside cp in a
+// valid ledger (nil without a checkpoint): Replay has checked them.
 func checkpointFolded(cp *batchv1alpha1.LedgerCheckpoint) (Folded, error) {
 	if cp == nil {
 		return nil, nil
@@ -152,7 +163,7 @@ func checkpointFolded(cp *batchv1alpha1.LedgerCheckpoint) (Folded, error) {
 		return nil, err
 	}
 	v := &checkpointView{seq: cp.Seq, succeeded: st.Succeeded, failed: st.FailedIndexes, attempts: st.Attempts}
-	return v.folded, nil
+	return v.holds, nil
 }
 
 func (st *State) loadCheckpoint(cp *batchv1alpha1.LedgerCheckpoint) error {
@@ -257,9 +268,9 @@ func (st *State) apply(e *batchv1alpha1.LedgerEntry) error {
 	}
 	switch e.Type {
 	case batchv1alpha1.EntryLaunched:
-		return expand(e, st.folded, st.applyLaunch)
+		return expand(e, st.foldedInReplay, st.applyLaunch)
 	case batchv1alpha1.EntryStopping:
-		return expand(e, st.folded, st.applyEnd)
+		return expand(e, st.foldedInReplay, st.applyEnd)
 	case batchv1alpha1.EntryScheduled:
 		return fmt.Errorf("entry type Scheduled is not valid in a SafeJob without schedule")
 	}
@@ -447,7 +458,7 @@ func foldClosed(l *batchv1alpha1.Ledger, st *State, keep int) (batchv1alpha1.Led
 			continue
 		}
 		stay = stay[:0]
-		if err := expand(e, st.folded, sort); err != nil {
+		if err := expand(e, st.held.holds, sort); err != nil { // l is valid: see holds
 			return batchv1alpha1.Ledger{}, fmt.Errorf("entry %d (seq %d): %w", k, e.Seq, err)
 		}
 		if len(stay) > 0 {
