@@ -94,15 +94,14 @@ func expand(e *batchv1alpha1.LedgerEntry, folded Folded, each func(one *batchv1a
 	return nil
 }
 
-// rejoin writes the pods of one run that stay listed (their single entries,
-// at least one, in order) as one entry again, from the first to the last of
-// them: the pods between them that do not stay listed are folded.
-func rejoin(stay []batchv1alpha1.LedgerEntry) batchv1alpha1.LedgerEntry {
-	e := stay[0]
-	if n := stay[len(stay)-1].Index - e.Index + 1; n > 1 {
-		e.Count = n
+// rejoin writes the pods of one run that stay listed as one entry again,
+// from the first of them (its single entry) to the last (its index): the
+// pods between them that do not stay listed are folded.
+func rejoin(first batchv1alpha1.LedgerEntry, last int32) batchv1alpha1.LedgerEntry {
+	if n := last - first.Index + 1; n > 1 {
+		first.Count = n
 	}
-	return e
+	return first
 }
 
 // Unpack returns l's listed entries with every entry that has a count

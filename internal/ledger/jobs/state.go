@@ -441,13 +441,20 @@ func foldClosed(l *batchv1alpha1.Ledger, st *State, keep int) (batchv1alpha1.Led
 	// runs that do are expanded, so a pass does not name every open pod.
 	folded := &batchv1alpha1.Ledger{Checkpoint: l.Checkpoint}
 	out := batchv1alpha1.Ledger{Seq: l.Seq}
-	var stay []batchv1alpha1.LedgerEntry // the pods of one entry that stay listed
+	// The first of one entry's pods that stay listed, and the last one's
+	// index: the entry is listed again from the one to the other.
+	var first batchv1alpha1.LedgerEntry
+	var last int32
+	stays := false
 	sort := func(one *batchv1alpha1.LedgerEntry) error {
-		if _, isClosed := closed[one.Pod]; isClosed && !kept[one.Pod] {
+		switch _, isClosed := closed[one.Pod]; {
+		case isClosed && !kept[one.Pod]:
 			folded.Entries = append(folded.Entries, *one)
 			folded.Seq = one.Seq
-		} else {
-			stay = append(stay, *one)
+		case !stays:
+			first, last, stays = *one, one.Index, true
+		default:
+			last = one.Index
 		}
 		return nil
 	}
@@ -457,12 +464,12 @@ func foldClosed(l *batchv1alpha1.Ledger, st *State, keep int) (batchv1alpha1.Led
 			out.Entries = append(out.Entries, *e)
 			continue
 		}
-		stay = stay[:0]
+		stays = false
 		if err := expand(e, st.held.holds, sort); err != nil { // l is valid: see holds
 			return batchv1alpha1.Ledger{}, fmt.Errorf("entry %d (seq %d): %w", k, e.Seq, err)
 		}
-		if len(stay) > 0 {
-			out.Entries = append(out.Entries, rejoin(stay))
+		if stays {
+			out.Entries = append(out.Entries, rejoin(first, last))
 		}
 	}
 	if len(folded.Entries) == 0 {
