@@ -484,7 +484,9 @@ func foldClosed(l *batchv1alpha1.Ledger, st *State, keep int) (batchv1alpha1.Led
 		cpSeq = max(cpSeq, l.Checkpoint.Seq)
 	}
 	out.Checkpoint = fst.checkpoint(cpSeq)
-	if err := dropRelaunchedFailureTimes(out.Checkpoint, out.Entries); err != nil {
+	// What the new checkpoint holds is fst, which it was written from.
+	held := &checkpointView{seq: cpSeq, succeeded: fst.Succeeded, failed: fst.FailedIndexes, attempts: fst.Attempts}
+	if err := dropRelaunchedFailureTimes(out.Checkpoint, out.Entries, held.holds); err != nil {
 		return batchv1alpha1.Ledger{}, fmt.Errorf("folding: %w", err)
 	}
 	out.Entries = Pack(out.Entries)
@@ -516,13 +518,9 @@ func holdsClosed(e *batchv1alpha1.LedgerEntry, closed map[string]PodRef) bool {
 // dropRelaunchedFailureTimes clears the failure time of the checkpoint's
 // indexes that the listed entries launch again: they have waited out their
 // delay, and replay drops the time at that launch anyway.
-func dropRelaunchedFailureTimes(cp *batchv1alpha1.LedgerCheckpoint, entries []batchv1alpha1.LedgerEntry) error {
+func dropRelaunchedFailureTimes(cp *batchv1alpha1.LedgerCheckpoint, entries []batchv1alpha1.LedgerEntry, folded Folded) error {
 	if !slices.ContainsFunc(cp.Indexes, func(is batchv1alpha1.IndexState) bool { return is.LastFailureTime != nil }) {
 		return nil // most folds: no index waits out a failure
-	}
-	folded, err := checkpointFolded(cp)
-	if err != nil {
-		return err
 	}
 	relaunched := map[int32]bool{}
 	for k := range entries {
