@@ -147,7 +147,19 @@ func (r *SafeJobReconciler) releaseAll(ctx context.Context, req reconcile.Reques
 	if slices.Contains(sj.Finalizers, batchv1alpha1.RunFinalizer) {
 		errs = append(errs, r.releaseRun(ctx, sj))
 	}
-	errs = append(errs, r.releaseOrphans(ctx, req.Namespace, req.Name, ""), r.releaseWorkloads(ctx, req, sj.UID))
+	// The cache may show this SafeJob after it is gone and a SafeJob of the
+	// same name took its place (a cache behind the API server, or a second
+	// operator process): the live one's pods are left alone, as in
+	// releaseGone.
+	live := &batchv1alpha1.SafeJob{}
+	if err := r.APIReader.Get(ctx, req.NamespacedName, live); client.IgnoreNotFound(err) != nil {
+		return errors.Join(append(errs, fmt.Errorf("reading SafeJob %s live: %w", req.Name, err))...)
+	}
+	keep := live.UID
+	if keep == sj.UID {
+		keep = "" // still this one, deleting: every pod of its name goes
+	}
+	errs = append(errs, r.releaseOrphans(ctx, req.Namespace, req.Name, keep), r.releaseWorkloads(ctx, req, sj.UID))
 	return errors.Join(errs...)
 }
 

@@ -1,0 +1,82 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+)
+
+// TestReleaseAllLeavesSuccessorsPods: a cache behind the API server (or a
+// second operator process) shows SafeJob "etl" deleting after it is gone
+// and another SafeJob of that name runs. Releasing what the deleted one
+// held must not touch the pods of the one that lives: only the pods it
+// created lose the ledger finalizer.
+func TestReleaseAllLeavesSuccessorsPods(t *testing.T) {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, batchv1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	safeJob := func(uid types.UID) *batchv1alpha1.SafeJob {
+		return &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "etl", Namespace: "ns", UID: uid}}
+	}
+	podOf := func(sj *batchv1alpha1.SafeJob, name string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(name),
+			Labels:          map[string]string{batchv1alpha1.SafeJobNameLabel: "etl"},
+			Finalizers:      []string{batchv1alpha1.LedgerFinalizer},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sj, batchv1alpha1.GroupVersion.WithKind("SafeJob"))}}}
+	}
+	gone, successor := safeJob("old"), safeJob("new")
+	deleting := gone.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Unix(1, 0)}
+	deleting.Finalizers = []string{"example.com/hold"}
+	for _, tc := range []struct {
+		name string
+		live *batchv1alpha1.SafeJob // nil: none of that name
+		kept []string               // pods that keep the ledger finalizer
+	}{
+		{"a successor lives", successor, []string{"etl-0-1"}},
+		{"still deleting", deleting, nil},
+		{"gone, no successor", nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cached := fake.NewClientBuilder().WithScheme(scheme).
+				WithObjects(deleting.DeepCopy(), podOf(gone, "etl-0-0"), podOf(successor, "etl-0-1")).Build()
+			live := fake.NewClientBuilder().WithScheme(scheme)
+			if tc.live != nil {
+				live = live.WithObjects(tc.live.DeepCopy())
+			}
+			r := &SafeJobReconciler{Client: cached, APIReader: live.Build()}
+			req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "etl"}}
+			if err := r.releaseAll(context.Background(), req, deleting); err != nil {
+				t.Fatal(err)
+			}
+			var pods corev1.PodList
+			if err := cached.List(context.Background(), &pods, client.InNamespace("ns")); err != nil {
+				t.Fatal(err)
+			}
+			var kept []string
+			for _, pod := range pods.Items {
+				if slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
+					kept = append(kept, pod.Name)
+				}
+			}
+			if !slices.Equal(kept, tc.kept) {
+				t.Errorf("pods keeping the ledger finalizer: %v, want %v", kept, tc.kept)
+			}
+		})
+	}
+}
