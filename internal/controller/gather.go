@@ -9,8 +9,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
 	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
@@ -72,10 +74,22 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 			// earlier SafeJob's of the same name, or anyone's): it never
 			// counts here, and the launch runs again under a new name.
 			in.Taken[ref.Name] = true
-		case jobs.IsTerminal(pod):
-			// Not listed: terminal and stripped of the finalizer by someone
-			// else while no handler of this process saw it. Its state decides.
-			in.Pods = append(in.Pods, pod)
+		default:
+			// Ours, yet not in the cache: its create not seen yet, or the
+			// name label the cache selects on removed (relabel.go), which
+			// is put back. Until the cache shows the pod again, it is read
+			// live on every pass, and a pass is due within the grace.
+			if err := r.relabelLive(ctx, sj, pod); err != nil {
+				log.FromContext(ctx).Error(err, "Pod not labelled: read live until it is", "pod", ref.Name)
+			}
+			if jobs.IsTerminal(pod) {
+				// Terminal and stripped of the finalizer by someone else
+				// while no handler of this process saw it, or unlabelled:
+				// its state decides.
+				in.Pods = append(in.Pods, pod)
+			} else {
+				wait = ledger.MinPositive(wait, r.fence().LostGrace())
+			}
 		}
 	}
 	return in, wait, nil

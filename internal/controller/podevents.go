@@ -33,12 +33,18 @@ type podHandler struct {
 }
 
 func (h *podHandler) Create(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	if pod, ok := e.Object.(*corev1.Pod); ok && h.window != nil && ownedBySafeJob(pod) {
+	pod, ok := e.Object.(*corev1.Pod)
+	if ok && h.window != nil && ownedBySafeJob(pod) {
 		if started(pod) {
 			h.window.started(client.ObjectKeyFromObject(pod), ran(pod))
 		} else {
 			h.window.seen(client.ObjectKeyFromObject(pod), pod.CreationTimestamp.Time)
 		}
+	}
+	if ok && stray(pod) {
+		// Orphaned while no process of the operator watched (a restart, or
+		// a pod that came back to the cache): as batch/v1 does on add too.
+		h.enqueueStray(pod, q)
 	}
 	h.enqueueOwner(e.Object, q)
 }
@@ -52,16 +58,21 @@ func (h *podHandler) Update(_ context.Context, e event.UpdateEvent, q workqueue.
 		h.remember(pod)
 	}
 	if ok && stray(pod) {
-		// Orphaned with the ledger finalizer: the reconcile of its name
-		// releases it once no live SafeJob is found to have created it.
-		key := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Labels[batchv1alpha1.SafeJobNameLabel]}
-		h.tracker.sawStray(key)
-		q.Add(reconcile.Request{NamespacedName: key})
+		h.enqueueStray(pod, q)
 	}
 	if old, isPod := e.ObjectOld.(*corev1.Pod); ok && isPod && onlyBound(old, pod) {
 		return
 	}
 	h.enqueueOwner(e.ObjectNew, q)
+}
+
+// enqueueStray queues the reconcile of a stray pod's name (its name label),
+// which releases the ledger finalizer once no live SafeJob is found to have
+// created the pod.
+func (h *podHandler) enqueueStray(pod *corev1.Pod, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	key := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Labels[batchv1alpha1.SafeJobNameLabel]}
+	h.tracker.sawStray(key)
+	q.Add(reconcile.Request{NamespacedName: key})
 }
 
 // onlyBound reports an update that only binds the pod to a node: its node
@@ -104,6 +115,14 @@ func (h *podHandler) Delete(_ context.Context, e event.DeleteEvent, q workqueue.
 	pod, ok := e.Object.(*corev1.Pod)
 	if ok && jobs.IsTerminal(pod) {
 		h.remember(pod)
+	}
+	if ok && !e.DeleteStateUnknown && leftUndeleted(pod) {
+		// The label the cache selects on was removed: without it no event
+		// of the pod reaches this process, its outcome waits and its
+		// finalizer stays. The reconcile puts the label back.
+		ref := metav1.GetControllerOf(pod)
+		h.tracker.sawUnlabeled(types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name},
+			unlabeledPod{name: pod.Name, uid: pod.UID})
 	}
 	if ok && h.window != nil {
 		h.window.started(client.ObjectKeyFromObject(pod), ran(pod))
@@ -149,6 +168,16 @@ func (h *podHandler) batchFor(key types.NamespacedName) time.Duration {
 		return 0
 	}
 	return h.batch
+}
+
+// leftUndeleted reports a pod of a SafeJob that left the cache while it
+// held the ledger finalizer and was not being deleted. Such a pod cannot
+// be gone (the finalizer holds it, and its deletion would have been seen
+// first), so it stopped matching the cache's selector: the API server
+// sends the pod as it was before that change.
+func leftUndeleted(pod *corev1.Pod) bool {
+	return ownedBySafeJob(pod) && pod.DeletionTimestamp == nil &&
+		slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer)
 }
 
 // ownedBySafeJob reports whether a SafeJob controls pod.

@@ -2,12 +2,14 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -131,5 +133,78 @@ func TestStartedAndRan(t *testing.T) {
 		if got := ran(pod); got != tc.ran {
 			t.Errorf("%s: ran %t, want %t", name, got, tc.ran)
 		}
+	}
+}
+
+// TestStrayPodQueuedOnCreate checks that a pod holding the ledger finalizer
+// with no SafeJob controlling it is queued for release when the cache first
+// sees it (after a restart, say), not only on a later update.
+func TestStrayPodQueuedOnCreate(t *testing.T) {
+	stray := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "etl-0-0", Namespace: "ns",
+		Labels:     map[string]string{batchv1alpha1.SafeJobNameLabel: "etl"},
+		Finalizers: []string{batchv1alpha1.LedgerFinalizer}}}
+	released := stray.DeepCopy()
+	released.Finalizers = nil
+	for _, tc := range []struct {
+		name      string
+		pod       *corev1.Pod
+		wantStray bool
+	}{
+		{"orphan holding the finalizer", stray, true},
+		{"orphan without it", released, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+			defer q.ShutDown()
+			h := &podHandler{tracker: newTracker()}
+			h.Create(context.Background(), event.CreateEvent{Object: tc.pod}, q)
+			key := types.NamespacedName{Namespace: "ns", Name: "etl"}
+			if got := h.tracker.takeStrays(key); got != tc.wantStray {
+				t.Errorf("stray noted = %v, want %v", got, tc.wantStray)
+			}
+			if got := q.Len(); got != map[bool]int{true: 1}[tc.wantStray] {
+				t.Errorf("requests queued = %d", got)
+			}
+		})
+	}
+}
+
+// TestPodLeavingCacheUndeletedNoted checks which pod deletions the handler
+// takes for a removed name label: a SafeJob's pod that holds the ledger
+// finalizer and is not being deleted, seen for sure (not a tombstone).
+func TestPodLeavingCacheUndeletedNoted(t *testing.T) {
+	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "etl", Namespace: "ns", UID: "u1"}}
+	own := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "etl-0-0", Namespace: "ns", UID: "p1",
+		Labels:          map[string]string{batchv1alpha1.SafeJobNameLabel: "etl"},
+		Finalizers:      []string{batchv1alpha1.LedgerFinalizer},
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sj, batchv1alpha1.GroupVersion.WithKind("SafeJob"))}}}
+	deleting := own.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Unix(1, 0)}
+	released := own.DeepCopy()
+	released.Finalizers = nil
+	orphan := own.DeepCopy()
+	orphan.OwnerReferences = nil
+	for _, tc := range []struct {
+		name    string
+		pod     *corev1.Pod
+		unknown bool
+		want    []unlabeledPod
+	}{
+		{"own pod holding the finalizer, not deleting", own, false, []unlabeledPod{{name: "etl-0-0", uid: "p1"}}},
+		{"being deleted", deleting, false, nil},
+		{"finalizer released", released, false, nil},
+		{"no SafeJob controls it", orphan, false, nil},
+		{"tombstone: the state at deletion unknown", own, true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+			defer q.ShutDown()
+			h := &podHandler{tracker: newTracker()}
+			h.Delete(context.Background(), event.DeleteEvent{Object: tc.pod, DeleteStateUnknown: tc.unknown}, q)
+			got := h.tracker.takeUnlabeled(types.NamespacedName{Namespace: "ns", Name: "etl"})
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("noted %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

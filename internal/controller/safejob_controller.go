@@ -139,16 +139,20 @@ type SafeJobReconciler struct {
 // that write, and a second pass acts on it at once (creates the launched
 // pods, releases committed finalizers) rather than behind every other
 // SafeJob in the queue.
+// Pods of its name seen leaving the cache undeleted get their label back
+// first (relabel.go); a failure there is retried without holding up the
+// passes.
 func (r *SafeJobReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	relabelErr := r.relabelNoted(ctx, req.NamespacedName)
 	res, err := r.pass(ctx, req)
 	if err != nil || !r.waitOwnWrite(ctx, req) {
-		return res, err
+		return res, errors.Join(err, relabelErr)
 	}
 	next, err := r.pass(ctx, req)
 	if err == nil {
 		next.RequeueAfter = ledger.MinPositive(next.RequeueAfter, res.RequeueAfter)
 	}
-	return next, err
+	return next, errors.Join(err, relabelErr)
 }
 
 // pass is one counted reconcile. A status write superseded by a newer

@@ -15,17 +15,28 @@ import (
 )
 
 // tracker keeps what this process knows beyond the cache: a memo per
-// SafeJob (jobMemo), and the names whose pods were seen holding the ledger
-// finalizer with no SafeJob controlling them. It is shared by the workers
-// and the informers' handlers, under one lock.
+// SafeJob (jobMemo), the names whose pods were seen holding the ledger
+// finalizer with no SafeJob controlling them, and the pods seen leaving the
+// cache without being deleted (unlabeled). It is shared by the workers and
+// the informers' handlers, under one lock.
 type tracker struct {
-	mu     sync.Mutex
-	jobs   map[types.NamespacedName]*jobMemo
-	strays map[types.NamespacedName]bool
+	mu        sync.Mutex
+	jobs      map[types.NamespacedName]*jobMemo
+	strays    map[types.NamespacedName]bool
+	unlabeled map[types.NamespacedName][]unlabeledPod
+}
+
+// unlabeledPod is a pod that left the cache, which holds only pods with the
+// SafeJob name label, while it held the ledger finalizer and was not being
+// deleted: someone removed the label.
+type unlabeledPod struct {
+	name string
+	uid  types.UID
 }
 
 func newTracker() *tracker {
-	return &tracker{jobs: map[types.NamespacedName]*jobMemo{}, strays: map[types.NamespacedName]bool{}}
+	return &tracker{jobs: map[types.NamespacedName]*jobMemo{}, strays: map[types.NamespacedName]bool{},
+		unlabeled: map[types.NamespacedName][]unlabeledPod{}}
 }
 
 // with runs f on the memo of a SafeJob under the lock.
@@ -67,6 +78,24 @@ func (t *tracker) takeStrays(key types.NamespacedName) bool {
 	had := t.strays[key]
 	delete(t.strays, key)
 	return had
+}
+
+// sawUnlabeled notes a pod of the SafeJob of this name that left the cache
+// without being deleted.
+func (t *tracker) sawUnlabeled(key types.NamespacedName, pod unlabeledPod) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.unlabeled[key] = append(t.unlabeled[key], pod)
+}
+
+// takeUnlabeled returns and clears the pods noted by sawUnlabeled for this
+// name.
+func (t *tracker) takeUnlabeled(key types.NamespacedName) []unlabeledPod {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	pods := t.unlabeled[key]
+	delete(t.unlabeled, key)
+	return pods
 }
 
 // showsOwnWrite reports whether the cached SafeJob shows this process's

@@ -1,0 +1,102 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/test/testutil"
+)
+
+// dropNameLabel removes the SafeJob name label, which the operator's pod
+// cache selects on, from a pod.
+var dropNameLabel = client.RawPatch(types.MergePatchType,
+	fmt.Appendf(nil, `{"metadata":{"labels":{%q:null}}}`, batchv1alpha1.SafeJobNameLabel))
+
+// TestPodNameLabelRemoved removes the SafeJob name label from its running
+// pods, one while the operator runs and one while it is stopped. Without
+// the label no event of a pod reaches the operator: its outcome would wait
+// and its ledger finalizer would stay. The operator puts the label back (on
+// the pod's watch event leaving its cache, and on the live read of a
+// launch it cannot see after a restart), records both pods' success once
+// each, and releases both finalizers.
+func TestPodNameLabelRemoved(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHarness(t, hold, false)
+	// The default fence first: a live read of a launch it cannot see is
+	// due only 30 s after the launch (LostGrace), so a label back within
+	// half that came from the pod's event leaving the cache.
+	stop := startManager(t, h.ns, managerOptions{})
+	sj := testutil.MakeSafeJob("unlabeled", h.ns).Completions(2).Parallelism(2).Obj()
+	if err := k8s.Create(ctx, sj); err != nil {
+		t.Fatal(err)
+	}
+	var pods corev1.PodList
+	waitFor(t, 30*time.Second, "two running pods", func() (bool, error) {
+		err := k8s.List(ctx, &pods, client.InNamespace(h.ns))
+		running := 0
+		for i := range pods.Items {
+			if pods.Items[i].Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return running == 2, err
+	})
+	first, second := pods.Items[0].DeepCopy(), pods.Items[1].DeepCopy()
+	want := first.Labels[batchv1alpha1.SafeJobNameLabel]
+
+	if err := k8s.Patch(ctx, first, dropNameLabel); err != nil {
+		t.Fatal(err)
+	}
+	waitLabel(t, first, want, ledger.DefaultFence.LostGrace()/2)
+
+	stop()
+	if err := k8s.Patch(ctx, second, dropNameLabel); err != nil {
+		t.Fatal(err)
+	}
+	h.kubelet.SetFate(succeed)
+	waitPodPhase(t, client.ObjectKeyFromObject(second), corev1.PodSucceeded)
+	// Restarted, the operator never sees the pod's event: the live read
+	// of its open launch finds it (due within shortFence's grace).
+	startManager(t, h.ns, managerOptions{fence: shortFence})
+	waitLabel(t, second, want, 30*time.Second)
+
+	got := waitFinished(t, client.ObjectKeyFromObject(sj), time.Minute)
+	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || got.Status.Succeeded != 2 || got.Status.Failed != 0 {
+		t.Fatalf("want Complete with 2 succeeded, got %d succeeded, %d failed, conditions %+v",
+			got.Status.Succeeded, got.Status.Failed, got.Status.Conditions)
+	}
+	if _, holding, err := testutil.WaitForRelease(k8s, h.ns); err != nil {
+		t.Fatalf("pods still holding the ledger finalizer: %v (%v)", holding, err)
+	}
+	creates := h.finalCheck(t, got)
+	for _, pod := range []*corev1.Pod{first, second} {
+		if creates[pod.Name] != 1 {
+			t.Errorf("pod %s created %d times, want once", pod.Name, creates[pod.Name])
+		}
+	}
+}
+
+// waitLabel waits up to timeout until the pod (the same one: its UID)
+// carries the SafeJob name label with this value.
+func waitLabel(t *testing.T, pod *corev1.Pod, want string, timeout time.Duration) {
+	t.Helper()
+	waitFor(t, timeout, "the name label back on "+pod.Name, func() (bool, error) {
+		got := &corev1.Pod{}
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(pod), got); err != nil {
+			return false, err
+		}
+		if got.UID != pod.UID {
+			return false, fmt.Errorf("pod %s replaced: uid %s, was %s", pod.Name, got.UID, pod.UID)
+		}
+		return got.Labels[batchv1alpha1.SafeJobNameLabel] == want, nil
+	})
+}
