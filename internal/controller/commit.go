@@ -56,6 +56,10 @@ func (r *SafeJobReconciler) commit(ctx context.Context, sj *batchv1alpha1.SafeJo
 		case apierrors.IsNotFound(err):
 			return nil, errSuperseded // deleted meanwhile; its pods are released on the delete event
 		}
+		// The write may have landed with its answer lost (a timeout, a
+		// connection reset): the next pass may still decide on the version
+		// before it, and must not create the pods of launches it closed.
+		r.tracker.mayHaveWritten(client.ObjectKeyFromObject(sj), sj.UID, appended)
 		return nil, fmt.Errorf("writing SafeJob status: %w", err)
 	}
 	r.tracker.wrote(client.ObjectKeyFromObject(sj), sj.UID, prevRV, r.Clock.Now(), appended)

@@ -2,15 +2,20 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	goruntime "runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -163,4 +168,62 @@ func TestOtherStatusWritesUnbounded(t *testing.T) {
 		t.Errorf("%d outcome writes in flight, want all %d", s.inFlight.Load(), testCommits)
 	}
 	s.finish(t)
+}
+
+// TestLostAnswerForgetsClosedLaunches: a status write that closes a launch
+// this process has yet to create lands, but its answer is lost. The next
+// pass may decide on the version before it, where the launch is open: the
+// process must no longer hold it for creation. A write refused for a
+// stale version (which did not land) leaves the memory as it was.
+func TestLostAnswerForgetsClosedLaunches(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := batchv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name          string
+		answer        error
+		lands         bool
+		wantUncreated map[string]bool
+	}{
+		{"answer lost", apierrors.NewTimeoutError("request timed out", 1), true, map[string]bool{"sj-1-0": true}},
+		{"connection reset", errors.New("connection reset by peer"), true, map[string]bool{"sj-1-0": true}},
+		{"refused: stale version", apierrors.NewConflict(schema.GroupResource{}, "sj", errors.New("modified")), false,
+			map[string]bool{"sj-0-0": true, "sj-1-0": true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "sj", Namespace: "ns", UID: "u1"}}
+			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(sj).
+				WithStatusSubresource(&batchv1alpha1.SafeJob{}).
+				WithInterceptorFuncs(interceptor.Funcs{
+					SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+						if tc.lands {
+							if err := c.SubResource(sub).Update(ctx, obj, opts...); err != nil {
+								return err
+							}
+						}
+						return tc.answer
+					},
+				}).Build()
+			r := &SafeJobReconciler{Client: c, Clock: clocktesting.NewFakePassiveClock(time.Now()), Metrics: NewMetrics(),
+				tracker: newTracker()}
+			key := client.ObjectKeyFromObject(sj)
+			launched := []batchv1alpha1.LedgerEntry{
+				{Seq: 1, Type: batchv1alpha1.EntryLaunched, Pod: "sj-0-0"}, {Seq: 2, Type: batchv1alpha1.EntryLaunched, Pod: "sj-1-0"}}
+			r.tracker.wrote(key, sj.UID, "1", r.Clock.Now(), launched)
+			cur := &batchv1alpha1.SafeJob{}
+			if err := c.Get(context.Background(), key, cur); err != nil {
+				t.Fatal(err)
+			}
+			evicted := []batchv1alpha1.LedgerEntry{{Seq: 3, Type: batchv1alpha1.EntryEvicted, Pod: "sj-0-0"}}
+			status := *cur.Status.DeepCopy()
+			status.Ledger.Seq, status.Ledger.Entries = 3, append(slices.Clone(launched), evicted...)
+			if _, err := r.commit(context.Background(), cur, status, evicted); err == nil {
+				t.Fatal("commit reported no error")
+			}
+			if diff := cmp.Diff(tc.wantUncreated, r.tracker.uncreated(key, sj.UID)); diff != "" {
+				t.Errorf("launches still to create here (-want,+got):\n%s", diff)
+			}
+		})
+	}
 }

@@ -126,7 +126,16 @@ func (p *podMemory) committed(appended []batchv1alpha1.LedgerEntry) {
 	for _, e := range appended {
 		if e.Type == batchv1alpha1.EntryLaunched {
 			p.uncreated[e.Pod] = true
-		} else {
+		}
+	}
+	p.forgetClosed(appended)
+}
+
+// forgetClosed forgets, of the launches noted uncreated, those that the
+// appended entries close or stop.
+func (p *podMemory) forgetClosed(appended []batchv1alpha1.LedgerEntry) {
+	for _, e := range appended {
+		if e.Type != batchv1alpha1.EntryLaunched {
 			delete(p.uncreated, e.Pod)
 		}
 	}

@@ -120,6 +120,16 @@ func (t *tracker) wrote(key types.NamespacedName, uid types.UID, over string, no
 	})
 }
 
+// mayHaveWritten notes a status write whose answer was lost: the launches it
+// closed or stopped are no longer created here. Had it not landed, they are
+// open and uncreated anywhere, and recorded Lost after the grace like any
+// launch whose pod is not found; the launches it committed are not created
+// here either (they were never noted uncreated) and, had it landed, go the
+// same way.
+func (t *tracker) mayHaveWritten(key types.NamespacedName, uid types.UID, appended []batchv1alpha1.LedgerEntry) {
+	t.with(key, uid, func(m *jobMemo) { m.pods.forgetClosed(appended) })
+}
+
 // showsOwnWorkloadWrite reports whether the cached Workload shows this
 // process's last status write of it (true when none is remembered).
 func (t *tracker) showsOwnWorkloadWrite(key types.NamespacedName, uid types.UID, wl *kueue.Workload) bool {
