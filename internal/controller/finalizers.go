@@ -76,8 +76,11 @@ func uidRefused(err error) bool {
 // outcome, the finalizer only blocks their deletion. A pod is matched by the
 // UID of the SafeJob that created it (its controller reference, or the
 // controller-uid label that outlives an orphaning delete), never by name:
-// the pods of keep, the SafeJob of this name that lives now (if any), are
-// left alone. Pods without the ledger finalizer are never touched.
+// the pods keep controls, keep being the SafeJob of this name that lives now
+// (if any), are left alone. A pod only labelled with keep's UID lost its
+// controller reference by hand: keep reads it as a stranger's (its launch
+// goes Lost, NameTaken) and never records its outcome, so it is released
+// too. Pods without the ledger finalizer are never touched.
 func (r *SafeJobReconciler) releaseOrphans(ctx context.Context, ns, name string, keep types.UID) error {
 	var list corev1.PodList
 	if err := r.Client.List(ctx, &list, client.InNamespace(ns),
@@ -87,7 +90,7 @@ func (r *SafeJobReconciler) releaseOrphans(ctx context.Context, ns, name string,
 	var errs []error
 	for i := range list.Items {
 		pod := &list.Items[i]
-		if !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) || (keep != "" && creatorUID(pod) == keep) {
+		if !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) || (keep != "" && controlledBy(pod, keep)) {
 			continue
 		}
 		if ref := metav1.GetControllerOf(pod); ref != nil && batchv1alpha1.IsSafeJobRef(ref) && ref.Name != name {
@@ -97,6 +100,12 @@ func (r *SafeJobReconciler) releaseOrphans(ctx context.Context, ns, name string,
 		errs = append(errs, r.releaseFinalizer(ctx, pod))
 	}
 	return errors.Join(errs...)
+}
+
+// controlledBy reports whether the SafeJob of this UID controls pod.
+func controlledBy(pod *corev1.Pod, uid types.UID) bool {
+	ref := metav1.GetControllerOf(pod)
+	return ref != nil && batchv1alpha1.IsSafeJobRef(ref) && ref.UID == uid
 }
 
 // creatorUID is the UID of the SafeJob that created a pod: its controller

@@ -12,6 +12,7 @@ import (
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 	"github.com/safejob/safejob/test/testutil"
 )
 
@@ -99,4 +100,49 @@ func waitLabel(t *testing.T, pod *corev1.Pod, want string, timeout time.Duration
 		}
 		return got.Labels[batchv1alpha1.SafeJobNameLabel] == want, nil
 	})
+}
+
+// TestPodOrphanedByHand removes the controller reference from a running pod
+// of a SafeJob that lives on. The pod is a stranger's from then on: its
+// launch is recorded Lost (NameTaken, never counted), its index runs again
+// under the next attempt, and its ledger finalizer, which no outcome will
+// ever release, is released as batch/v1 releases an orphan's. The SafeJob
+// completes with one success.
+func TestPodOrphanedByHand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHarness(t, hold, false)
+	startManager(t, h.ns, managerOptions{fence: shortFence})
+	sj := testutil.MakeSafeJob("orphaned-by-hand", h.ns).BackoffLimit(0).Obj()
+	if err := k8s.Create(ctx, sj); err != nil {
+		t.Fatal(err)
+	}
+	first := &corev1.Pod{}
+	waitFor(t, 30*time.Second, "a running pod", func() (bool, error) {
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: h.ns, Name: jobs.PodName(sj.Name, 0, 0)}, first)
+		return err == nil && first.Status.Phase == corev1.PodRunning, client.IgnoreNotFound(err)
+	})
+	if err := k8s.Patch(ctx, first, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"ownerReferences":null}}`))); err != nil {
+		t.Fatal(err)
+	}
+	h.kubelet.SetFate(func(p *corev1.Pod) testutil.Fate { return testutil.Fate{Hold: p.UID == first.UID} })
+	got := waitFinished(t, client.ObjectKeyFromObject(sj), time.Minute)
+	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || got.Status.Succeeded != 1 || got.Status.Failed != 0 {
+		t.Fatalf("want Complete with 1 succeeded, got %d succeeded, %d failed, conditions %+v",
+			got.Status.Succeeded, got.Status.Failed, got.Status.Conditions)
+	}
+	if n := countEntries(got, batchv1alpha1.EntryLost); n != 1 {
+		t.Errorf("%d Lost entries, want 1 (the pod orphaned)", n)
+	}
+	if _, holding, err := testutil.WaitForRelease(k8s, h.ns); err != nil {
+		t.Fatalf("pods still holding the ledger finalizer: %v (%v)", holding, err)
+	}
+	after := &corev1.Pod{}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(first), after); err != nil {
+		t.Fatal(err)
+	}
+	if after.UID != first.UID || after.DeletionTimestamp != nil || after.Status.Phase != corev1.PodRunning {
+		t.Errorf("the orphaned pod was deleted or replaced: uid %s (was %s), deleting %v, phase %s",
+			after.UID, first.UID, after.DeletionTimestamp != nil, after.Status.Phase)
+	}
 }
