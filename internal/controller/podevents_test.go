@@ -19,6 +19,13 @@ import (
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 )
 
+// testQueue is a work queue for a handler under test, shut down with the test.
+func testQueue(t *testing.T) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	t.Cleanup(q.ShutDown)
+	return q
+}
+
 func TestPodEventsBatchedOnlyForParallelSafeJobs(t *testing.T) {
 	scheme := runtime.NewScheme()
 	if err := batchv1alpha1.AddToScheme(scheme); err != nil {
@@ -44,8 +51,7 @@ func TestPodEventsBatchedOnlyForParallelSafeJobs(t *testing.T) {
 		{"unknown SafeJob is not batched", podOf(&batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "gone", UID: "u3"}}), time.Hour, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
-			defer q.ShutDown()
+			q := testQueue(t)
 			h := &podHandler{tracker: newTracker(), cache: reader, batch: tc.batch}
 			h.Update(context.Background(), event.UpdateEvent{ObjectOld: tc.pod, ObjectNew: tc.pod}, q)
 			if got := q.Len(); got != tc.wantReady {
@@ -92,8 +98,7 @@ func TestBindOnlyUpdateNotQueued(t *testing.T) {
 		{"running on its node", bound(nil), bound(func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning }), 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
-			defer q.ShutDown()
+			q := testQueue(t)
 			h := &podHandler{tracker: newTracker()}
 			h.Update(context.Background(), event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}, q)
 			if got := q.Len(); got != tc.want {
@@ -154,8 +159,7 @@ func TestStrayPodQueuedOnCreate(t *testing.T) {
 		{"orphan without it", released, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
-			defer q.ShutDown()
+			q := testQueue(t)
 			h := &podHandler{tracker: newTracker()}
 			h.Create(context.Background(), event.CreateEvent{Object: tc.pod}, q)
 			key := types.NamespacedName{Namespace: "ns", Name: "etl"}
@@ -197,8 +201,7 @@ func TestPodLeavingCacheUndeletedNoted(t *testing.T) {
 		{"tombstone: the state at deletion unknown", own, true, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
-			defer q.ShutDown()
+			q := testQueue(t)
 			h := &podHandler{tracker: newTracker()}
 			h.Delete(context.Background(), event.DeleteEvent{Object: tc.pod, DeleteStateUnknown: tc.unknown}, q)
 			got := h.tracker.takeUnlabeled(types.NamespacedName{Namespace: "ns", Name: "etl"})
