@@ -40,18 +40,8 @@ func TestPodNameLabelRemoved(t *testing.T) {
 	if err := k8s.Create(ctx, sj); err != nil {
 		t.Fatal(err)
 	}
-	var pods corev1.PodList
-	waitFor(t, 30*time.Second, "two running pods", func() (bool, error) {
-		err := k8s.List(ctx, &pods, client.InNamespace(h.ns))
-		running := 0
-		for i := range pods.Items {
-			if pods.Items[i].Status.Phase == corev1.PodRunning {
-				running++
-			}
-		}
-		return running == 2, err
-	})
-	first, second := pods.Items[0].DeepCopy(), pods.Items[1].DeepCopy()
+	pods := waitRunningPods(t, h.ns, 2)
+	first, second := &pods[0], &pods[1]
 	want := first.Labels[batchv1alpha1.SafeJobNameLabel]
 
 	if err := k8s.Patch(ctx, first, dropNameLabel); err != nil {
@@ -145,4 +135,24 @@ func TestPodOrphanedByHand(t *testing.T) {
 		t.Errorf("the orphaned pod was deleted or replaced: uid %s (was %s), deleting %v, phase %s",
 			after.UID, first.UID, after.DeletionTimestamp != nil, after.Status.Phase)
 	}
+}
+
+// waitRunningPods waits until the namespace holds n pods, all running, and
+// returns them.
+func waitRunningPods(t *testing.T, ns string, n int) []corev1.Pod {
+	t.Helper()
+	var pods corev1.PodList
+	waitFor(t, 30*time.Second, fmt.Sprintf("%d running pods", n), func() (bool, error) {
+		if err := k8s.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		running := 0
+		for i := range pods.Items {
+			if pods.Items[i].Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return running == n && len(pods.Items) == n, nil
+	})
+	return pods.Items
 }

@@ -189,15 +189,11 @@ func TestReleaseKeepsOtherFinalizers(t *testing.T) {
 	if err := k8s.Create(ctx, sj); err != nil {
 		t.Fatal(err)
 	}
-	var pods corev1.PodList
-	waitFor(t, 30*time.Second, "two running pods", func() (bool, error) {
-		err := k8s.List(ctx, &pods, client.InNamespace(h.ns))
-		return len(pods.Items) == 2, err
-	})
+	running := waitRunningPods(t, h.ns, 2)
 	both := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"finalizers":[%q,%q]}}`,
 		other, batchv1alpha1.LedgerFinalizer))
-	for i := range pods.Items {
-		pod := &pods.Items[i]
+	for i := range running {
+		pod := &running[i]
 		if err := k8s.Patch(ctx, pod, both); err != nil {
 			t.Fatal(err)
 		}
@@ -209,6 +205,7 @@ func TestReleaseKeepsOtherFinalizers(t *testing.T) {
 	if got := waitFinished(t, client.ObjectKeyFromObject(sj), time.Minute); !conditionTrue(got, batchv1alpha1.ConditionComplete) {
 		t.Fatalf("want Complete, got conditions %+v", got.Status.Conditions)
 	}
+	var pods corev1.PodList
 	waitFor(t, 30*time.Second, "the ledger finalizer released from both pods", func() (bool, error) {
 		if err := k8s.List(ctx, &pods, client.InNamespace(h.ns)); err != nil {
 			return false, err
