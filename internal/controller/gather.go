@@ -80,7 +80,10 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 			// is put back. Until the cache shows the pod again, it is read
 			// live on every pass, and a pass is due within the grace.
 			if err := r.relabelLive(ctx, sj, pod); err != nil {
-				log.FromContext(ctx).Error(err, "Pod not labelled: read live until it is", "pod", ref.Name)
+				// Retried by every reconcile until it succeeds: once its
+				// outcome is recorded below, no live read looks at it again.
+				log.FromContext(ctx).Error(err, "Pod not labelled: tried again", "pod", ref.Name)
+				r.tracker.sawUnlabeled(client.ObjectKeyFromObject(sj), unlabeledPod{name: pod.Name, uid: pod.UID})
 			}
 			if jobs.IsTerminal(pod) {
 				// Terminal and stripped of the finalizer by someone else

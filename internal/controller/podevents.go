@@ -116,10 +116,12 @@ func (h *podHandler) Delete(_ context.Context, e event.DeleteEvent, q workqueue.
 	if ok && jobs.IsTerminal(pod) {
 		h.remember(pod)
 	}
-	if ok && !e.DeleteStateUnknown && leftUndeleted(pod) {
+	if ok && leftUndeleted(pod) {
 		// The label the cache selects on was removed: without it no event
 		// of the pod reaches this process, its outcome waits and its
-		// finalizer stays. The reconcile puts the label back.
+		// finalizer stays. The reconcile puts the label back. A tombstone
+		// (a delete missed across a relist) is taken alike: the patch
+		// carries the pod's UID and finds nothing if the pod is gone.
 		ref := metav1.GetControllerOf(pod)
 		h.tracker.sawUnlabeled(types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name},
 			unlabeledPod{name: pod.Name, uid: pod.UID})
@@ -174,7 +176,8 @@ func (h *podHandler) batchFor(key types.NamespacedName) time.Duration {
 // held the ledger finalizer and was not being deleted. Such a pod cannot
 // be gone (the finalizer holds it, and its deletion would have been seen
 // first), so it stopped matching the cache's selector: the API server
-// sends the pod as it was before that change.
+// sends the pod as it was before that change. After a relist, the state
+// is only the last one seen.
 func leftUndeleted(pod *corev1.Pod) bool {
 	return ownedBySafeJob(pod) && pod.DeletionTimestamp == nil &&
 		slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer)

@@ -175,7 +175,7 @@ func TestStrayPodQueuedOnCreate(t *testing.T) {
 
 // TestPodLeavingCacheUndeletedNoted checks which pod deletions the handler
 // takes for a removed name label: a SafeJob's pod that holds the ledger
-// finalizer and is not being deleted, seen for sure (not a tombstone).
+// finalizer and is not being deleted, also as a relist's tombstone shows it.
 func TestPodLeavingCacheUndeletedNoted(t *testing.T) {
 	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "etl", Namespace: "ns", UID: "u1"}}
 	own := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "etl-0-0", Namespace: "ns", UID: "p1",
@@ -198,7 +198,7 @@ func TestPodLeavingCacheUndeletedNoted(t *testing.T) {
 		{"being deleted", deleting, false, nil},
 		{"finalizer released", released, false, nil},
 		{"no SafeJob controls it", orphan, false, nil},
-		{"tombstone: the state at deletion unknown", own, true, nil},
+		{"tombstone: the last state seen, the patch finds out", own, true, []unlabeledPod{{name: "etl-0-0", uid: "p1"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q := testQueue(t)

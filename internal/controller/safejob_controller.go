@@ -140,19 +140,25 @@ type SafeJobReconciler struct {
 // pods, releases committed finalizers) rather than behind every other
 // SafeJob in the queue.
 // Pods of its name seen leaving the cache undeleted get their label back
-// first (relabel.go); a failure there is retried without holding up the
-// passes.
+// first (relabel.go); a failure there is logged and tried again within
+// the fence's grace, without turning the reconcile into an error (which
+// would trade the SafeJob's own timed wake-ups for the queue's backoff).
 func (r *SafeJobReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	relabelErr := r.relabelNoted(ctx, req.NamespacedName)
+	var retry time.Duration
+	if err := r.relabelNoted(ctx, req.NamespacedName); err != nil {
+		log.FromContext(ctx).Error(err, "Restoring the SafeJob name label of pods")
+		retry = r.fence().LostGrace()
+	}
 	res, err := r.pass(ctx, req)
 	if err != nil || !r.waitOwnWrite(ctx, req) {
-		return res, errors.Join(err, relabelErr)
+		res.RequeueAfter = ledger.MinPositive(res.RequeueAfter, retry)
+		return res, err
 	}
 	next, err := r.pass(ctx, req)
 	if err == nil {
-		next.RequeueAfter = ledger.MinPositive(next.RequeueAfter, res.RequeueAfter)
+		next.RequeueAfter = ledger.MinPositive(next.RequeueAfter, res.RequeueAfter, retry)
 	}
-	return next, errors.Join(err, relabelErr)
+	return next, err
 }
 
 // pass is one counted reconcile. A status write superseded by a newer
