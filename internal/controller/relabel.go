@@ -25,7 +25,8 @@ import (
 // the label back, as it first set it, on its own pods only.
 
 // relabelNoted puts the label back on the pods of this SafeJob's name that
-// the pod handler saw leave the cache undeleted.
+// the pod handler saw leave the cache undeleted, or whose restore after a
+// live read failed; those it cannot label stay noted.
 func (r *SafeJobReconciler) relabelNoted(ctx context.Context, key types.NamespacedName) error {
 	var errs []error
 	for _, p := range r.tracker.takeUnlabeled(key) {
