@@ -54,7 +54,7 @@ func (r *SafeJobReconciler) relabel(ctx context.Context, key types.NamespacedNam
 	pod := &corev1.Pod{}
 	pod.Namespace, pod.Name = key.Namespace, p.name
 	label := ledger.ShortName(key.Name, ledger.MaxNameLen)
-	err := r.Client.Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, RelabelPatch(p.uid, label)))
+	err := r.Client.Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, relabelPatch(p.uid, label)))
 	switch {
 	case err == nil:
 		log.FromContext(ctx).Info("Restored the SafeJob name label of a pod", "pod", p.name, "label", label)
@@ -65,9 +65,9 @@ func (r *SafeJobReconciler) relabel(ctx context.Context, key types.NamespacedNam
 	return fmt.Errorf("labelling pod %s: %w", p.name, err)
 }
 
-// RelabelPatch is the strategic merge patch that sets the SafeJob name
+// relabelPatch is the strategic merge patch that sets the SafeJob name
 // label of the pod with this UID and changes nothing else.
-func RelabelPatch(uid types.UID, label string) []byte {
+func relabelPatch(uid types.UID, label string) []byte {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{ // strings only: never fails
 		"uid": uid, "labels": map[string]string{batchv1alpha1.SafeJobNameLabel: label}}})
 	return patch
