@@ -83,33 +83,71 @@ type Input struct {
 	// keeps across SafeJobs. nil: no such bound.
 	LaunchRoom *int32
 
-	// replayed is Status.Ledger as Unaccounted replayed it, for the Decide
-	// that follows to take instead of replaying the same ledger again. The
-	// decision changes it, so it serves one Decide only; the ledger and its
-	// entries it was replayed from, and the seq, tell a ledger replaced or
-	// rewritten since (see replay).
+	// Known, when set, is the State of Status.Ledger that an earlier pass
+	// over this very version of the SafeJob kept (Replayed): the ledger is
+	// not replayed again. The caller vouches that the version is the same
+	// (one UID and resourceVersion: an object's content at a version never
+	// changes). It is only read; Decide works on a copy.
+	Known *State
+
+	// replayed is the State of Status.Ledger as Unaccounted read it, for
+	// the Decide that follows to take instead of replaying the same ledger
+	// again; the ledger and its entries it was replayed from, and the seq,
+	// tell a ledger replaced or rewritten since (see state). shared is set
+	// once anyone but the next Decide holds it (Known, Replayed): Decide
+	// then changes a copy, else the State itself, which serves it once.
 	replayed        *State
 	replayedFrom    *batchv1alpha1.Ledger
 	replayedEntries []batchv1alpha1.LedgerEntry
+	shared          bool
 }
 
-// remember keeps st, the replay of in.Status.Ledger, for the next Decide.
-func (in *Input) remember(st *State) {
-	in.replayed, in.replayedFrom, in.replayedEntries = st, &in.Status.Ledger, in.Status.Ledger.Entries
+// Replayed returns the State of Status.Ledger that Unaccounted read, for a
+// later pass over the same version of the SafeJob to pass as Known: nil
+// before Unaccounted ran, or when the ledger is invalid. It must not be
+// changed.
+func (in *Input) Replayed() *State {
+	if in.replayed != nil {
+		in.shared = true
+	}
+	return in.replayed
 }
 
-// replay returns the State of in.Status.Ledger, the caller's to change: the
-// one Unaccounted remembered if the ledger is still the one it read (the
+// state returns the State of in.Status.Ledger, to be read only: Known, or
+// the one Unaccounted replayed if the ledger is still the one it read (the
 // same object, entries and seq), else a new Replay.
-func (in *Input) replay() (*State, error) {
-	st, from, entries := in.replayed, in.replayedFrom, in.replayedEntries
-	in.replayed, in.replayedFrom, in.replayedEntries = nil, nil, nil
-	l := &in.Status.Ledger
-	if st != nil && from == l && st.Seq == l.Seq && len(entries) == len(l.Entries) &&
+func (in *Input) state() (*State, error) {
+	if in.Known != nil {
+		in.replayed, in.replayedFrom, in.replayedEntries, in.shared = in.Known, &in.Status.Ledger, in.Status.Ledger.Entries, true
+		return in.Known, nil
+	}
+	st, entries, l := in.replayed, in.replayedEntries, &in.Status.Ledger
+	if st != nil && in.replayedFrom == l && st.Seq == l.Seq && len(entries) == len(l.Entries) &&
 		(len(entries) == 0 || &entries[0] == &l.Entries[0]) {
 		return st, nil
 	}
-	return Replay(l)
+	st, err := Replay(l)
+	if err != nil {
+		return nil, err
+	}
+	sortedOpen(st) // drops closed launches now: reading st later changes nothing
+	in.replayed, in.replayedFrom, in.replayedEntries, in.shared = st, l, l.Entries, false
+	return st, nil
+}
+
+// replay returns the State of in.Status.Ledger for a decision to change:
+// a copy when someone else holds it, else the State itself, which then
+// serves no other decision.
+func (in *Input) replay() (*State, error) {
+	st, err := in.state()
+	if err != nil {
+		return nil, err
+	}
+	if in.shared {
+		return st.clone(), nil
+	}
+	in.replayed, in.replayedFrom, in.replayedEntries = nil, nil, nil
+	return st, nil
 }
 
 // CreateRefusal is the API server's answer to the latest pod create:
@@ -174,11 +212,10 @@ type Plan struct {
 // may its absence (or a stranger holding its name) close it. The duration is
 // when the next launch becomes due for that check.
 func Unaccounted(in *Input) ([]PodRef, time.Duration, error) {
-	st, err := Replay(&in.Status.Ledger)
+	st, err := in.state()
 	if err != nil {
 		return nil, 0, err
 	}
-	in.remember(st)
 	seen := observed(in)
 	fence := in.Fence.OrDefault()
 	var candidates []PodRef
