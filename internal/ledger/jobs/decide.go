@@ -87,7 +87,7 @@ type Input struct {
 	// over this very version of the SafeJob kept (Replayed): the ledger is
 	// not replayed again. The caller vouches that the version is the same
 	// (one UID and resourceVersion: an object's content at a version never
-	// changes). It is only read; Decide works on a copy.
+	// changes). It is only read: a decision that appends changes a copy.
 	Known *State
 
 	// replayed is the State of Status.Ledger as Unaccounted read it, for
@@ -135,19 +135,17 @@ func (in *Input) state() (*State, error) {
 	return st, nil
 }
 
-// replay returns the State of in.Status.Ledger for a decision to change:
-// a copy when someone else holds it, else the State itself, which then
-// serves no other decision.
-func (in *Input) replay() (*State, error) {
-	st, err := in.state()
-	if err != nil {
-		return nil, err
+// replay returns the State of in.Status.Ledger for a decision, and whether
+// others read it too (the decision then changes a copy of it). One no
+// one else reads serves this decision only.
+func (in *Input) replay() (st *State, shared bool, err error) {
+	if st, err = in.state(); err != nil {
+		return nil, false, err
 	}
-	if in.shared {
-		return st.clone(), nil
+	if !in.shared {
+		in.replayed, in.replayedFrom, in.replayedEntries = nil, nil, nil
 	}
-	in.replayed, in.replayedFrom, in.replayedEntries = nil, nil, nil
-	return st, nil
+	return st, in.shared, nil
 }
 
 // CreateRefusal is the API server's answer to the latest pod create:
@@ -234,14 +232,15 @@ func Unaccounted(in *Input) ([]PodRef, time.Duration, error) {
 // Decide computes the plan for one SafeJob. An error means the observed
 // ledger is invalid and nothing may be done.
 func Decide(in *Input) (*Plan, error) {
-	st, err := in.replay()
+	st, shared, err := in.replay()
 	if err != nil {
 		return nil, err
 	}
 	if err := st.within(ledgerIndexLimit(in.Spec)); err != nil {
 		return nil, err
 	}
-	d := &decision{in: in, st: st, seen: observed(in), plan: &Plan{OpenBefore: len(st.Open)}, fence: in.Fence.OrDefault()}
+	d := &decision{in: in, st: st, shared: shared, seen: observed(in), plan: &Plan{OpenBefore: len(st.Open)},
+		fence: in.Fence.OrDefault()}
 	d.stopOrdered = maps.Clone(st.Stopping)
 	d.status = *in.Status.DeepCopy()
 	d.target = d.stickyTarget()
@@ -267,6 +266,9 @@ func Decide(in *Input) (*Plan, error) {
 type decision struct {
 	in   *Input
 	st   *State // the observed ledger plus the entries appended so far
+	// shared is set while st is the observed ledger's State that others
+	// read too (Input.Known): the first entry appended copies it.
+	shared bool
 	seen map[string]*corev1.Pod
 	plan *Plan
 	// status is the status being built.
@@ -321,6 +323,9 @@ func (d *decision) addAt(e batchv1alpha1.LedgerEntry, at time.Time) {
 
 // applyAppends folds the entries decided so far into the working state.
 func (d *decision) applyAppends() {
+	if d.shared && len(d.unapplied) > 0 {
+		d.st, d.shared = d.st.clone(), false
+	}
 	for k := range d.unapplied {
 		e := d.unapplied[k]
 		e.Seq = d.st.Seq + 1
