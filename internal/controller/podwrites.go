@@ -196,8 +196,11 @@ func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.Saf
 		r.Metrics.PodsCreated.Inc()
 		return true, 0, nil
 	case apierrors.IsAlreadyExists(err):
+		// Ours (an earlier create that landed) or not: the cache or a live
+		// read tells, once the launch is due for one. A stranger's pod
+		// brings no event of this SafeJob: the reconcile comes back then.
 		r.tracker.created(key, sj.UID, ref.Name)
-		return false, 0, nil
+		return false, max(ref.Time.Add(fence.LostGrace()).Sub(r.Clock.Now()), time.Millisecond), nil
 	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
 		// Refused for sure: the launch stays uncreated and is retried with
 		// backoff. The PodCreateFailure condition carries the message; an

@@ -105,7 +105,7 @@ func TestActRequeuesForCreatesPastTheirWindow(t *testing.T) {
 			for _, ref := range tc.create {
 				launched = append(launched, batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryLaunched, Pod: ref.Name})
 			}
-			r.tracker.wrote(key, sj.UID, "1", now, launched)
+			r.tracker.wrote(key, sj.UID, "1", "2", now, launched)
 			got, err := r.act(context.Background(), sj, &jobs.Plan{Create: tc.create}, nil)
 			if err != nil || got != tc.want {
 				t.Errorf("act = %s, %v; want %s, nil", got, err, tc.want)
@@ -117,6 +117,36 @@ func TestActRequeuesForCreatesPastTheirWindow(t *testing.T) {
 				t.Errorf("%v creates counted expired, want %d", n, len(tc.create))
 			}
 		})
+	}
+}
+
+// TestActRequeuesForNameTaken: a create refused because the name is held
+// (by a stranger's pod, which brings no event of this SafeJob) asks for the
+// SafeJob to be decided again when the launch is due for the live read that
+// tells whose the pod is. Without it, nothing came back to the launch.
+func TestActRequeuesForNameTaken(t *testing.T) {
+	now := time.Unix(1000, 0)
+	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "u1"}}
+	key := types.NamespacedName{Namespace: "ns", Name: "a"}
+	ref := jobs.PodRef{Name: "a-0-0", Time: now.Add(-time.Second)}
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(context.Context, client.WithWatch, client.Object, ...client.CreateOption) error {
+			return apierrors.NewAlreadyExists(schema.GroupResource{Resource: "pods"}, ref.Name)
+		},
+	}).Build()
+	r := &SafeJobReconciler{Client: c, tracker: newTracker(), Metrics: NewMetrics(), Clock: clocktesting.NewFakePassiveClock(now),
+		podWrites: newSlots(1)}
+	r.tracker.wrote(key, sj.UID, "1", "2", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryLaunched, Pod: ref.Name}})
+	got, err := r.act(context.Background(), sj, &jobs.Plan{Create: []jobs.PodRef{ref}}, nil)
+	if want := ledger.DefaultFence.LostGrace() - time.Second; err != nil || got != want {
+		t.Errorf("act = %s, %v; want %s, nil", got, err, want)
+	}
+	if left := r.tracker.uncreated(key, sj.UID); len(left) != 0 {
+		t.Errorf("launches still to create here: %v", left)
 	}
 }
 
