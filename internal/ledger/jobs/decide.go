@@ -264,13 +264,13 @@ func Decide(in *Input) (*Plan, error) {
 }
 
 type decision struct {
-	in   *Input
-	st   *State // the observed ledger plus the entries appended so far
+	in *Input
+	st *State // the observed ledger plus the entries appended so far
 	// shared is set while st is the observed ledger's State that others
 	// read too (Input.Known): the first entry appended copies it.
 	shared bool
-	seen map[string]*corev1.Pod
-	plan *Plan
+	seen   map[string]*corev1.Pod
+	plan   *Plan
 	// status is the status being built.
 	status batchv1alpha1.SafeJobStatus
 	// appended entries not yet applied to st.
