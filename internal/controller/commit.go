@@ -62,7 +62,7 @@ func (r *SafeJobReconciler) commit(ctx context.Context, sj *batchv1alpha1.SafeJo
 		r.tracker.mayHaveWritten(client.ObjectKeyFromObject(sj), sj.UID, appended)
 		return nil, fmt.Errorf("writing SafeJob status: %w", err)
 	}
-	r.tracker.wrote(client.ObjectKeyFromObject(sj), sj.UID, prevRV, updated.ResourceVersion, r.Clock.Now(), appended)
+	r.tracker.wrote(client.ObjectKeyFromObject(sj), sj.UID, prevRV, r.Clock.Now(), appended)
 	r.Metrics.recordWrite(&sj.Status, &status, appended)
 	log.FromContext(ctx).V(1).Info("Wrote status", "appended", len(appended), "seq", status.Ledger.Seq,
 		"listed", len(status.Ledger.Entries), "active", status.Active, "ready", status.Ready, "succeeded", status.Succeeded)

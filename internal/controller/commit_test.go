@@ -210,7 +210,7 @@ func TestLostAnswerForgetsClosedLaunches(t *testing.T) {
 			key := client.ObjectKeyFromObject(sj)
 			launched := []batchv1alpha1.LedgerEntry{
 				{Seq: 1, Type: batchv1alpha1.EntryLaunched, Pod: "sj-0-0"}, {Seq: 2, Type: batchv1alpha1.EntryLaunched, Pod: "sj-1-0"}}
-			r.tracker.wrote(key, sj.UID, "1", "2", r.Clock.Now(), launched)
+			r.tracker.wrote(key, sj.UID, "1", r.Clock.Now(), launched)
 			cur := &batchv1alpha1.SafeJob{}
 			if err := c.Get(context.Background(), key, cur); err != nil {
 				t.Fatal(err)

@@ -27,32 +27,7 @@ type jobMemo struct {
 	runs     runMemory
 	pacing   writePacing
 	replay   replayMemo
-	follow   followUp
 }
-
-// followUp is the pass a worker runs once the cache shows its own status
-// write (SafeJobReconciler.Reconcile). While that pass is sure to run, on
-// the version the write made or a later one, the watch event of that
-// version would only queue the SafeJob for a pass with nothing more to see:
-// its pods' events queue it on their own, and the follow-up's result
-// carries its timed wake-ups. Only queueing is saved: nothing is decided
-// from it.
-type followUp struct {
-	// rv is the version the last status write made.
-	rv    string
-	state followUpState
-}
-
-type followUpState int
-
-const (
-	// followUpNone: no worker is sure to run a pass on rv.
-	followUpNone followUpState = iota
-	// followUpWaiting: a worker waits for rv to show, and may give up.
-	followUpWaiting
-	// followUpSure: the worker runs the follow-up pass.
-	followUpSure
-)
 
 // replayMemo is the State of the ledger of one version of a SafeJob, kept
 // for the passes over that version that follow: a SafeJob running

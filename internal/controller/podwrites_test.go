@@ -105,7 +105,7 @@ func TestActRequeuesForCreatesPastTheirWindow(t *testing.T) {
 			for _, ref := range tc.create {
 				launched = append(launched, batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryLaunched, Pod: ref.Name})
 			}
-			r.tracker.wrote(key, sj.UID, "1", "2", now, launched)
+			r.tracker.wrote(key, sj.UID, "1", now, launched)
 			got, err := r.act(context.Background(), sj, &jobs.Plan{Create: tc.create}, nil)
 			if err != nil || got != tc.want {
 				t.Errorf("act = %s, %v; want %s, nil", got, err, tc.want)
@@ -140,7 +140,7 @@ func TestActRequeuesForNameTaken(t *testing.T) {
 	}).Build()
 	r := &SafeJobReconciler{Client: c, tracker: newTracker(), Metrics: NewMetrics(), Clock: clocktesting.NewFakePassiveClock(now),
 		podWrites: newSlots(1)}
-	r.tracker.wrote(key, sj.UID, "1", "2", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryLaunched, Pod: ref.Name}})
+	r.tracker.wrote(key, sj.UID, "1", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryLaunched, Pod: ref.Name}})
 	got, err := r.act(context.Background(), sj, &jobs.Plan{Create: []jobs.PodRef{ref}}, nil)
 	if want := ledger.DefaultFence.LostGrace() - time.Second; err != nil || got != want {
 		t.Errorf("act = %s, %v; want %s, nil", got, err, want)

@@ -202,33 +202,31 @@ const DefaultReadyBusyLimit = 30 * time.Second
 const FollowUpWait = 500 * time.Millisecond
 
 // waitOwnWrite waits, up to FollowUpWait, until the cache shows the
-// SafeJob past this process's last status write for it, and reports
-// whether the follow-up pass runs: false when there was no such write or it
-// did not show in time, true once the write's watch event was handed to
-// this worker (tracker.handOff). The informer wakes it (tracker.delivered,
-// tracker.handOff); the cache is read once first, for a delivery that came
-// before the write was recorded.
+// SafeJob past this process's last status write for it; false when there
+// was no such write or it did not show in time. The informer wakes it
+// (tracker.delivered); the cache is read once first, for a delivery that
+// came before the write was recorded.
 func (r *SafeJobReconciler) waitOwnWrite(ctx context.Context, req reconcile.Request) bool {
-	over, uid, arrived := r.tracker.awaitOwnWrite(req.NamespacedName)
+	over, uid, arrived := r.tracker.outstanding(req.NamespacedName)
 	if over == "" {
 		return false
 	}
 	sj := &batchv1alpha1.SafeJob{}
 	if err := r.Client.Get(ctx, req.NamespacedName, sj); err != nil || sj.UID != uid {
-		return r.tracker.followUpDecided(req.NamespacedName, uid, false)
+		return false
 	}
 	if sj.ResourceVersion != over {
-		return r.tracker.followUpDecided(req.NamespacedName, uid, true)
+		return true
 	}
 	timer := time.NewTimer(FollowUpWait)
 	defer timer.Stop()
 	select {
 	case <-arrived:
-		return r.tracker.followUpDecided(req.NamespacedName, uid, true)
+		return true
 	case <-timer.C:
 	case <-ctx.Done():
 	}
-	return r.tracker.followUpDecided(req.NamespacedName, uid, false)
+	return false
 }
 
 // reconcile gathers the SafeJob and its pods, lets the ledger decide, acts on

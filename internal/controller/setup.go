@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -384,12 +383,7 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 		return fmt.Errorf("watching own status writes: %w", err)
 	}
 	b := builder.ControllerManagedBy(mgr).
-		// A version that is the worker's own write, which it waits for to
-		// run its follow-up pass, does not queue the SafeJob again.
-		For(&batchv1alpha1.SafeJob{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-			sj, ok := e.ObjectNew.(*batchv1alpha1.SafeJob)
-			return !ok || !r.tracker.handOff(sj)
-		}})).
+		For(&batchv1alpha1.SafeJob{}).
 		Watches(&batchv1alpha1.SafeJob{}, &runHandler{cache: mgr.GetCache()})
 	if r.Kueue {
 		if err := indexer.IndexField(context.Background(), &kueue.Workload{}, controllerUIDIndex, indexController); err != nil {

@@ -111,12 +111,10 @@ func (t *tracker) showsOwnWrite(sj *batchv1alpha1.SafeJob, now time.Time, m *Met
 	return ok
 }
 
-// wrote records a successful status write, from version over to version
-// rv, and the launches it committed.
-func (t *tracker) wrote(key types.NamespacedName, uid types.UID, over, rv string, now time.Time, appended []batchv1alpha1.LedgerEntry) {
+// wrote records a successful status write and the launches it committed.
+func (t *tracker) wrote(key types.NamespacedName, uid types.UID, over string, now time.Time, appended []batchv1alpha1.LedgerEntry) {
 	t.with(key, uid, func(m *jobMemo) {
 		m.fence.wrote(over, now)
-		m.follow = followUp{rv: rv}
 		m.pacing.wrote(now)
 		m.pods.committed(appended)
 	})
@@ -146,57 +144,17 @@ func (t *tracker) wroteWorkload(key types.NamespacedName, uid types.UID, over *k
 	t.with(key, uid, func(m *jobMemo) { m.workload = workloadFence{uid: over.UID, over: over.ResourceVersion} })
 }
 
-// awaitOwnWrite returns the resourceVersion our last status write replaced
+// outstanding returns the resourceVersion our last status write replaced
 // while the cache has not shown the write yet ("" otherwise), the UID, and
-// a channel closed when the informer delivers a later version; the caller
-// waits for it, and says with followUpDecided whether it runs the pass
-// that follows.
-func (t *tracker) awaitOwnWrite(key types.NamespacedName) (string, types.UID, <-chan struct{}) {
+// a channel closed when the informer delivers a later version.
+func (t *tracker) outstanding(key types.NamespacedName) (string, types.UID, <-chan struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	m := t.jobs[key]
 	if m == nil || m.fence.over == "" {
 		return "", "", nil
 	}
-	m.follow.state = followUpWaiting
 	return m.fence.over, m.uid, m.fence.arrived
-}
-
-// followUpDecided records whether the worker that waited for its own write
-// runs the pass that follows (run), and reports whether it must: once the
-// write's watch event was handed to it (handOff), it runs it whatever its
-// wait saw.
-func (t *tracker) followUpDecided(key types.NamespacedName, uid types.UID, run bool) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	m := t.jobs[key]
-	if m == nil || m.uid != uid {
-		return run
-	}
-	switch {
-	case run || m.follow.state == followUpSure:
-		m.follow.state = followUpSure
-		return true
-	}
-	m.follow.state = followUpNone
-	return false
-}
-
-// handOff is called with each SafeJob version the informer delivers as an
-// update, after its cache holds it, and reports whether the version is
-// handed to the worker that waits for it as its own write: that worker then
-// runs its follow-up pass on it (woken now, if still waiting), and the
-// version need not queue the SafeJob again.
-func (t *tracker) handOff(sj *batchv1alpha1.SafeJob) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	m := t.jobs[keyOf(sj)]
-	if m == nil || m.uid != sj.UID || m.follow.rv != sj.ResourceVersion || m.follow.state == followUpNone {
-		return false
-	}
-	m.follow.state = followUpSure
-	m.fence.deliver(sj.ResourceVersion)
-	return true
 }
 
 // delivered is called by the informer for every SafeJob it delivers, after

@@ -26,7 +26,7 @@ func TestTrackerObservesOwnWrites(t *testing.T) {
 	if !tr.showsOwnWrite(sj, now, m) {
 		t.Fatal("nothing written yet, but not observed")
 	}
-	tr.wrote(key, "u1", "10", "11", now, []batchv1alpha1.LedgerEntry{
+	tr.wrote(key, "u1", "10", now, []batchv1alpha1.LedgerEntry{
 		{Type: batchv1alpha1.EntryLaunched, Pod: "a-0-0"}, {Type: batchv1alpha1.EntryLaunched, Pod: "a-1-0"}})
 	if tr.showsOwnWrite(sj, now, m) {
 		t.Error("the cache still shows the version our write replaced, yet observed")
@@ -39,13 +39,13 @@ func TestTrackerObservesOwnWrites(t *testing.T) {
 		t.Error("the cache moved past our write, yet not observed")
 	}
 	tr.created(key, "u1", "a-0-0")
-	tr.wrote(key, "u1", "11", "12", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryEvicted, Pod: "a-1-0"}})
+	tr.wrote(key, "u1", "11", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryEvicted, Pod: "a-1-0"}})
 	if got := tr.uncreated(key, "u1"); len(got) != 0 {
 		t.Errorf("uncreated after create and eviction: %v", got)
 	}
 	// A terminal pod of an earlier SafeJob of the same name is neither kept
 	// nor allowed to reset the current SafeJob's memory.
-	tr.wrote(key, "u1", "12", "13", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryLaunched, Pod: "a-3-0"}})
+	tr.wrote(key, "u1", "12", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryLaunched, Pod: "a-3-0"}})
 	tr.sawTerminal(key, "u0", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a-0-0"}})
 	if got := tr.lastSeen(key, "u1"); len(got) != 0 {
 		t.Errorf("a stranger's pod was kept as the SafeJob's: %v", got)
@@ -54,7 +54,7 @@ func TestTrackerObservesOwnWrites(t *testing.T) {
 		t.Errorf("a stranger's pod event reset the SafeJob's uncreated launches: %v", got)
 	}
 	// A new SafeJob under the same name starts with a clean memo.
-	tr.wrote(key, "u1", "12", "13", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryLaunched, Pod: "a-2-0"}})
+	tr.wrote(key, "u1", "12", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryLaunched, Pod: "a-2-0"}})
 	if got := tr.uncreated(key, "u2"); len(got) != 0 {
 		t.Errorf("a recreated SafeJob inherited uncreated launches: %v", got)
 	}
@@ -75,7 +75,7 @@ func TestTrackerDefersReadyOnlyWrites(t *testing.T) {
 	}
 	// A write in between restarts the period.
 	tr.deferReady(key, "u1", now.Add(2*time.Second), time.Second, false, 0)
-	tr.wrote(key, "u1", "11", "12", now.Add(2500*time.Millisecond), nil)
+	tr.wrote(key, "u1", "11", now.Add(2500*time.Millisecond), nil)
 	if left, _ := tr.deferReady(key, "u1", now.Add(2600*time.Millisecond), time.Second, false, 0); left != time.Second {
 		t.Errorf("after a write the hold is %s, want a fresh 1s", left)
 	}
@@ -88,7 +88,7 @@ func TestTrackerSpacesWrites(t *testing.T) {
 	if left := tr.spacingLeft(key, "u1", now, 500*time.Millisecond); left != 0 {
 		t.Fatalf("before any write the hold is %s, want 0", left)
 	}
-	tr.wrote(key, "u1", "10", "11", now, nil)
+	tr.wrote(key, "u1", "10", now, nil)
 	if left := tr.spacingLeft(key, "u1", now.Add(200*time.Millisecond), 500*time.Millisecond); left != 300*time.Millisecond {
 		t.Errorf("200ms after a write the hold is %s, want 300ms", left)
 	}
@@ -117,11 +117,11 @@ func TestTrackerWakesOnDelivery(t *testing.T) {
 	tr := newTracker()
 	key := types.NamespacedName{Namespace: "ns", Name: "a"}
 	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "u1", ResourceVersion: "10"}}
-	if over, _, _ := tr.awaitOwnWrite(key); over != "" {
+	if over, _, _ := tr.outstanding(key); over != "" {
 		t.Fatalf("outstanding %q before any write", over)
 	}
-	tr.wrote(key, "u1", "10", "11", time.Unix(100, 0), nil)
-	over, uid, arrived := tr.awaitOwnWrite(key)
+	tr.wrote(key, "u1", "10", time.Unix(100, 0), nil)
+	over, uid, arrived := tr.outstanding(key)
 	if over != "10" || uid != "u1" || arrived == nil {
 		t.Fatalf("outstanding = %q, %q, %v; want the write over 10", over, uid, arrived)
 	}
@@ -261,73 +261,5 @@ func TestReplayKeptPerVersion(t *testing.T) {
 	tr.keepReplayed(key, "u1", "13", replayOf(keepReplayFrom-1))
 	if tr.replayed(key, "u1", "12") != nil || tr.replayed(key, "u1", "13") != nil {
 		t.Error("a small State kept, or the larger one before it not forgotten")
-	}
-}
-
-// TestHandOffOwnWrite checks when the watch event of a status write is
-// handed to the worker that waits for it, instead of queueing the SafeJob
-// again: only the version that write made, only while that worker waits or
-// is sure to run its follow-up pass, and never once it gave up waiting.
-func TestHandOffOwnWrite(t *testing.T) {
-	key := types.NamespacedName{Namespace: "ns", Name: "a"}
-	version := func(uid types.UID, rv string) *batchv1alpha1.SafeJob {
-		return &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: uid, ResourceVersion: rv}}
-	}
-	closed := func(ch <-chan struct{}) bool {
-		select {
-		case <-ch:
-			return true
-		default:
-			return false
-		}
-	}
-
-	tr := newTracker()
-	if tr.handOff(version("u1", "11")) {
-		t.Error("handed off with no write")
-	}
-	tr.wrote(key, "u1", "10", "11", time.Unix(100, 0), nil)
-	if tr.handOff(version("u1", "11")) {
-		t.Error("handed off before any worker waits: no follow-up is sure to run")
-	}
-
-	// The worker waits; the event of its write comes first.
-	_, _, arrived := tr.awaitOwnWrite(key)
-	for _, v := range []*batchv1alpha1.SafeJob{version("u1", "10"), version("u1", "12"), version("u0", "11")} {
-		if tr.handOff(v) {
-			t.Errorf("handed off version %s of %s: not the write's", v.ResourceVersion, v.UID)
-		}
-	}
-	if !tr.handOff(version("u1", "11")) {
-		t.Fatal("the write's own version not handed to the worker waiting for it")
-	}
-	if !closed(arrived) {
-		t.Error("the waiting worker not woken by the hand-off")
-	}
-	if !tr.followUpDecided(key, "u1", false) {
-		t.Error("the worker gave up after the event was handed to it: nothing runs the pass")
-	}
-	if !tr.handOff(version("u1", "11")) {
-		t.Error("a second delivery of the handed version queued the SafeJob (a resync)")
-	}
-
-	// The worker gives up waiting before the event comes: the event queues.
-	tr.wrote(key, "u1", "11", "13", time.Unix(101, 0), nil)
-	tr.awaitOwnWrite(key)
-	if tr.followUpDecided(key, "u1", false) {
-		t.Error("no follow-up decided, yet one reported")
-	}
-	if tr.handOff(version("u1", "13")) {
-		t.Error("handed off to a worker that gave up waiting")
-	}
-
-	// The worker saw its write in the cache at once: sure before the event.
-	tr.wrote(key, "u1", "13", "14", time.Unix(102, 0), nil)
-	tr.awaitOwnWrite(key)
-	if !tr.followUpDecided(key, "u1", true) {
-		t.Error("the follow-up not run")
-	}
-	if !tr.handOff(version("u1", "14")) {
-		t.Error("the version the follow-up runs on queued the SafeJob again")
 	}
 }
