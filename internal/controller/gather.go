@@ -56,14 +56,10 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 		Fence:         r.Fence,
 		Backoff:       r.Backoff,
 		Now:           r.Clock.Now(),
-		Known:         r.tracker.replayed(key, sj.UID, sj.ResourceVersion),
 	}
 	unaccounted, wait, err := jobs.Unaccounted(in)
 	if err != nil {
 		return in, 0, nil // Decide reports the invalid ledger
-	}
-	if in.Known == nil {
-		r.tracker.keepReplayed(key, sj.UID, sj.ResourceVersion, in.Replayed())
 	}
 	for _, ref := range unaccounted {
 		pod := &corev1.Pod{}

@@ -17,8 +17,7 @@ import (
 // this process may do now; a process that lost them (a restart) does less,
 // never more: it waits for the cache, confirms with a live read, and leaves
 // the creates of launches it did not commit to the fence. The write pacing
-// only groups facts into fewer writes, and the replay only saves work: it
-// holds what one version's ledger says.
+// only groups facts into fewer writes.
 type jobMemo struct {
 	uid      types.UID
 	fence    writeFence
@@ -26,24 +25,7 @@ type jobMemo struct {
 	pods     podMemory
 	runs     runMemory
 	pacing   writePacing
-	replay   replayMemo
 }
-
-// replayMemo is the State of the ledger of one version of a SafeJob, kept
-// for the passes over that version that follow: a SafeJob running
-// thousands of pods lists as many open launches, and each pass (the one
-// that commits, the one that creates once the commit shows, those its pods'
-// events bring) would otherwise replay them all. A version's content never
-// changes, so its resourceVersion tells a State still true.
-type replayMemo struct {
-	rv string
-	st *jobs.State
-}
-
-// keepReplayFrom is the number of open launches from which a SafeJob's
-// replayed State is kept: below it, replaying costs less than the memory
-// of a State per SafeJob.
-const keepReplayFrom = 64
 
 func newJobMemo(uid types.UID) *jobMemo {
 	return &jobMemo{

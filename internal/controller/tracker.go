@@ -193,29 +193,6 @@ func (t *tracker) refusal(key types.NamespacedName, uid types.UID) (out *jobs.Cr
 	return out
 }
 
-// replayed returns the State kept of the ledger of this version of the
-// SafeJob, or nil.
-func (t *tracker) replayed(key types.NamespacedName, uid types.UID, rv string) (out *jobs.State) {
-	t.with(key, uid, func(m *jobMemo) {
-		if m.replay.rv == rv {
-			out = m.replay.st
-		}
-	})
-	return out
-}
-
-// keepReplayed keeps st, the State of the ledger of this version of the
-// SafeJob, when it lists enough open launches to be worth it (nil: forget
-// any).
-func (t *tracker) keepReplayed(key types.NamespacedName, uid types.UID, rv string, st *jobs.State) {
-	t.with(key, uid, func(m *jobMemo) {
-		m.replay = replayMemo{}
-		if st != nil && len(st.Open) >= keepReplayFrom {
-			m.replay = replayMemo{rv: rv, st: st}
-		}
-	})
-}
-
 // uncreated returns the launches this process committed and has not created.
 func (t *tracker) uncreated(key types.NamespacedName, uid types.UID) (out map[string]bool) {
 	t.with(key, uid, func(m *jobMemo) { out = maps.Clone(m.pods.uncreated) })

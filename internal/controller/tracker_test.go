@@ -14,7 +14,6 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
-	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
 func TestTrackerObservesOwnWrites(t *testing.T) {
@@ -224,42 +223,5 @@ func TestTrackerWorkloadFence(t *testing.T) {
 	}
 	if !tr.showsOwnWorkloadWrite(key, "u1", wl("w1", "10")) {
 		t.Error("held again after the fence was lifted")
-	}
-}
-
-// TestReplayKeptPerVersion checks that a SafeJob's replayed State is given
-// back only for the version it was replayed from, only for the SafeJob of
-// that UID, and only when it lists enough open launches.
-func TestReplayKeptPerVersion(t *testing.T) {
-	replayOf := func(open int32) *jobs.State {
-		var l batchv1alpha1.Ledger
-		for i := range open {
-			l.Seq++
-			l.Entries = append(l.Entries, batchv1alpha1.LedgerEntry{Seq: l.Seq, Type: batchv1alpha1.EntryLaunched,
-				Index: i, Pod: jobs.PodName("a", i, 0)})
-		}
-		st, err := jobs.Replay(&l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
-	tr := newTracker()
-	key := types.NamespacedName{Namespace: "ns", Name: "a"}
-	large := replayOf(keepReplayFrom)
-	tr.keepReplayed(key, "u1", "10", large)
-	if got := tr.replayed(key, "u1", "10"); got != large {
-		t.Error("the State of version 10 was not kept")
-	}
-	if got := tr.replayed(key, "u1", "11"); got != nil {
-		t.Error("the State of version 10 given for version 11")
-	}
-	if got := tr.replayed(key, "u2", "10"); got != nil {
-		t.Error("the State of one SafeJob given for another of the same name")
-	}
-	tr.keepReplayed(key, "u1", "12", large)
-	tr.keepReplayed(key, "u1", "13", replayOf(keepReplayFrom-1))
-	if tr.replayed(key, "u1", "12") != nil || tr.replayed(key, "u1", "13") != nil {
-		t.Error("a small State kept, or the larger one before it not forgotten")
 	}
 }

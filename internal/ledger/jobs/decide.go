@@ -83,69 +83,33 @@ type Input struct {
 	// keeps across SafeJobs. nil: no such bound.
 	LaunchRoom *int32
 
-	// Known, when set, is the State of Status.Ledger that an earlier pass
-	// over this very version of the SafeJob kept (Replayed): the ledger is
-	// not replayed again. The caller vouches that the version is the same
-	// (one UID and resourceVersion: an object's content at a version never
-	// changes). It is only read: a decision that appends changes a copy.
-	Known *State
-
-	// replayed is the State of Status.Ledger as Unaccounted read it, for
-	// the Decide that follows to take instead of replaying the same ledger
-	// again; the ledger and its entries it was replayed from, and the seq,
-	// tell a ledger replaced or rewritten since (see state). shared is set
-	// once anyone but the next Decide holds it (Known, Replayed): Decide
-	// then changes a copy, else the State itself, which serves it once.
+	// replayed is Status.Ledger as Unaccounted replayed it, for the Decide
+	// that follows to take instead of replaying the same ledger again. The
+	// decision changes it, so it serves one Decide only; the ledger and its
+	// entries it was replayed from, and the seq, tell a ledger replaced or
+	// rewritten since (see replay).
 	replayed        *State
 	replayedFrom    *batchv1alpha1.Ledger
 	replayedEntries []batchv1alpha1.LedgerEntry
-	shared          bool
 }
 
-// Replayed returns the State of Status.Ledger that Unaccounted read, for a
-// later pass over the same version of the SafeJob to pass as Known: nil
-// before Unaccounted ran, or when the ledger is invalid. It must not be
-// changed.
-func (in *Input) Replayed() *State {
-	if in.replayed != nil {
-		in.shared = true
-	}
-	return in.replayed
+// remember keeps st, the replay of in.Status.Ledger, for the next Decide.
+func (in *Input) remember(st *State) {
+	in.replayed, in.replayedFrom, in.replayedEntries = st, &in.Status.Ledger, in.Status.Ledger.Entries
 }
 
-// state returns the State of in.Status.Ledger, to be read only: Known, or
-// the one Unaccounted replayed if the ledger is still the one it read (the
+// replay returns the State of in.Status.Ledger, the caller's to change: the
+// one Unaccounted remembered if the ledger is still the one it read (the
 // same object, entries and seq), else a new Replay.
-func (in *Input) state() (*State, error) {
-	if in.Known != nil {
-		in.replayed, in.replayedFrom, in.replayedEntries, in.shared = in.Known, &in.Status.Ledger, in.Status.Ledger.Entries, true
-		return in.Known, nil
-	}
-	st, entries, l := in.replayed, in.replayedEntries, &in.Status.Ledger
-	if st != nil && in.replayedFrom == l && st.Seq == l.Seq && len(entries) == len(l.Entries) &&
+func (in *Input) replay() (*State, error) {
+	st, from, entries := in.replayed, in.replayedFrom, in.replayedEntries
+	in.replayed, in.replayedFrom, in.replayedEntries = nil, nil, nil
+	l := &in.Status.Ledger
+	if st != nil && from == l && st.Seq == l.Seq && len(entries) == len(l.Entries) &&
 		(len(entries) == 0 || &entries[0] == &l.Entries[0]) {
 		return st, nil
 	}
-	st, err := Replay(l)
-	if err != nil {
-		return nil, err
-	}
-	sortedOpen(st) // drops closed launches now: reading st later changes nothing
-	in.replayed, in.replayedFrom, in.replayedEntries, in.shared = st, l, l.Entries, false
-	return st, nil
-}
-
-// replay returns the State of in.Status.Ledger for a decision, and whether
-// others read it too (the decision then changes a copy of it). One no
-// one else reads serves this decision only.
-func (in *Input) replay() (st *State, shared bool, err error) {
-	if st, err = in.state(); err != nil {
-		return nil, false, err
-	}
-	if !in.shared {
-		in.replayed, in.replayedFrom, in.replayedEntries = nil, nil, nil
-	}
-	return st, in.shared, nil
+	return Replay(l)
 }
 
 // CreateRefusal is the API server's answer to the latest pod create:
@@ -210,10 +174,11 @@ type Plan struct {
 // may its absence (or a stranger holding its name) close it. The duration is
 // when the next launch becomes due for that check.
 func Unaccounted(in *Input) ([]PodRef, time.Duration, error) {
-	st, err := in.state()
+	st, err := Replay(&in.Status.Ledger)
 	if err != nil {
 		return nil, 0, err
 	}
+	in.remember(st)
 	seen := observed(in)
 	fence := in.Fence.OrDefault()
 	var candidates []PodRef
@@ -232,15 +197,14 @@ func Unaccounted(in *Input) ([]PodRef, time.Duration, error) {
 // Decide computes the plan for one SafeJob. An error means the observed
 // ledger is invalid and nothing may be done.
 func Decide(in *Input) (*Plan, error) {
-	st, shared, err := in.replay()
+	st, err := in.replay()
 	if err != nil {
 		return nil, err
 	}
 	if err := st.within(ledgerIndexLimit(in.Spec)); err != nil {
 		return nil, err
 	}
-	d := &decision{in: in, st: st, shared: shared, seen: observed(in), plan: &Plan{OpenBefore: len(st.Open)},
-		fence: in.Fence.OrDefault()}
+	d := &decision{in: in, st: st, seen: observed(in), plan: &Plan{OpenBefore: len(st.Open)}, fence: in.Fence.OrDefault()}
 	d.stopOrdered = maps.Clone(st.Stopping)
 	d.status = *in.Status.DeepCopy()
 	d.target = d.stickyTarget()
@@ -264,13 +228,10 @@ func Decide(in *Input) (*Plan, error) {
 }
 
 type decision struct {
-	in *Input
-	st *State // the observed ledger plus the entries appended so far
-	// shared is set while st is the observed ledger's State that others
-	// read too (Input.Known): the first entry appended copies it.
-	shared bool
-	seen   map[string]*corev1.Pod
-	plan   *Plan
+	in   *Input
+	st   *State // the observed ledger plus the entries appended so far
+	seen map[string]*corev1.Pod
+	plan *Plan
 	// status is the status being built.
 	status batchv1alpha1.SafeJobStatus
 	// appended entries not yet applied to st.
@@ -323,9 +284,6 @@ func (d *decision) addAt(e batchv1alpha1.LedgerEntry, at time.Time) {
 
 // applyAppends folds the entries decided so far into the working state.
 func (d *decision) applyAppends() {
-	if d.shared && len(d.unapplied) > 0 {
-		d.st, d.shared = d.st.clone(), false
-	}
 	for k := range d.unapplied {
 		e := d.unapplied[k]
 		e.Seq = d.st.Seq + 1

@@ -3,7 +3,6 @@ package jobs
 import (
 	"fmt"
 	"math/rand/v2"
-	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -69,10 +68,6 @@ type modelController struct {
 	uncreated   map[string]bool
 	lastSeen    map[string]*corev1.Pod
 	writtenOver int // -1: no write waiting to be observed
-	// known is the State it replayed of the version knownAt, kept for the
-	// passes over that version to come, as the operator keeps it.
-	known   *State
-	knownAt int
 }
 
 func newWorld(t *testing.T, seed uint64, spec batchv1alpha1.SafeJobSpec, controllers int) *world {
@@ -133,14 +128,7 @@ func (w *world) reconcile(c *modelController, crash bool) {
 	for _, p := range c.pods {
 		in.Pods = append(in.Pods, p)
 	}
-	if c.known != nil && c.knownAt == c.version && w.rng.IntN(4) > 0 {
-		in.Known = c.known
-	}
 	w.readLive(in)
-	if st := in.Replayed(); st != nil && w.rng.IntN(4) > 0 {
-		c.known, c.knownAt = st, c.version
-	}
-	defer w.unchanged(c)
 	if w.rng.IntN(3) == 0 {
 		// The controller's launch window leaves it little or no room.
 		in.LaunchRoom = ptr.To(int32(w.rng.IntN(3)))
@@ -163,19 +151,6 @@ func (w *world) reconcile(c *modelController, crash bool) {
 	w.writtenAt = append(w.writtenAt, ptr.Deref(w.spec.Parallelism, 1))
 	c.writtenOver = c.version
 	w.written(c, plan)
-}
-
-// unchanged fails when the State a controller keeps was changed by the
-// passes that read it: it must stay the replay of its version.
-func (w *world) unchanged(c *modelController) {
-	if c.known == nil {
-		return
-	}
-	want := w.mustReplay(&w.versions[c.knownAt].Ledger)
-	sortedOpen(want)
-	if !reflect.DeepEqual(c.known, want) {
-		w.t.Fatalf("the State kept of version %d was changed by a pass", c.knownAt)
-	}
 }
 
 // readLive plays the controller's live reads of the launches the cache does

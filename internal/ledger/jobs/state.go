@@ -108,20 +108,6 @@ func Replay(l *batchv1alpha1.Ledger) (*State, error) {
 	return st, nil
 }
 
-// clone returns a copy of st that shares nothing Decide changes: a State
-// kept across passes (Input.Known) is read by every one of them, and each
-// decision works on its own copy. held is shared: nothing changes it after
-// Replay. TestCloneSharesNothing fails when a field is added and left out.
-func (st *State) clone() *State {
-	c := *st
-	c.Succeeded, c.FailedIndexes = st.Succeeded.Clone(), st.FailedIndexes.Clone()
-	c.Attempts, c.Failures, c.LastIndexFailure = maps.Clone(st.Attempts), maps.Clone(st.Failures), maps.Clone(st.LastIndexFailure)
-	c.Open, c.Closed, c.Stopping = maps.Clone(st.Open), maps.Clone(st.Closed), maps.Clone(st.Stopping)
-	c.openIndex = maps.Clone(st.openIndex)
-	c.launches = slices.Clone(st.launches)
-	return &c
-}
-
 // sizes returns how many launches, and how many outcomes, entries list
 // (within MaxCompletions, whatever the counts say): the sizes of a replay's
 // maps, made once instead of grown.

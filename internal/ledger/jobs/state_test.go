@@ -1,10 +1,8 @@
 package jobs
 
 import (
-	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -162,47 +160,5 @@ func TestHandEditedHugeIntervals(t *testing.T) {
 		Checkpoint: &batchv1alpha1.LedgerCheckpoint{Seq: 1, SucceededIndexes: "0-99999"}}}
 	if _, err := Decide(&Input{Name: "sj", Spec: &s, Status: status, Now: t0}); err == nil {
 		t.Error("a ledger with indexes beyond completions was acted on")
-	}
-}
-
-// TestCloneSharesNothing checks that a clone of a State holds no map, slice
-// or pointer of the original but held, which nothing changes after Replay:
-// a field added to State and left out of clone fails it.
-func TestCloneSharesNothing(t *testing.T) {
-	l := longLedger()
-	st, err := Replay(&l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.Stopping["sj-36-0"] = "Suspended" // every map non-empty
-	st.LastIndexFailure[36] = t0
-	st.FailedIndexes.Add(39)
-	st.held = &checkpointView{}
-	var shared func(path string, a, b reflect.Value)
-	shared = func(path string, a, b reflect.Value) {
-		switch a.Kind() {
-		case reflect.Map, reflect.Slice:
-			if a.Len() == 0 {
-				t.Errorf("%s is empty: the test cannot tell whether it is copied", path)
-			} else if a.Pointer() == b.Pointer() {
-				t.Errorf("%s is shared with the original", path)
-			}
-		case reflect.Pointer:
-			if path != "State.held" && !a.IsNil() && a.Pointer() == b.Pointer() {
-				t.Errorf("%s is shared with the original", path)
-			}
-		case reflect.Struct:
-			if a.Type() == reflect.TypeFor[time.Time]() {
-				return
-			}
-			for k := range a.NumField() {
-				shared(path+"."+a.Type().Field(k).Name, a.Field(k), b.Field(k))
-			}
-		}
-	}
-	c := st.clone()
-	shared("State", reflect.ValueOf(c).Elem(), reflect.ValueOf(st).Elem())
-	if !reflect.DeepEqual(c, st) {
-		t.Errorf("clone differs from the original:\n%+v\n%+v", c, st)
 	}
 }
