@@ -17,7 +17,6 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
-	"github.com/safejob/safejob/internal/ledger"
 	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
@@ -84,7 +83,7 @@ func uidRefused(err error) bool {
 func (r *SafeJobReconciler) releaseOrphans(ctx context.Context, ns, name string, keep types.UID) error {
 	var list corev1.PodList
 	if err := r.Client.List(ctx, &list, client.InNamespace(ns),
-		client.MatchingLabels{batchv1alpha1.SafeJobNameLabel: ledger.ShortName(name, 63)}); err != nil {
+		client.MatchingLabels{batchv1alpha1.SafeJobNameLabel: nameLabel(name)}); err != nil {
 		return fmt.Errorf("listing pods of deleted SafeJob: %w", err)
 	}
 	var errs []error

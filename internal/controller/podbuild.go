@@ -36,8 +36,8 @@ func newPod(sj *batchv1alpha1.SafeJob, ref jobs.PodRef) *corev1.Pod {
 		pod.Labels = map[string]string{}
 	}
 	index := strconv.Itoa(int(ref.Index))
-	pod.Labels[batchv1alpha1.SafeJobNameLabel] = ledger.ShortName(sj.Name, ledger.MaxNameLen)
-	pod.Labels[batchv1alpha1.JobNameLabel] = ledger.ShortName(sj.Name, ledger.MaxNameLen)
+	pod.Labels[batchv1alpha1.SafeJobNameLabel] = nameLabel(sj.Name)
+	pod.Labels[batchv1alpha1.JobNameLabel] = nameLabel(sj.Name)
 	pod.Labels[batchv1alpha1.CompletionIndexLabel] = index
 	pod.Labels[batchv1alpha1.AttemptLabel] = strconv.Itoa(int(ref.Attempt))
 	pod.Labels[batchv1alpha1.ControllerUIDLabel] = string(sj.UID)
@@ -61,6 +61,10 @@ func newPod(sj *batchv1alpha1.SafeJob, ref jobs.PodRef) *corev1.Pod {
 	}
 	return pod
 }
+
+// nameLabel is the value of a pod's SafeJob name label: the SafeJob's name,
+// shortened to a label value's length. The pod cache selects on it.
+func nameLabel(safeJob string) string { return ledger.ShortName(safeJob, ledger.MaxNameLen) }
 
 // podSetInfo is what an admission adds to the pods of the main pod set.
 type podSetInfo struct {

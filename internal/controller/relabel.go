@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
-	"github.com/safejob/safejob/internal/ledger"
 )
 
 // The operator's cache holds only the pods that carry the SafeJob name
@@ -53,7 +52,7 @@ func (r *SafeJobReconciler) relabelLive(ctx context.Context, sj *batchv1alpha1.S
 func (r *SafeJobReconciler) relabel(ctx context.Context, key types.NamespacedName, p unlabeledPod) error {
 	pod := &corev1.Pod{}
 	pod.Namespace, pod.Name = key.Namespace, p.name
-	label := ledger.ShortName(key.Name, ledger.MaxNameLen)
+	label := nameLabel(key.Name)
 	err := r.Client.Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, relabelPatch(p.uid, label)))
 	switch {
 	case err == nil:
