@@ -3,6 +3,7 @@ package controller
 import (
 	"errors"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -81,11 +82,14 @@ func (t *tracker) takeStrays(key types.NamespacedName) bool {
 }
 
 // sawUnlabeled notes a pod of the SafeJob of this name that left the cache
-// without being deleted.
+// without being deleted, once however often it is noted (a relabel that
+// keeps failing is noted again by every pass that reads the pod live).
 func (t *tracker) sawUnlabeled(key types.NamespacedName, pod unlabeledPod) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.unlabeled[key] = append(t.unlabeled[key], pod)
+	if !slices.Contains(t.unlabeled[key], pod) {
+		t.unlabeled[key] = append(t.unlabeled[key], pod)
+	}
 }
 
 // takeUnlabeled returns and clears the pods noted by sawUnlabeled for this

@@ -225,3 +225,20 @@ func TestTrackerWorkloadFence(t *testing.T) {
 		t.Error("held again after the fence was lifted")
 	}
 }
+
+// TestUnlabeledNotedOnce checks that a pod noted for its label again and
+// again (a relabel that keeps failing, noted by every pass that reads the
+// pod live and by the retry) is held once, so that each reconcile patches
+// it once, however long the failure lasts.
+func TestUnlabeledNotedOnce(t *testing.T) {
+	tr := newTracker()
+	key := types.NamespacedName{Namespace: "ns", Name: "a"}
+	p := unlabeledPod{name: "a-0-0", uid: "p1"}
+	for range 3 {
+		tr.sawUnlabeled(key, p)
+	}
+	tr.sawUnlabeled(key, unlabeledPod{name: "a-0-0", uid: "p2"}) // another pod under the name since
+	if diff := cmp.Diff([]unlabeledPod{p, {name: "a-0-0", uid: "p2"}}, tr.takeUnlabeled(key), cmp.AllowUnexported(unlabeledPod{})); diff != "" {
+		t.Errorf("noted (-want,+got):\n%s", diff)
+	}
+}
