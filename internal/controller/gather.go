@@ -95,6 +95,12 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 			}
 		}
 	}
+	if len(unaccounted) > 0 {
+		// The decision is taken now, not before the reads: on a slow API
+		// server they take seconds, and the launches it commits carry its
+		// time, from which their create window runs.
+		in.Now = r.Clock.Now()
+	}
 	return in, wait, nil
 }
 

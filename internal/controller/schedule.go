@@ -149,6 +149,9 @@ func (r *SafeJobReconciler) confirmRuns(ctx context.Context, sj *batchv1alpha1.S
 			in.Taken[ref.Name] = true
 		}
 	}
+	if len(unobserved) > 0 {
+		in.Now = r.Clock.Now() // decided after the reads, which may take seconds (gather)
+	}
 	return nil
 }
 
