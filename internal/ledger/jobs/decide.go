@@ -343,10 +343,18 @@ func (d *decision) recordOutcomes() {
 			d.add(lost)
 		case d.in.Gone[ref.Name]:
 			d.add(lost)
-		case d.in.Uncreated[ref.Name] && d.st.Stopping[ref.Name] == "" && d.fence.MayCreate(ref.Time, d.in.Now):
+		case d.in.Uncreated[ref.Name] && d.st.Stopping[ref.Name] == "":
+			if d.fence.MayCreate(ref.Time, d.in.Now) {
+				d.plan.Create = append(d.plan.Create, ref)
+				continue
+			}
 			// Past the window the pod is never created: the launch is
-			// recorded Lost once LostGrace has passed, and runs again.
-			d.plan.Create = append(d.plan.Create, ref)
+			// recorded Lost once LostGrace has passed, and runs again. No
+			// event comes for a pod never created, so the decision asks to
+			// be made again then (a window can pass before any create was
+			// planned, while the live reads before a decision took long).
+			grace := ref.Time.Add(d.fence.LostGrace()).Sub(d.in.Now)
+			d.plan.RequeueAfter = ledger.MinPositive(d.plan.RequeueAfter, max(grace, time.Millisecond))
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -635,6 +636,27 @@ func mustReplay(t testing.TB, l *batchv1alpha1.Ledger) *State {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// TestUncreatedPastWindowAsksBackAtGrace checks that a launch this process
+// committed and never planned to create before its create window passed
+// gets no create, and that the decision asks to be made again when the
+// launch's grace ends: no pod event would ever bring it back, and only a
+// decision after the grace records the launch Lost.
+func TestUncreatedPastWindowAsksBackAtGrace(t *testing.T) {
+	start := time.Unix(1000, 0)
+	d := newDriver(batchv1alpha1.SafeJobSpec{Completions: ptr.To[int32](1), Parallelism: ptr.To[int32](1)})
+	if plan := d.step(t, start); len(plan.Append) != 1 || len(d.uncreated) != 1 {
+		t.Fatalf("first decision appended %v; want one launch, uncreated here", plan.Append)
+	}
+	late := start.Add(ledger.DefaultFence.CreateWindow + 5*time.Second)
+	plan := d.step(t, late)
+	if len(plan.Create) != 0 {
+		t.Errorf("planned creates %v past the launch's window", plan.Create)
+	}
+	if want := start.Add(ledger.DefaultFence.LostGrace()).Sub(late); plan.RequeueAfter != want {
+		t.Errorf("RequeueAfter = %s; want %s, when the launch's grace ends", plan.RequeueAfter, want)
+	}
 }
 
 // TestLaunchAndStopInWaves checks that the largest parallelism starts, and
