@@ -79,6 +79,9 @@ func (r *SafeJobReconciler) act(ctx context.Context, sj *batchv1alpha1.SafeJob, 
 		}
 		recheck = ledger.MinPositive(recheck, expired)
 	}))
+	for _, ref := range plan.Expired {
+		recheck = ledger.MinPositive(recheck, r.expire(ctx, key, sj.UID, ref))
+	}
 	r.recordCreates(sj, created)
 	r.releaseInBackground(key, sj.UID, r.tracker.unreleased(key, sj.UID, plan.Release, r.Clock.Now()))
 	fail(r.parallel(ctx, len(plan.Delete), func(i int) {
@@ -175,14 +178,10 @@ func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.Saf
 	info *podSetInfo) (created bool, expired time.Duration, _ error) {
 	key := client.ObjectKeyFromObject(sj)
 	fence := r.fence()
-	if now := r.Clock.Now(); !fence.MayCreate(ref.Time, now) {
+	if !fence.MayCreate(ref.Time, r.Clock.Now()) {
 		// Waited too long (for a write slot, or in the queue since the
-		// commit): the launch goes Lost after its grace and runs again, in
-		// a decision that nothing but the time left brings.
-		r.tracker.created(key, sj.UID, ref.Name)
-		r.Metrics.CreatesExpired.Inc()
-		log.FromContext(ctx).Info("Pod create window passed; the launch will be recorded Lost and run again", "pod", ref.Name)
-		return false, max(ref.Time.Add(fence.LostGrace()).Sub(now), time.Millisecond), nil
+		// commit).
+		return false, r.expire(ctx, key, sj.UID, ref), nil
 	}
 	ctx, cancel := context.WithDeadline(ctx, fence.CreateDeadline(ref.Time))
 	defer cancel()
@@ -215,6 +214,17 @@ func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.Saf
 		r.tracker.created(key, sj.UID, ref.Name)
 		return false, 0, fmt.Errorf("creating pod %s: %w", ref.Name, err)
 	}
+}
+
+// expire gives up creating a launch whose create window has passed: it goes
+// Lost after its grace and runs again, in a decision that nothing but the
+// time left brings (no event comes for a pod never created). It returns
+// that time, at least a millisecond.
+func (r *SafeJobReconciler) expire(ctx context.Context, key client.ObjectKey, uid types.UID, ref jobs.PodRef) time.Duration {
+	r.tracker.created(key, uid, ref.Name)
+	r.Metrics.CreatesExpired.Inc()
+	log.FromContext(ctx).Info("Pod create window passed; the launch will be recorded Lost and run again", "pod", ref.Name)
+	return max(ref.Time.Add(r.fence().LostGrace()).Sub(r.Clock.Now()), time.Millisecond)
 }
 
 // refusalMessage is the API server's refusal of a pod create without the

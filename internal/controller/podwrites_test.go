@@ -80,8 +80,9 @@ func TestUnboundedPodWrites(t *testing.T) {
 }
 
 // TestActRequeuesForCreatesPastTheirWindow: a launch whose create window
-// passed before its create was issued gets no create (the reconciler has no
-// client to make one), and act asks for the SafeJob to be decided again when
+// passed before its create was issued, or before Decide planned one
+// (Plan.Expired), gets no create (the reconciler has no client to make one),
+// and act asks for the SafeJob to be decided again when
 // the launch's absence may be trusted, since no pod event will ever come for
 // it: LostGrace after its commit, or at once if that has passed.
 func TestActRequeuesForCreatesPastTheirWindow(t *testing.T) {
@@ -92,29 +93,32 @@ func TestActRequeuesForCreatesPastTheirWindow(t *testing.T) {
 	late := jobs.PodRef{Name: "a-0-0", Time: now.Add(-ledger.DefaultFence.CreateWindow - 5*time.Second)}
 	lost := jobs.PodRef{Name: "a-1-0", Index: 1, Time: now.Add(-grace - time.Second)}
 	for name, tc := range map[string]struct {
-		create []jobs.PodRef
-		want   time.Duration
+		create, expired []jobs.PodRef
+		want            time.Duration
 	}{
 		"window passed":     {create: []jobs.PodRef{late}, want: grace - ledger.DefaultFence.CreateWindow - 5*time.Second},
 		"grace passed too":  {create: []jobs.PodRef{late, lost}, want: time.Millisecond},
 		"nothing to create": {},
+		// Decide found the window passed before it planned a create.
+		"expired when decided":     {expired: []jobs.PodRef{late}, want: grace - ledger.DefaultFence.CreateWindow - 5*time.Second},
+		"expired and one too late": {create: []jobs.PodRef{lost}, expired: []jobs.PodRef{late}, want: time.Millisecond},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := &SafeJobReconciler{tracker: newTracker(), Metrics: NewMetrics(), Clock: clocktesting.NewFakePassiveClock(now)}
 			var launched []batchv1alpha1.LedgerEntry
-			for _, ref := range tc.create {
+			for _, ref := range append(slices.Clone(tc.create), tc.expired...) {
 				launched = append(launched, batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryLaunched, Pod: ref.Name})
 			}
 			r.tracker.wrote(key, sj.UID, "1", now, launched)
-			got, err := r.act(context.Background(), sj, &jobs.Plan{Create: tc.create}, nil)
+			got, err := r.act(context.Background(), sj, &jobs.Plan{Create: tc.create, Expired: tc.expired}, nil)
 			if err != nil || got != tc.want {
 				t.Errorf("act = %s, %v; want %s, nil", got, err, tc.want)
 			}
 			if left := r.tracker.uncreated(key, sj.UID); len(left) != 0 {
 				t.Errorf("launches still to create here: %v", left)
 			}
-			if n := testutil.ToFloat64(r.Metrics.CreatesExpired); int(n) != len(tc.create) {
-				t.Errorf("%v creates counted expired, want %d", n, len(tc.create))
+			if n := testutil.ToFloat64(r.Metrics.CreatesExpired); int(n) != len(tc.create)+len(tc.expired) {
+				t.Errorf("%v creates counted expired, want %d", n, len(tc.create)+len(tc.expired))
 			}
 		})
 	}

@@ -149,6 +149,11 @@ type Plan struct {
 	Status batchv1alpha1.SafeJobStatus
 	// Create lists the pods to create: committed, observed, uncreated here.
 	Create []PodRef
+	// Expired lists the launches committed and uncreated here whose create
+	// window has passed before a create of them was planned (the live reads
+	// before a decision can take that long): never created, they are
+	// recorded Lost once their grace has passed.
+	Expired []PodRef
 	// Release lists the pods whose outcome is committed and observed and
 	// that still carry the ledger finalizer.
 	Release []string
@@ -349,12 +354,8 @@ func (d *decision) recordOutcomes() {
 				continue
 			}
 			// Past the window the pod is never created: the launch is
-			// recorded Lost once LostGrace has passed, and runs again. No
-			// event comes for a pod never created, so the decision asks to
-			// be made again then (a window can pass before any create was
-			// planned, while the live reads before a decision took long).
-			grace := ref.Time.Add(d.fence.LostGrace()).Sub(d.in.Now)
-			d.plan.RequeueAfter = ledger.MinPositive(d.plan.RequeueAfter, max(grace, time.Millisecond))
+			// recorded Lost once LostGrace has passed, and runs again.
+			d.plan.Expired = append(d.plan.Expired, ref)
 		}
 	}
 }

@@ -638,12 +638,13 @@ func mustReplay(t testing.TB, l *batchv1alpha1.Ledger) *State {
 	return st
 }
 
-// TestUncreatedPastWindowAsksBackAtGrace checks that a launch this process
+// TestUncreatedPastWindowExpires checks that a launch this process
 // committed and never planned to create before its create window passed
-// gets no create, and that the decision asks to be made again when the
-// launch's grace ends: no pod event would ever bring it back, and only a
-// decision after the grace records the launch Lost.
-func TestUncreatedPastWindowAsksBackAtGrace(t *testing.T) {
+// gets no create and is listed expired, for the controller to stop
+// creating it and ask for the decision at its grace (act): no pod event
+// would ever bring it back, and only a decision after the grace records the
+// launch Lost.
+func TestUncreatedPastWindowExpires(t *testing.T) {
 	start := time.Unix(1000, 0)
 	d := newDriver(batchv1alpha1.SafeJobSpec{Completions: ptr.To[int32](1), Parallelism: ptr.To[int32](1)})
 	if plan := d.step(t, start); len(plan.Append) != 1 || len(d.uncreated) != 1 {
@@ -651,11 +652,8 @@ func TestUncreatedPastWindowAsksBackAtGrace(t *testing.T) {
 	}
 	late := start.Add(ledger.DefaultFence.CreateWindow + 5*time.Second)
 	plan := d.step(t, late)
-	if len(plan.Create) != 0 {
-		t.Errorf("planned creates %v past the launch's window", plan.Create)
-	}
-	if want := start.Add(ledger.DefaultFence.LostGrace()).Sub(late); plan.RequeueAfter != want {
-		t.Errorf("RequeueAfter = %s; want %s, when the launch's grace ends", plan.RequeueAfter, want)
+	if len(plan.Create) != 0 || len(plan.Expired) != 1 || plan.Expired[0].Name != "sj-0-0" {
+		t.Errorf("planned creates %v, expired %v; want no create and the launch expired", plan.Create, plan.Expired)
 	}
 }
 

@@ -195,6 +195,12 @@ func (w *world) written(c *modelController, plan *Plan) {
 }
 
 func (w *world) act(c *modelController, plan *Plan) {
+	for _, ref := range plan.Expired {
+		if fence.MayCreate(ref.Time, w.now) {
+			w.t.Fatalf("fence: launch %s given up %s after it, within its window", ref.Name, w.now.Sub(ref.Time))
+		}
+		delete(c.uncreated, ref.Name) // never created: recorded Lost after its grace
+	}
 	for _, ref := range plan.Create {
 		delete(c.uncreated, ref.Name)
 		if !fence.MayCreate(ref.Time, w.now) {
