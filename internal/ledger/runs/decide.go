@@ -655,9 +655,11 @@ func (d *decision) create() {
 		if d.in.Runs[r.Name] != nil || d.closing[r.Name] {
 			continue
 		}
-		if due := r.Time.Add(grace).Sub(d.in.Now); due > 0 {
-			d.plan.RequeueAfter = ledger.MinPositive(d.plan.RequeueAfter, due)
-		}
+		// Unobserved, it is read live once its grace has passed; one whose
+		// grace passed while this decision's live reads of other runs took
+		// their time was not read: the next decision, at once, reads it.
+		due := r.Time.Add(grace).Sub(d.in.Now)
+		d.plan.RequeueAfter = ledger.MinPositive(d.plan.RequeueAfter, max(due, time.Millisecond))
 		if d.in.Seen[r.Name] != "" || d.in.Issued[r.Name] || !d.fence.MayCreate(r.Time, d.in.Now) {
 			continue // it existed: removed by someone, or the cache lags
 		}

@@ -1260,3 +1260,36 @@ func (w *runsWorld) commit(step int, plan *Plan) {
 		}
 	}
 }
+
+// TestUnreadRunPastGraceAskedBackAtOnce checks that an open run the parent
+// does not observe asks for a decision at its grace, when a live read may
+// close it, and at once when its grace has passed without that read: the
+// grace can pass while the decision's live reads of other runs take long,
+// and the decision, timed after them, must not leave the run open until the
+// next scheduled time.
+func TestUnreadRunPastGraceAskedBackAtOnce(t *testing.T) {
+	grace := ledger.DefaultFence.LostGrace()
+	tick := func(k int) time.Time { return r0.Add(time.Duration(k) * time.Minute) }
+	name := func(k int) string { return Name("p", tick(k)) }
+	open := batchv1alpha1.SafeJobStatus{Ledger: ledger.Append(&batchv1alpha1.Ledger{}, []batchv1alpha1.LedgerEntry{scheduled(0, name(1), tick(1), 0)})}
+	for desc, tc := range map[string]struct {
+		now  time.Time
+		gone []string
+		want time.Duration
+	}{
+		"before its grace":              {now: tick(1).Add(grace - 10*time.Second), want: 10 * time.Second},
+		"grace passed, not read":        {now: tick(1).Add(grace + time.Second), want: time.Millisecond},
+		"grace passed, read and absent": {now: tick(1).Add(grace + time.Second), gone: []string{name(1)}, want: tick(2).Sub(tick(1).Add(grace + time.Second))},
+	} {
+		t.Run(desc, func(t *testing.T) {
+			c := decideCase{spec: parentSpec("* * * * *", ""), now: tc.now, status: *open.DeepCopy(), gone: tc.gone}
+			plan, err := Decide(c.input())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plan.RequeueAfter != tc.want {
+				t.Errorf("RequeueAfter = %s, want %s", plan.RequeueAfter, tc.want)
+			}
+		})
+	}
+}
