@@ -617,7 +617,9 @@ func (d *decision) stopPods() {
 		case pod == nil && d.in.Uncreated[ref.Name]:
 			d.add(batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryEvicted, Pod: ref.Name, Index: ref.Index,
 				Attempt: ref.Attempt, Reason: reason})
-			d.plan.Create = slices.DeleteFunc(d.plan.Create, func(c PodRef) bool { return c.Name == ref.Name })
+			named := func(c PodRef) bool { return c.Name == ref.Name }
+			d.plan.Create = slices.DeleteFunc(d.plan.Create, named)
+			d.plan.Expired = slices.DeleteFunc(d.plan.Expired, named) // closed here, not left for its grace
 		case !stopping && wave < WaveSize:
 			wave++
 			d.add(batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryStopping, Pod: ref.Name, Index: ref.Index,

@@ -655,6 +655,16 @@ func TestUncreatedPastWindowExpires(t *testing.T) {
 	if len(plan.Create) != 0 || len(plan.Expired) != 1 || plan.Expired[0].Name != "sj-0-0" {
 		t.Errorf("planned creates %v, expired %v; want no create and the launch expired", plan.Create, plan.Expired)
 	}
+
+	// Suspended meanwhile, the launch is closed Evicted at once (never
+	// created anywhere), not given up to be read live at its grace.
+	d.spec.Suspend = ptr.To(true)
+	plan = d.decide(t, d.input(late))
+	if len(plan.Expired) != 0 || !slices.ContainsFunc(plan.Append, func(e batchv1alpha1.LedgerEntry) bool {
+		return e.Type == batchv1alpha1.EntryEvicted && e.Pod == "sj-0-0"
+	}) {
+		t.Errorf("suspended: appended %v, expired %v; want the launch Evicted and not expired", plan.Append, plan.Expired)
+	}
 }
 
 // TestLaunchAndStopInWaves checks that the largest parallelism starts, and
