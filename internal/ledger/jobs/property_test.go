@@ -168,6 +168,13 @@ func (w *world) readLive(in *Input) {
 			in.Taken[ref.Name] = true
 		}
 	}
+	if len(unaccounted) > 0 && w.rng.IntN(3) == 0 {
+		// The reads took long (a slow API server): the decision is timed
+		// after them, as the controller's is, and launches whose window or
+		// grace passed meanwhile were not read.
+		w.now = w.now.Add(time.Duration(w.rng.IntN(20)) * time.Second)
+		in.Now = w.now
+	}
 }
 
 // written updates a controller's memory after its status write landed, and
