@@ -217,11 +217,17 @@ func runCreates(t *testing.T, e *env, parent string, gone time.Time) map[string]
 // waitUntil polls cond until it holds, failing the test after timeout.
 func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	start := time.Now()
+	deadline := start.Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
 		time.Sleep(200 * time.Millisecond) // polling interval of the condition
+	}
+	if took := time.Since(start); took > timeout/2 {
+		// A wait that used most of its bound is the next flake: said in
+		// the verbose output, and in a failing test's.
+		t.Logf("waited %s of %s for %s", took.Round(time.Second), timeout, what)
 	}
 }
