@@ -199,7 +199,7 @@ func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.Saf
 		// read tells, once the launch is due for one. A stranger's pod
 		// brings no event of this SafeJob: the reconcile comes back then.
 		r.tracker.created(key, sj.UID, ref.Name)
-		return false, max(ref.Time.Add(fence.LostGrace()).Sub(r.Clock.Now()), time.Millisecond), nil
+		return false, r.untilGrace(ref), nil
 	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
 		// Refused for sure: the launch stays uncreated and is retried with
 		// backoff. The PodCreateFailure condition carries the message; an
@@ -224,6 +224,12 @@ func (r *SafeJobReconciler) expire(ctx context.Context, key client.ObjectKey, ui
 	r.tracker.created(key, uid, ref.Name)
 	r.Metrics.CreatesExpired.Inc()
 	log.FromContext(ctx).Info("Pod create window passed; the launch will be recorded Lost and run again", "pod", ref.Name)
+	return r.untilGrace(ref)
+}
+
+// untilGrace is how long until a launch's absence may be trusted, when a
+// live read may record it Lost: at least a millisecond.
+func (r *SafeJobReconciler) untilGrace(ref jobs.PodRef) time.Duration {
 	return max(ref.Time.Add(r.fence().LostGrace()).Sub(r.Clock.Now()), time.Millisecond)
 }
 
