@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,19 +62,37 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 	if err != nil {
 		return in, 0, nil // Decide reports the invalid ledger
 	}
-	for _, ref := range unaccounted {
-		pod := &corev1.Pod{}
-		held, err := r.readLive(ctx, sj, ref.Name, pod)
-		switch {
-		case err != nil:
-			return nil, 0, fmt.Errorf("confirming pod %s: %w", ref.Name, err)
-		case held == heldByNone:
-			in.Gone[ref.Name] = true
-		case held == heldByStranger:
+	if len(unaccounted) == 0 {
+		return in, wait, nil
+	}
+	names := make([]string, len(unaccounted))
+	for i, ref := range unaccounted {
+		names[i] = ref.Name
+	}
+	reads, err := readAllLive(ctx, r, sj, names, func() *corev1.Pod { return &corev1.Pod{} })
+	if err != nil {
+		return nil, 0, fmt.Errorf("confirming pods: %w", err)
+	}
+	// The decision is taken now, not before the reads: on a slow API server
+	// they take seconds, and the launches it commits carry its time, from
+	// which their create window runs. The next launch due for a live read
+	// was counted from before them too: one that fell due meanwhile was not
+	// read, and is asked for at once.
+	now := r.Clock.Now()
+	if wait > 0 {
+		wait = max(wait-now.Sub(in.Now), time.Millisecond)
+	}
+	in.Now = now
+	for i, read := range reads {
+		pod := read.obj
+		switch read.held {
+		case heldByNone:
+			in.Gone[names[i]] = true
+		case heldByStranger:
 			// The name is held by a pod this SafeJob does not control (an
 			// earlier SafeJob's of the same name, or anyone's): it never
 			// counts here, and the launch runs again under a new name.
-			in.Taken[ref.Name] = true
+			in.Taken[names[i]] = true
 		default:
 			// Ours, yet not in the cache: its create not seen yet, or the
 			// name label the cache selects on removed (relabel.go), which
@@ -82,7 +101,7 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 			if err := r.relabelLive(ctx, sj, pod); err != nil {
 				// Retried by every reconcile until it succeeds: once its
 				// outcome is recorded below, no live read looks at it again.
-				log.FromContext(ctx).Error(err, "Pod not labelled: tried again", "pod", ref.Name)
+				log.FromContext(ctx).Error(err, "Pod not labelled: tried again", "pod", pod.Name)
 				r.tracker.sawUnlabeled(client.ObjectKeyFromObject(sj), unlabeledPod{name: pod.Name, uid: pod.UID})
 			}
 			if jobs.IsTerminal(pod) {
@@ -95,13 +114,44 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 			}
 		}
 	}
-	if len(unaccounted) > 0 {
-		// The decision is taken now, not before the reads: on a slow API
-		// server they take seconds, and the launches it commits carry its
-		// time, from which their create window runs.
-		in.Now = r.Clock.Now()
-	}
 	return in, wait, nil
+}
+
+// liveReadsAtOnce bounds the live reads one pass has in flight: a SafeJob
+// whose pods were removed while no operator ran may have as many to read as
+// its parallelism, and one after another they would hold its decision (and
+// its new launches) for as many round trips.
+const liveReadsAtOnce = 8
+
+// liveRead is what readAllLive found under one name.
+type liveRead[T client.Object] struct {
+	obj  T
+	held holder
+}
+
+// readAllLive reads each of names live (readLive), up to liveReadsAtOnce at
+// a time, into objects made by newObj; the results are in the order of
+// names. It fails if any read fails.
+func readAllLive[T client.Object](ctx context.Context, r *SafeJobReconciler, sj *batchv1alpha1.SafeJob,
+	names []string, newObj func() T) ([]liveRead[T], error) {
+	out := make([]liveRead[T], len(names))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(liveReadsAtOnce)
+	for i, name := range names {
+		g.Go(func() error {
+			obj := newObj()
+			held, err := r.readLive(gctx, sj, name, obj)
+			if err != nil {
+				return fmt.Errorf("reading %s: %w", name, err)
+			}
+			out[i] = liveRead[T]{obj: obj, held: held}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // holder is who a live read found holding a name a SafeJob committed.

@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -109,5 +111,121 @@ func TestRunDecisionTimedAfterLiveReads(t *testing.T) {
 	}
 	if want := start.Add(readTakes); !in.Now.Equal(want) {
 		t.Errorf("runs decided at %s; want %s, after the live read", in.Now, want)
+	}
+}
+
+// liveReadFixture is a reconciler whose live reads go through get, with
+// sj a SafeJob of n open launches committed at the given times.
+func liveReadFixture(t *testing.T, clk *clocktesting.FakePassiveClock, committed []time.Time,
+	get func(ctx context.Context) error) (*SafeJobReconciler, *batchv1alpha1.SafeJob) {
+	t.Helper()
+	n := int32(len(committed))
+	sj := &batchv1alpha1.SafeJob{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "u1"},
+		Spec: batchv1alpha1.SafeJobSpec{Completions: ptr.To(n), Parallelism: ptr.To(n),
+			CompletionMode: batchv1alpha1.IndexedCompletion},
+	}
+	for i, at := range committed {
+		sj.Status.Ledger.Entries = append(sj.Status.Ledger.Entries, batchv1alpha1.LedgerEntry{
+			Seq: int64(i + 1), Type: batchv1alpha1.EntryLaunched, Pod: jobs.PodName("a", int32(i), 0),
+			Index: int32(i), Time: metav1.NewTime(at)})
+	}
+	sj.Status.Ledger.Seq = int64(len(committed))
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	live := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := get(ctx); err != nil {
+				return err
+			}
+			return c.Get(ctx, key, obj, opts...) // not found: no pod came
+		},
+	}).Build()
+	cached := fake.NewClientBuilder().WithScheme(scheme).
+		WithIndex(&corev1.Pod{}, controllerUIDIndex, indexActivePodController).Build()
+	return &SafeJobReconciler{Client: cached, APIReader: live, tracker: newTracker(), Metrics: NewMetrics(), Clock: clk}, sj
+}
+
+// TestLiveReadsOverlap checks that the launches a pass reads live are read
+// several at a time: a SafeJob whose pods all vanished while no operator ran
+// has as many to read as its parallelism, and one after another its
+// decision waits for every round trip. Each read here waits until
+// liveReadsAtOnce are in flight, which reads made one by one never reach.
+func TestLiveReadsOverlap(t *testing.T) {
+	start := time.Unix(1000, 0)
+	clk := clocktesting.NewFakePassiveClock(start)
+	long := start.Add(-ledger.DefaultFence.LostGrace() - time.Second)
+	committed := make([]time.Time, 3*liveReadsAtOnce)
+	for i := range committed {
+		committed[i] = long
+	}
+	var (
+		mu      sync.Mutex
+		arrived int
+		all     = make(chan struct{})
+	)
+	r, sj := liveReadFixture(t, clk, committed, func(ctx context.Context) error {
+		mu.Lock()
+		arrived++
+		if arrived == liveReadsAtOnce {
+			close(all)
+		}
+		mu.Unlock()
+		select {
+		case <-all:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Second):
+			return errors.New("no other live read in flight beside this one")
+		}
+	})
+	in, _, err := r.gather(context.Background(), sj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(in.Gone) != len(committed) {
+		t.Fatalf("%d launches found gone; want all %d", len(in.Gone), len(committed))
+	}
+}
+
+// TestNextLiveReadCountedAfterReads checks the wait gather asks for until
+// the next launch is due for its live read: counted from when the reads
+// ended, so that a launch whose grace passed while others were read is
+// asked for at once, not one read's length late.
+func TestNextLiveReadCountedAfterReads(t *testing.T) {
+	start := time.Unix(1000, 0)
+	grace := ledger.DefaultFence.LostGrace()
+	const readTakes = 12 * time.Second
+	for _, tc := range []struct {
+		name     string
+		dueAfter time.Duration // from start, of the launch not yet due
+		want     time.Duration
+	}{
+		{"due during the reads", 5 * time.Second, time.Millisecond},
+		{"due after the reads", 20 * time.Second, 8 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktesting.NewFakePassiveClock(start)
+			committed := []time.Time{start.Add(-grace - time.Second), start.Add(tc.dueAfter - grace)}
+			reads := 0
+			r, sj := liveReadFixture(t, clk, committed, func(context.Context) error {
+				reads++
+				clk.SetTime(clk.Now().Add(readTakes))
+				return nil
+			})
+			in, wait, err := r.gather(context.Background(), sj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if reads != 1 || len(in.Gone) != 1 {
+				t.Fatalf("%d reads, gone %v; want the launch past its grace read alone", reads, in.Gone)
+			}
+			if wait != tc.want {
+				t.Errorf("next pass in %s; want %s", wait, tc.want)
+			}
+		})
 	}
 }

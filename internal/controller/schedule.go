@@ -131,26 +131,32 @@ func (r *SafeJobReconciler) confirmRuns(ctx context.Context, sj *batchv1alpha1.S
 	if err != nil {
 		return nil // runs.Decide reports the invalid ledger
 	}
-	for _, ref := range unobserved {
-		run := &batchv1alpha1.SafeJob{}
-		held, err := r.readLive(ctx, sj, ref.Name, run)
-		switch {
-		case err != nil:
-			return fmt.Errorf("confirming run %s: %w", ref.Name, err)
-		case held == heldByNone:
-			in.Gone[ref.Name] = true
-		case held == heldByOwn:
-			in.Runs[ref.Name] = run // the cache lags behind
+	if len(unobserved) == 0 {
+		return nil
+	}
+	names := make([]string, len(unobserved))
+	for i, ref := range unobserved {
+		names[i] = ref.Name
+	}
+	reads, err := readAllLive(ctx, r, sj, names, func() *batchv1alpha1.SafeJob { return &batchv1alpha1.SafeJob{} })
+	if err != nil {
+		return fmt.Errorf("confirming runs: %w", err)
+	}
+	in.Now = r.Clock.Now() // decided after the reads, which may take seconds (gather)
+	for i, read := range reads {
+		run, name := read.obj, names[i]
+		switch read.held {
+		case heldByNone:
+			in.Gone[name] = true
+		case heldByOwn:
+			in.Runs[name] = run // the cache lags behind
 		default:
 			// The name is held by an object this parent does not control:
 			// never adopted or touched; the run is recorded NameTaken.
 			log.FromContext(ctx).Info("Run name held by an object the parent does not control",
-				"run", ref.Name, "holderUID", run.UID)
-			in.Taken[ref.Name] = true
+				"run", name, "holderUID", run.UID)
+			in.Taken[name] = true
 		}
-	}
-	if len(unobserved) > 0 {
-		in.Now = r.Clock.Now() // decided after the reads, which may take seconds (gather)
 	}
 	return nil
 }
