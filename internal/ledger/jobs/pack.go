@@ -42,6 +42,15 @@ func podNamed(prefix string, index, attempt int32) string {
 	return b.String()
 }
 
+// hasPodSuffix reports whether name ends in podSuffix(index, attempt),
+// without building the suffix: a replay checks every launch it opens.
+func hasPodSuffix(name string, index, attempt int32) bool {
+	var num [24]byte
+	suffix := strconv.AppendInt(append(num[:0], '-'), int64(index), 10)
+	suffix = strconv.AppendInt(append(suffix, '-'), int64(attempt), 10)
+	return len(name) >= len(suffix) && name[len(name)-len(suffix):] == string(suffix)
+}
+
 // runPrefix is the name of e's first pod without its index and attempt,
 // and whether that name ends as PodName makes it.
 func runPrefix(e *batchv1alpha1.LedgerEntry) (string, bool) {
@@ -64,7 +73,8 @@ func podAt(e *batchv1alpha1.LedgerEntry, prefix string, k int32) batchv1alpha1.L
 // is. See checkpointView.holds.
 type Folded func(seq int64, index, attempt int32) bool
 
-// expand calls each with every pod's entry e stands for, in seq order,
+// expand calls each with every pod's entry e stands for, in seq order
+// (each must not keep the pointer it is given: its entry is reused),
 // passing over the pods strictly inside its run that folded reports (never
 // its first or last pod: a fold lists the run from the first to the last
 // pod it keeps). Only an entry with a count is checked here: its first
@@ -82,11 +92,12 @@ func expand(e *batchv1alpha1.LedgerEntry, folded Folded, each func(one *batchv1a
 	if n > ledger.MaxCompletions || int64(e.Index)+int64(n) > int64(^uint32(0)>>1) {
 		return fmt.Errorf("%s of %d pods from index %d overflows", e.Type, n, e.Index)
 	}
+	var one batchv1alpha1.LedgerEntry // one for the run, not one per pod: each reads it, never keeps it
 	for k := range n {
 		if k > 0 && k < n-1 && folded != nil && folded(e.Seq+int64(k), e.Index+k, e.Attempt) {
 			continue
 		}
-		one := podAt(e, prefix, k)
+		one = podAt(e, prefix, k)
 		if err := each(&one); err != nil {
 			return err
 		}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -338,7 +337,7 @@ func (st *State) applyLaunch(e *batchv1alpha1.LedgerEntry) error {
 	if e.Attempt != st.Attempts[e.Index] {
 		return fmt.Errorf("launch of index %d attempt %d, want attempt %d", e.Index, e.Attempt, st.Attempts[e.Index])
 	}
-	if !strings.HasSuffix(e.Pod, podSuffix(e.Index, e.Attempt)) {
+	if !hasPodSuffix(e.Pod, e.Index, e.Attempt) {
 		// PodName's suffix makes a pod's name that of one launch only, which
 		// Open and Closed, keyed by name, rely on.
 		return fmt.Errorf("launch of pod %s names it for another index or attempt than %d/%d", e.Pod, e.Index, e.Attempt)
