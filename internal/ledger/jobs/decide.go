@@ -437,22 +437,30 @@ func (d *decision) stopReason() string {
 // yet: all of them while the SafeJob stops, else the newest beyond
 // parallelism.
 func (d *decision) pickVictims() map[string]bool {
-	open := slices.DeleteFunc(slices.Clone(sortedOpen(d.st)), func(ref PodRef) bool { return d.st.Stopping[ref.Name] != "" })
 	victims := map[string]bool{}
-	// Pods of indexes at or above completions are stopped first, whatever
-	// parallelism says (an elastic Indexed SafeJob scaled down); the rest
-	// count against parallelism.
-	if d.in.Spec.CompletionMode == batchv1alpha1.IndexedCompletion {
-		limit := indexLimit(d.in.Spec)
-		open = slices.DeleteFunc(open, func(ref PodRef) bool {
-			if ref.Index < limit {
-				return false
-			}
-			victims[ref.Name] = true
-			return true
-		})
+	open := sortedOpen(d.st)
+	indexed := d.in.Spec.CompletionMode == batchv1alpha1.IndexedCompletion
+	var limit int32
+	if indexed {
+		limit = indexLimit(d.in.Spec)
 	}
-	n := len(open)
+	// counts reports whether an open launch counts against parallelism:
+	// not stopping already, and (Indexed) of an index below completions.
+	counts := func(ref PodRef) bool {
+		return d.st.Stopping[ref.Name] == "" && (!indexed || ref.Index < limit)
+	}
+	n := 0
+	for _, ref := range open {
+		switch {
+		case counts(ref):
+			n++
+		case d.st.Stopping[ref.Name] == "":
+			// Pods of indexes at or above completions are stopped first,
+			// whatever parallelism says (an elastic Indexed SafeJob scaled
+			// down).
+			victims[ref.Name] = true
+		}
+	}
 	switch {
 	case d.stopping:
 	case workQueue(d.in.Spec) && d.st.Succeeded.Len() > 0:
@@ -460,8 +468,12 @@ func (d *decision) pickVictims() map[string]bool {
 	default:
 		n -= int(d.parallelism())
 	}
-	for k := len(open) - 1; k >= 0 && k >= len(open)-n; k-- {
-		victims[open[k].Name] = true
+	// The newest n of those that count.
+	for k := len(open) - 1; k >= 0 && n > 0; k-- {
+		if counts(open[k]) {
+			victims[open[k].Name] = true
+			n--
+		}
 	}
 	return victims
 }
