@@ -91,6 +91,25 @@ type Input struct {
 	replayed        *State
 	replayedFrom    *batchv1alpha1.Ledger
 	replayedEntries []batchv1alpha1.LedgerEntry
+	// seen is observed(in) as Unaccounted built it, and seenFrom the Pods
+	// it was built from, for the Decide that follows: a map of every pod
+	// in flight, 2,000 at the largest parallelism. Pods the live reads add
+	// to Pods meanwhile build it again (see observedPods); LastSeen does
+	// not change between the two.
+	seen     map[string]*corev1.Pod
+	seenFrom []*corev1.Pod
+}
+
+// observedPods returns observed(in): the map Unaccounted built if Pods is
+// still the slice it read, else a new one. Neither Decide nor Unaccounted
+// changes the map.
+func (in *Input) observedPods() map[string]*corev1.Pod {
+	seen, from := in.seen, in.seenFrom
+	in.seen, in.seenFrom = nil, nil
+	if seen != nil && len(from) == len(in.Pods) && (len(from) == 0 || &from[0] == &in.Pods[0]) {
+		return seen
+	}
+	return observed(in)
 }
 
 // remember keeps st, the replay of in.Status.Ledger, for the next Decide.
@@ -185,6 +204,7 @@ func Unaccounted(in *Input) ([]PodRef, time.Duration, error) {
 	}
 	in.remember(st)
 	seen := observed(in)
+	in.seen, in.seenFrom = seen, in.Pods
 	fence := in.Fence.OrDefault()
 	var candidates []PodRef
 	for _, ref := range sortedOpen(st) {
@@ -209,7 +229,7 @@ func Decide(in *Input) (*Plan, error) {
 	if err := st.within(ledgerIndexLimit(in.Spec)); err != nil {
 		return nil, err
 	}
-	d := &decision{in: in, st: st, seen: observed(in), plan: &Plan{OpenBefore: len(st.Open)}, fence: in.Fence.OrDefault()}
+	d := &decision{in: in, st: st, seen: in.observedPods(), plan: &Plan{OpenBefore: len(st.Open)}, fence: in.Fence.OrDefault()}
 	d.stopOrdered = maps.Clone(st.Stopping)
 	d.status = *in.Status.DeepCopy()
 	d.target = d.stickyTarget()
