@@ -93,6 +93,10 @@ type SafeJobReconciler struct {
 	// LaunchWindowTimeout is the longest a pod that does not start holds
 	// its place in the window; 0 is DefaultLaunchWindowTimeout.
 	LaunchWindowTimeout time.Duration
+	// Namespaces are those the operator's cache holds; empty: every
+	// namespace. The look for unlabelled pods at start (sweep.go) reads
+	// only these.
+	Namespaces []string
 	// OutcomeHold is the longest a status write that records nothing but
 	// pod successes is held while SafeJobs wait for the launch window; 0:
 	// never held.

@@ -351,6 +351,10 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 	})); err != nil {
 		return fmt.Errorf("adding the finalizer release workers: %w", err)
 	}
+	// So does the look for unlabelled pods that hold the ledger finalizer.
+	if err := mgr.Add(manager.RunnableFunc(r.runSweep)); err != nil {
+		return fmt.Errorf("adding the look for unlabelled pods: %w", err)
+	}
 	if r.LaunchWindow > 0 {
 		if err := r.setupWindow(mgr); err != nil {
 			return err

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -74,6 +75,60 @@ func TestPodNameLabelRemoved(t *testing.T) {
 			t.Errorf("pod %s created %d times, want once", pod.Name, creates[pod.Name])
 		}
 	}
+}
+
+// TestUnlabeledClosedPodReleasedAfterRestart removes the name label from a
+// pod whose success is recorded but whose ledger finalizer is not released
+// yet (every release refused), while no operator runs. No live read looks
+// at a closed launch, and no event of the pod reaches the cache: only the
+// look for unlabelled pods a process makes when it starts finds it. The
+// restarted operator labels it and releases its finalizer, and the
+// SafeJob's one success stays one.
+func TestUnlabeledClosedPodReleasedAfterRestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHarness(t, succeed, false)
+	rc := &refusingReleases{}
+	rc.refuse.Store(true)
+	stop := startManager(t, h.ns, managerOptions{wrapClient: func(c client.Client, _ context.CancelFunc) client.Client {
+		rc.Client = c
+		return rc
+	}})
+	sj := testutil.MakeSafeJob("unlabeled-closed", h.ns).Obj()
+	if err := k8s.Create(ctx, sj); err != nil {
+		t.Fatal(err)
+	}
+	got := waitFinished(t, client.ObjectKeyFromObject(sj), time.Minute)
+	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || got.Status.Succeeded != 1 {
+		t.Fatalf("want Complete with 1 succeeded, got %d succeeded, %+v", got.Status.Succeeded, got.Status.Conditions)
+	}
+	waitFor(t, 30*time.Second, "a finalizer release refused", func() (bool, error) { return rc.refused.Load() > 0, nil })
+	stop()
+
+	pod := &corev1.Pod{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: h.ns, Name: jobs.PodName(sj.Name, 0, 0)}, pod); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
+		t.Fatalf("pod %s released while every release was refused: finalizers %v", pod.Name, pod.Finalizers)
+	}
+	want := pod.Labels[batchv1alpha1.SafeJobNameLabel]
+	if err := k8s.Patch(ctx, pod, dropNameLabel); err != nil {
+		t.Fatal(err)
+	}
+	startManager(t, h.ns, managerOptions{})
+	waitLabel(t, pod, want, 30*time.Second)
+	if _, holding, err := testutil.WaitForRelease(k8s, h.ns); err != nil {
+		t.Fatalf("pods still holding the ledger finalizer: %v (%v)", holding, err)
+	}
+	final := &batchv1alpha1.SafeJob{}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(sj), final); err != nil {
+		t.Fatal(err)
+	}
+	if final.Status.Succeeded != 1 {
+		t.Errorf("%d succeeded after the restart, want 1", final.Status.Succeeded)
+	}
+	h.finalCheck(t, final)
 }
 
 // waitLabel waits up to timeout until the pod (the same one: its UID)

@@ -185,7 +185,7 @@ func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 		t.Fatal(err)
 	}
 	r := &controller.SafeJobReconciler{
-		Client: cl, APIReader: mgr.GetAPIReader(), Recorder: eventRecorder(t, mgr),
+		Client: cl, APIReader: mgr.GetAPIReader(), Recorder: eventRecorder(t, mgr), Namespaces: []string{ns},
 		Clock: opts.clock, Metrics: m, MaxConcurrentReconciles: 4, Kueue: !opts.noKueue,
 		ReadyBatchPeriod:       controller.DefaultReadyBatchPeriod,
 		ReadyBusyPeriod:        controller.DefaultReadyBusyPeriod,
