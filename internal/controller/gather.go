@@ -149,7 +149,7 @@ func readAllLive[T client.Object](ctx context.Context, r *SafeJobReconciler, sj 
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("live reads of %d names: %w", len(names), err)
 	}
 	return out, nil
 }

@@ -332,6 +332,22 @@ func (q *stoppableQueue) ShutDownWithDrain() { q.ShutDown() }
 // ShuttingDown reports whether ShutDown was called.
 func (q *stoppableQueue) ShuttingDown() bool { return q.stopped() }
 
+// addRunnables adds what runs beside the reconciles, under the same leader
+// election: the finalizer release workers, and the look for unlabelled
+// pods that hold the ledger finalizer (sweep.go).
+func (r *SafeJobReconciler) addRunnables(mgr manager.Manager) error {
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		r.releases.run(ctx, r.releaseWorkers(), r.releaseOne)
+		return nil
+	})); err != nil {
+		return fmt.Errorf("adding the finalizer release workers: %w", err)
+	}
+	if err := mgr.Add(manager.RunnableFunc(r.runSweep)); err != nil {
+		return fmt.Errorf("adding the look for unlabelled pods: %w", err)
+	}
+	return nil
+}
+
 // SetupWithManager registers the controller and its pod index.
 func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 	r.tracker = newTracker()
@@ -343,17 +359,8 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 		waiting = r.Metrics.ReleasesWaiting
 	}
 	r.releases = newReleaseQueue(waiting)
-	// The release workers run with the controller, under the same leader
-	// election.
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		r.releases.run(ctx, r.releaseWorkers(), r.releaseOne)
-		return nil
-	})); err != nil {
-		return fmt.Errorf("adding the finalizer release workers: %w", err)
-	}
-	// So does the look for unlabelled pods that hold the ledger finalizer.
-	if err := mgr.Add(manager.RunnableFunc(r.runSweep)); err != nil {
-		return fmt.Errorf("adding the look for unlabelled pods: %w", err)
+	if err := r.addRunnables(mgr); err != nil {
+		return err
 	}
 	if r.LaunchWindow > 0 {
 		if err := r.setupWindow(mgr); err != nil {
