@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -24,20 +22,31 @@ import (
 // launch is open, the live read of the launch finds it and puts the label
 // back (gather); once its outcome is recorded nothing reads it live, and
 // its ledger finalizer, released through the cache, would stay for good.
-// So a process that starts leading first looks, once, for the pods that
-// hold the ledger finalizer without the label, and labels those a SafeJob
-// controls: in the cache again, they are released as any other (their
-// outcome recorded), or as strays (their SafeJob gone).
+// So a process that starts leading looks, once and beside its reconciles,
+// for the pods that hold the ledger finalizer without the label and that a
+// SafeJob controls: it labels those whose SafeJob lives, which brings them
+// back to the cache to be counted and released as any other, and releases
+// those whose SafeJob is gone.
 
 // sweepPageSize is how many pods one list of the sweep asks for: it reads
 // every unlabelled pod in the cluster's metadata, once per start.
 const sweepPageSize = 500
 
+// sweptPod is a pod the sweep found: the SafeJob name (key) and UID
+// (owner) its controller reference gives, and the pod.
+type sweptPod struct {
+	key   types.NamespacedName
+	owner types.UID
+	pod   unlabeledPod
+}
+
 // sweepUnlabeled lists, by metadata only and page by page, the pods without
-// the SafeJob name label in r.Namespaces (all when empty), and relabels each
-// that holds the ledger finalizer and is controlled by a SafeJob. It returns
-// how many it labelled.
-func (r *SafeJobReconciler) sweepUnlabeled(ctx context.Context) (int, error) {
+// the SafeJob name label in r.Namespaces (all when empty), and settles each
+// that holds the ledger finalizer and is controlled by a SafeJob
+// (settleSwept); failed holds, by UID, those it could not settle yet, and
+// it removes from failed those it settled. It returns how many it settled,
+// and an error if a list failed (the pods of the pages read were settled).
+func (r *SafeJobReconciler) sweepUnlabeled(ctx context.Context, failed map[types.UID]sweptPod) (int, error) {
 	unlabeled, err := labels.NewRequirement(batchv1alpha1.SafeJobNameLabel, selection.DoesNotExist, nil)
 	if err != nil {
 		return 0, fmt.Errorf("selecting unlabelled pods: %w", err)
@@ -47,7 +56,7 @@ func (r *SafeJobReconciler) sweepUnlabeled(ctx context.Context) (int, error) {
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	labelled := 0
+	settled := 0
 	for _, ns := range namespaces {
 		var cont string
 		for {
@@ -55,7 +64,7 @@ func (r *SafeJobReconciler) sweepUnlabeled(ctx context.Context) (int, error) {
 			list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
 			if err := r.APIReader.List(ctx, list, client.InNamespace(ns), sel,
 				client.Limit(sweepPageSize), client.Continue(cont)); err != nil {
-				return labelled, fmt.Errorf("listing pods without the name label: %w", err)
+				return settled, fmt.Errorf("listing pods without the name label: %w", err)
 			}
 			for i := range list.Items {
 				pod := &list.Items[i]
@@ -64,34 +73,84 @@ func (r *SafeJobReconciler) sweepUnlabeled(ctx context.Context) (int, error) {
 					!slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
 					continue
 				}
-				key := types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}
-				if err := r.relabel(ctx, key, unlabeledPod{name: pod.Name, uid: pod.UID}); err != nil {
-					return labelled, err
+				p := sweptPod{key: types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name},
+					owner: ref.UID, pod: unlabeledPod{name: pod.Name, uid: pod.UID}}
+				if r.settleSwept(ctx, p) {
+					settled++
+					delete(failed, pod.UID)
+				} else {
+					failed[pod.UID] = p
 				}
-				labelled++
 			}
 			if cont = list.GetContinue(); cont == "" {
 				break
 			}
 		}
 	}
-	return labelled, nil
+	return settled, nil
 }
 
-// runSweep runs sweepUnlabeled until it succeeds once, backing off after
-// each failure up to a minute (an expired continue token starts the list
-// over), or until ctx ends.
+// settleSwept settles one pod the sweep found, and reports whether it did.
+// Its SafeJob is read live: while it lives, the pod is labelled, back in
+// the cache to be counted and released as any other; once it is gone (a
+// SafeJob of the same name may have taken its place), nothing will record
+// the pod's outcome, and its finalizer is released, as releaseOrphans
+// releases those of the pods of a SafeJob that no longer lives.
+func (r *SafeJobReconciler) settleSwept(ctx context.Context, p sweptPod) bool {
+	live := &batchv1alpha1.SafeJob{}
+	err := r.APIReader.Get(ctx, p.key, live)
+	switch {
+	case client.IgnoreNotFound(err) != nil:
+		err = fmt.Errorf("reading SafeJob %s live: %w", p.key.Name, err)
+	case err == nil && live.UID == p.owner:
+		err = r.relabel(ctx, p.key, p.pod)
+	default:
+		log.FromContext(ctx).V(1).Info("Releasing unlabelled pod of deleted SafeJob", "pod", p.pod.name, "creator", p.owner)
+		pod := &corev1.Pod{}
+		pod.Namespace, pod.Name, pod.UID = p.key.Namespace, p.pod.name, p.pod.uid
+		pod.Finalizers = []string{batchv1alpha1.LedgerFinalizer}
+		err = r.releaseFinalizer(ctx, pod)
+	}
+	if err != nil {
+		log.FromContext(ctx).Error(err, "Pod holding the ledger finalizer not settled: tried again", "pod", p.pod.name)
+		return false
+	}
+	return true
+}
+
+// runSweep runs sweepUnlabeled until one list has gone through every page,
+// and settles again the pods it could not settle until none is left, each
+// round after the last failed, backing off up to a minute; or until ctx ends.
+// A list that starts over (an expired continue token) skips the pods
+// already labelled (the selector leaves them out) or released.
 func (r *SafeJobReconciler) runSweep(ctx context.Context) error {
 	logger := log.FromContext(ctx).WithName("sweep")
-	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: time.Minute}
-	_ = wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
-		n, err := r.sweepUnlabeled(ctx)
-		if err != nil {
-			logger.Error(err, "Looking for unlabelled pods that hold the ledger finalizer: tried again", "labelled", n)
-			return false, nil
+	ctx = log.IntoContext(ctx, logger)
+	failed := map[types.UID]sweptPod{}
+	listed, settled := false, 0
+	for delay := time.Second; ; delay = min(2*delay, time.Minute) {
+		if !listed {
+			n, err := r.sweepUnlabeled(ctx, failed)
+			settled += n
+			if listed = err == nil; !listed {
+				logger.Error(err, "Looking for unlabelled pods that hold the ledger finalizer: tried again")
+			}
+		} else {
+			for uid, p := range failed {
+				if r.settleSwept(ctx, p) {
+					settled++
+					delete(failed, uid)
+				}
+			}
 		}
-		logger.V(1).Info("Looked for unlabelled pods that hold the ledger finalizer", "labelled", n)
-		return true, nil
-	})
-	return nil // never the manager's error: it fails only when ctx ends
+		if listed && len(failed) == 0 {
+			logger.V(1).Info("Looked for unlabelled pods that hold the ledger finalizer", "settled", settled)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil // never the manager's error
+		case <-time.After(delay):
+		}
+	}
 }
