@@ -139,6 +139,9 @@ func readAllLive[T client.Object](ctx context.Context, r *SafeJobReconciler, sj 
 	g.SetLimit(liveReadsAtOnce)
 	for i, name := range names {
 		g.Go(func() error {
+			if err := gctx.Err(); err != nil {
+				return err // another read failed: this one would too
+			}
 			obj := newObj()
 			held, err := r.readLive(gctx, sj, name, obj)
 			if err != nil {

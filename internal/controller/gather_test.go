@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -210,9 +211,9 @@ func TestNextLiveReadCountedAfterReads(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := clocktesting.NewFakePassiveClock(start)
 			committed := []time.Time{start.Add(-grace - time.Second), start.Add(tc.dueAfter - grace)}
-			reads := 0
+			var reads atomic.Int32
 			r, sj := liveReadFixture(t, clk, committed, func(context.Context) error {
-				reads++
+				reads.Add(1)
 				clk.SetTime(clk.Now().Add(readTakes))
 				return nil
 			})
@@ -220,8 +221,8 @@ func TestNextLiveReadCountedAfterReads(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if reads != 1 || len(in.Gone) != 1 {
-				t.Fatalf("%d reads, gone %v; want the launch past its grace read alone", reads, in.Gone)
+			if reads.Load() != 1 || len(in.Gone) != 1 {
+				t.Fatalf("%d reads, gone %v; want the launch past its grace read alone", reads.Load(), in.Gone)
 			}
 			if wait != tc.want {
 				t.Errorf("next pass in %s; want %s", wait, tc.want)

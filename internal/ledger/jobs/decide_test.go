@@ -1061,4 +1061,15 @@ func TestDecideAfterUnaccounted(t *testing.T) {
 	unaccounted(in)
 	*in.Status = *want.Status.DeepCopy() // the same status, rewritten in place
 	same("ledger rewritten in place after Unaccounted", wantNext, decide(in))
+
+	// A pod the live reads add after Unaccounted mapped the pods by name
+	// (gather appends the terminal ones it finds) is seen by the decision.
+	dr.pods[1] = withPhase(dr.pods[1], corev1.PodSucceeded, 0)
+	wantMore := decide(dr.input(t0))
+	in = dr.input(t0)
+	ended := in.Pods[1]
+	in.Pods = slices.Delete(slices.Clone(in.Pods), 1, 2)
+	unaccounted(in)
+	in.Pods = append(in.Pods, ended)
+	same("pod added after Unaccounted", wantMore, decide(in))
 }
