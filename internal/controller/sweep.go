@@ -144,7 +144,11 @@ func (r *SafeJobReconciler) runSweep(ctx context.Context) error {
 			}
 		}
 		if listed && len(failed) == 0 {
-			logger.V(1).Info("Looked for unlabelled pods that hold the ledger finalizer", "settled", settled)
+			if settled > 0 {
+				logger.Info("Settled unlabelled pods that held the ledger finalizer", "settled", settled)
+			} else {
+				logger.V(1).Info("Found no unlabelled pod holding the ledger finalizer")
+			}
 			return nil
 		}
 		select {
