@@ -140,7 +140,7 @@ func readAllLive[T client.Object](ctx context.Context, r *SafeJobReconciler, sj 
 	for i, name := range names {
 		g.Go(func() error {
 			if err := gctx.Err(); err != nil {
-				return err // another read failed: this one would too
+				return fmt.Errorf("reading %s: %w", name, err) // another read failed: this one would too
 			}
 			obj := newObj()
 			held, err := r.readLive(gctx, sj, name, obj)
