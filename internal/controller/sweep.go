@@ -32,6 +32,10 @@ import (
 // every unlabelled pod in the cluster's metadata, once per start.
 const sweepPageSize = 500
 
+// sweepRetry is the first wait after a round of the sweep that failed; it
+// doubles with every round up to a minute.
+var sweepRetry = time.Second
+
 // sweptPod is a pod the sweep found: the SafeJob name (key) and UID
 // (owner) its controller reference gives, and the pod.
 type sweptPod struct {
@@ -45,7 +49,8 @@ type sweptPod struct {
 // that holds the ledger finalizer and is controlled by a SafeJob
 // (settleSwept); failed holds, by UID, those it could not settle yet, and
 // it removes from failed those it settled. It returns how many it settled,
-// and an error if a list failed (the pods of the pages read were settled).
+// and an error if a list failed or ctx ended (each pod of the pages read
+// was tried, and those that failed are in failed).
 func (r *SafeJobReconciler) sweepUnlabeled(ctx context.Context, failed map[types.UID]sweptPod) (int, error) {
 	unlabeled, err := labels.NewRequirement(batchv1alpha1.SafeJobNameLabel, selection.DoesNotExist, nil)
 	if err != nil {
@@ -67,6 +72,9 @@ func (r *SafeJobReconciler) sweepUnlabeled(ctx context.Context, failed map[types
 				return settled, fmt.Errorf("listing pods without the name label: %w", err)
 			}
 			for i := range list.Items {
+				if err := ctx.Err(); err != nil {
+					return settled, fmt.Errorf("looking for unlabelled pods: %w", err)
+				}
 				pod := &list.Items[i]
 				ref := metav1.GetControllerOfNoCopy(pod)
 				if ref == nil || !batchv1alpha1.IsSafeJobRef(ref) ||
@@ -97,22 +105,28 @@ func (r *SafeJobReconciler) sweepUnlabeled(ctx context.Context, failed map[types
 // the pod's outcome, and its finalizer is released, as releaseOrphans
 // releases those of the pods of a SafeJob that no longer lives.
 func (r *SafeJobReconciler) settleSwept(ctx context.Context, p sweptPod) bool {
+	// relabel and releaseFinalizer name the pod; the sweep reads every
+	// namespace, so its logger says which.
+	logger := log.FromContext(ctx).WithValues("namespace", p.key.Namespace, "creator", p.owner)
+	ctx = log.IntoContext(ctx, logger)
 	live := &batchv1alpha1.SafeJob{}
 	err := r.APIReader.Get(ctx, p.key, live)
 	switch {
 	case client.IgnoreNotFound(err) != nil:
-		err = fmt.Errorf("reading SafeJob %s live: %w", p.key.Name, err)
+		err = fmt.Errorf("reading SafeJob %s live: %w", p.key, err)
 	case err == nil && live.UID == p.owner:
 		err = r.relabel(ctx, p.key, p.pod)
 	default:
-		log.FromContext(ctx).V(1).Info("Releasing unlabelled pod of deleted SafeJob", "pod", p.pod.name, "creator", p.owner)
+		logger.V(1).Info("Releasing unlabelled pod of deleted SafeJob", "pod", p.pod.name)
 		pod := &corev1.Pod{}
 		pod.Namespace, pod.Name, pod.UID = p.key.Namespace, p.pod.name, p.pod.uid
 		pod.Finalizers = []string{batchv1alpha1.LedgerFinalizer}
 		err = r.releaseFinalizer(ctx, pod)
 	}
 	if err != nil {
-		log.FromContext(ctx).Error(err, "Pod holding the ledger finalizer not settled: tried again", "pod", p.pod.name)
+		if ctx.Err() == nil { // not when the process stops: no retry comes then
+			logger.Error(err, "Pod holding the ledger finalizer not settled: tried again", "pod", p.pod.name)
+		}
 		return false
 	}
 	return true
@@ -121,22 +135,25 @@ func (r *SafeJobReconciler) settleSwept(ctx context.Context, p sweptPod) bool {
 // runSweep runs sweepUnlabeled until one list has gone through every page,
 // and settles again the pods it could not settle until none is left, each
 // round after the last failed, backing off up to a minute; or until ctx ends.
-// A list that starts over (an expired continue token) skips the pods
-// already labelled (the selector leaves them out) or released.
+// A list that starts over (after any failure) skips the pods already
+// labelled (the selector leaves them out) or released.
 func (r *SafeJobReconciler) runSweep(ctx context.Context) error {
 	logger := log.FromContext(ctx).WithName("sweep")
 	ctx = log.IntoContext(ctx, logger)
 	failed := map[types.UID]sweptPod{}
 	listed, settled := false, 0
-	for delay := time.Second; ; delay = min(2*delay, time.Minute) {
+	for delay := sweepRetry; ; delay = min(2*delay, time.Minute) {
 		if !listed {
 			n, err := r.sweepUnlabeled(ctx, failed)
 			settled += n
-			if listed = err == nil; !listed {
+			if listed = err == nil; !listed && ctx.Err() == nil {
 				logger.Error(err, "Looking for unlabelled pods that hold the ledger finalizer: tried again")
 			}
 		} else {
 			for uid, p := range failed {
+				if ctx.Err() != nil {
+					break
+				}
 				if r.settleSwept(ctx, p) {
 					settled++
 					delete(failed, uid)

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -127,23 +128,39 @@ func TestSweepSettlesOnlySafeJobPodsHoldingTheFinalizer(t *testing.T) {
 	}
 }
 
-// TestSweepRetriesUntilSettled checks that the look at start keeps trying
-// a pod it could not label until it is labelled.
+// TestSweepRetriesUntilSettled checks that the look at start lists again
+// after a list that failed, and keeps trying a pod it could not label
+// until it is labelled, by itself, before it returns.
 func TestSweepRetriesUntilSettled(t *testing.T) {
-	var refusals atomic.Int32
+	defer func(was time.Duration) { sweepRetry = was }(sweepRetry)
+	sweepRetry = 10 * time.Millisecond
+	var refusals, listFailures atomic.Int32
 	refusals.Store(2)
+	listFailures.Store(1)
 	pods := []*corev1.Pod{sweptPodFor("ns", "closed-0-0", sweptSafeJobRef("closed", "uid-closed"), true)}
 	live := []*batchv1alpha1.SafeJob{{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "closed", UID: "uid-closed"}}}
 	r, c := sweepFixture(t, pods, live, func(string) bool { return refusals.Add(-1) >= 0 })
-	if err := r.runSweep(context.Background()); err != nil {
-		t.Fatal(err)
+	lists := 0
+	r.APIReader = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			lists++
+			if listFailures.Add(-1) >= 0 {
+				return apierrors.NewServiceUnavailable("refused by the test")
+			}
+			return c.List(ctx, list, opts...)
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.runSweep(ctx); err != nil || ctx.Err() != nil {
+		t.Fatalf("the sweep ended with %v, its context %v; want it done by itself", err, ctx.Err())
 	}
 	got := &corev1.Pod{}
 	if err := c.Get(context.Background(), client.ObjectKeyFromObject(pods[0]), got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Labels[batchv1alpha1.SafeJobNameLabel] != nameLabel("closed") || refusals.Load() >= 0 {
-		t.Errorf("name label %q after %d refusals left; want %q after both", got.Labels[batchv1alpha1.SafeJobNameLabel],
-			refusals.Load(), nameLabel("closed"))
+	if got.Labels[batchv1alpha1.SafeJobNameLabel] != nameLabel("closed") || refusals.Load() >= 0 || lists != 2 {
+		t.Errorf("name label %q, %d refusals left, %d lists; want %q after both refusals, and one list after the one that failed",
+			got.Labels[batchv1alpha1.SafeJobNameLabel], refusals.Load(), lists, nameLabel("closed"))
 	}
 }
