@@ -56,6 +56,12 @@ func sweptSafeJobRef(name, uid string) []metav1.OwnerReference {
 		Name: name, UID: types.UID(uid), Controller: ptr.To(true)}}
 }
 
+// deleting marks p as being deleted (held by its finalizer).
+func deleting(p *corev1.Pod) *corev1.Pod {
+	p.DeletionTimestamp = ptr.To(metav1.Now())
+	return p
+}
+
 func sweptPodFor(ns, name string, owners []metav1.OwnerReference, finalizer bool) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("pod-" + name),
 		OwnerReferences: owners}}
@@ -77,6 +83,8 @@ func TestSweepSettlesOnlySafeJobPodsHoldingTheFinalizer(t *testing.T) {
 	pods := []*corev1.Pod{
 		sweptPodFor("ns", "a-refused-0-0", sweptSafeJobRef("a-refused", "uid-a"), true),
 		sweptPodFor("ns", "closed-0-0", sweptSafeJobRef("closed", "uid-closed"), true),
+		deleting(sweptPodFor("ns", "deleting-0-0", sweptSafeJobRef("closed", "uid-closed"), true)),
+		deleting(sweptPodFor("ns", "deleting-gone-0-0", sweptSafeJobRef("gone", "uid-gone"), true)),
 		sweptPodFor("ns", "replaced-0-0", sweptSafeJobRef("replaced", "uid-old"), true),
 		sweptPodFor("ns", "gone-0-0", sweptSafeJobRef("gone", "uid-gone"), true),
 		sweptPodFor("ns", "released-0-0", sweptSafeJobRef("closed", "uid-closed"), false),
@@ -96,8 +104,8 @@ func TestSweepSettlesOnlySafeJobPodsHoldingTheFinalizer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 3 || len(failed) != 1 || failed["pod-a-refused-0-0"].pod.name != "a-refused-0-0" {
-		t.Errorf("settled %d pods, failed %v; want 3 settled and a-refused-0-0 failed", n, failed)
+	if n != 5 || len(failed) != 1 || failed["pod-a-refused-0-0"].pod.name != "a-refused-0-0" {
+		t.Errorf("settled %d pods, failed %v; want 5 settled and a-refused-0-0 failed", n, failed)
 	}
 	type want struct {
 		label     string // "": none
@@ -106,16 +114,24 @@ func TestSweepSettlesOnlySafeJobPodsHoldingTheFinalizer(t *testing.T) {
 	wants := map[string]want{
 		"a-refused-0-0": {"", true},
 		"closed-0-0":    {nameLabel("closed"), true},
-		"replaced-0-0":  {"", false},
-		"gone-0-0":      {"", false},
-		"released-0-0":  {"", false},
-		"stranger":      {"", true},
-		"orphan":        {"", true},
-		"other-0-0":     {"", true},
+		// Being deleted, held by the finalizer alone: labelled while its
+		// SafeJob lives (released once its outcome is recorded), released
+		// once the SafeJob is gone (and then deleted).
+		"deleting-0-0":      {nameLabel("closed"), true},
+		"deleting-gone-0-0": {"", false},
+		"replaced-0-0":      {"", false},
+		"gone-0-0":          {"", false},
+		"released-0-0":      {"", false},
+		"stranger":          {"", true},
+		"orphan":            {"", true},
+		"other-0-0":         {"", true},
 	}
 	for _, p := range pods {
 		got := &corev1.Pod{}
-		if err := c.Get(context.Background(), client.ObjectKeyFromObject(p), got); err != nil {
+		err := c.Get(context.Background(), client.ObjectKeyFromObject(p), got)
+		if apierrors.IsNotFound(err) && p.DeletionTimestamp != nil {
+			got = &corev1.Pod{} // deleted once its last finalizer went
+		} else if err != nil {
 			t.Fatal(err)
 		}
 		w := wants[p.Name]
