@@ -83,11 +83,8 @@ func (r *SafeJobReconciler) sweepUnlabeled(ctx context.Context, failed map[types
 				}
 				p := sweptPod{key: types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name},
 					owner: ref.UID, pod: unlabeledPod{name: pod.Name, uid: pod.UID}}
-				if r.settleSwept(ctx, p) {
+				if r.settleNoting(ctx, failed, p) {
 					settled++
-					delete(failed, pod.UID)
-				} else {
-					failed[pod.UID] = p
 				}
 			}
 			if cont = list.GetContinue(); cont == "" {
@@ -132,6 +129,17 @@ func (r *SafeJobReconciler) settleSwept(ctx context.Context, p sweptPod) bool {
 	return true
 }
 
+// settleNoting settles p (settleSwept) and keeps failed, by pod UID, to
+// the pods not settled yet: p leaves it when settled, joins it when not.
+func (r *SafeJobReconciler) settleNoting(ctx context.Context, failed map[types.UID]sweptPod, p sweptPod) bool {
+	if r.settleSwept(ctx, p) {
+		delete(failed, p.pod.uid)
+		return true
+	}
+	failed[p.pod.uid] = p
+	return false
+}
+
 // runSweep runs sweepUnlabeled until one list has gone through every page,
 // and settles again the pods it could not settle until none is left, each
 // round after the last failed, backing off up to a minute; or until ctx ends.
@@ -150,13 +158,12 @@ func (r *SafeJobReconciler) runSweep(ctx context.Context) error {
 				logger.Error(err, "Looking for unlabelled pods that hold the ledger finalizer: tried again")
 			}
 		} else {
-			for uid, p := range failed {
+			for _, p := range failed {
 				if ctx.Err() != nil {
 					break
 				}
-				if r.settleSwept(ctx, p) {
+				if r.settleNoting(ctx, failed, p) {
 					settled++
-					delete(failed, uid)
 				}
 			}
 		}
