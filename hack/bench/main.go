@@ -307,7 +307,6 @@ func writeOutputs(o options, ws []workload, results, failedRuns []result, out, c
 	if err := writeRaw(jsonOut, results, failedRuns); err != nil {
 		return err
 	}
-	failed := failedLines(results, failedRuns)
 	o.earlier, o.jsonOut = earlierRuns(o, results, failedRuns), jsonOut
 	if err := writeChart(chart, ws, results); err != nil {
 		return err
@@ -315,7 +314,7 @@ func writeOutputs(o options, ws []workload, results, failedRuns []result, out, c
 	if err := writeSizeChart(sizeChartPath(chart), results); err != nil {
 		return err
 	}
-	if err := os.WriteFile(out, []byte(report(o, ws, results, failed, chart, took)+keptSection(out)), 0o644); err != nil {
+	if err := os.WriteFile(out, []byte(report(o, ws, results, failedRuns, chart, took)+keptSection(out)), 0o644); err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}
 	if o.checkpoint != "" {

@@ -80,7 +80,7 @@ func TestMergedReport(t *testing.T) {
 		t.Errorf("earlier runs %q, want one naming %s", runs, path)
 	}
 	o.earlier = runs
-	doc := report(o, ws, results, lines, "chart.png", 0)
+	doc := report(o, ws, results, failed, "chart.png", 0)
 	for _, want := range []string{"## W5×0.2", "## W5×0.5", "W5×0.5 built-in repeat 1: timed out", "Merged (`-merge`)",
 		"SafeJob commit abc"} {
 		if !strings.Contains(doc, want) {
@@ -89,7 +89,7 @@ func TestMergedReport(t *testing.T) {
 	}
 	// A report of merged results alone names no operator of its own.
 	o.reportOnly = true
-	doc = report(o, ws, results, lines, "chart.png", 0)
+	doc = report(o, ws, results, failed, "chart.png", 0)
 	if !strings.Contains(doc, "no run, a report of the raw results of the runs below") || strings.Contains(doc, "commit abc") {
 		t.Errorf("a report-only header:\n%s", doc[:min(len(doc), 1500)])
 	}

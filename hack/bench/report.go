@@ -116,7 +116,8 @@ const (
 
 var modeOrder = []string{modeLimit, modeBuiltin, modeSafeJob, modeBuiltinDefault, modeSafeJobDefault}
 
-func report(o options, ws []workload, results []result, failed []string, chart string, took time.Duration) string {
+func report(o options, ws []workload, results, failedRuns []result, chart string, took time.Duration) string {
+	failed := failedLines(results, failedRuns)
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Benchmarks\n\nSafeJob against the built-in Job controller of kube-controller-manager, side by side on the same\n")
 	fmt.Fprintf(&b, "local cluster (real kube-apiserver, etcd, kube-scheduler and kube-controller-manager, KWOK nodes), and\n")
@@ -161,7 +162,7 @@ func report(o options, ws []workload, results []result, failed []string, chart s
 	fmt.Fprintf(&b, "`status.succeeded` at the end − distinct pods seen to succeed, worst repeat: the bench's watch, and\n")
 	fmt.Fprintf(&b, "at the end a list of every pod from the API server, which recovers what the watch missed; half / last\n")
 	fmt.Fprintf(&b, "pod succeeded: when half the pods, and the last, had succeeded, from the first create (medians).\n\n")
-	b.WriteString(targetsSection(ws, results))
+	b.WriteString(targetsSection(ws, results, failedRuns))
 	for _, w := range ws {
 		fmt.Fprintf(&b, "## %s: %s\n\n", w.Name, w.Desc)
 		fmt.Fprintf(&b, "| mode | runs | makespan s | completions/s | half / last pod succeeded s | first pod p50 / p99 s "+

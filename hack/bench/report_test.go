@@ -53,7 +53,7 @@ func TestReportShowsCPUByProcess(t *testing.T) {
 	}
 	results := []result{mk(modeLimit, 0, 1), mk(modeBuiltin, 0.5, 1.5), mk(modeSafeJob, 0.3, 2)}
 	out := report(options{repeats: 1, scale: 1, raisedQPS: 200, podDuration: "1s"}, []workload{w}, results,
-		[]string{"W9 SafeJob repeat 2: timed out"}, "c.png", time.Minute)
+		[]result{{Workload: "W9", Mode: modeSafeJob, Repeat: 2, Failed: "timed out"}}, "c.png", time.Minute)
 	wantLines(t, out, "| all CPU ms/completion |", "| controller | – | 5.00 | 3.00 |", "| kube-controller-manager | 5.00 | – | 5.00 |",
 		"| **all** | 16.00 | 21.00 | 29.00 |", "- W9 SafeJob repeat 2: timed out", "largest status seen: SafeJob 0.6 KiB, built-in 1.0 KiB")
 }
