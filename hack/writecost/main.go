@@ -57,11 +57,14 @@ func main() {
 		strings.Join(variantNames, ", ")+" (what its validation costs a status write)")
 	releases := flag.Int("releases", 0, "also measure this many pod finalizer releases of each kind in each round: "+
 		"the JSON patch that tests the finalizer's index, and the strategic merge patch that deletes it by value")
+	creates := flag.Int("creates", 0, "also measure this many creates of a Job and of a SafeJob in each round, "+
+		"one-pod jobs as the benchmark's W1 creates them (deleted again, not measured)")
 	untracked := flag.Bool("untracked", false, "also measure a twin of each object whose managedFields were stripped "+
 		"(the API server then tracks no fields on its updates): what field tracking costs a status write")
 	flag.Parse()
 	logf.SetLogger(logr.Discard()) // envtest's own messages
-	c := config{writes: *writes, rounds: *rounds, profile: *profile, untracked: *untracked, releases: *releases}
+	c := config{writes: *writes, rounds: *rounds, profile: *profile, untracked: *untracked, releases: *releases,
+		creates: *creates}
 	if err := run(c, *sizes, *crdDir, *variants); err != nil {
 		fmt.Fprintf(os.Stderr, "writecost: %v\n", err)
 		os.Exit(1)
@@ -89,6 +92,8 @@ type config struct {
 	// releases is how many pod finalizer releases of each kind each round
 	// measures (none: no pods).
 	releases int
+	// creates is how many creates of each kind of job each round measures.
+	creates int
 }
 
 func run(c config, sizes, crdDir, variants string) error {
@@ -96,8 +101,9 @@ func run(c config, sizes, crdDir, variants string) error {
 	if c.lengths, err = parseLengths(sizes); err != nil {
 		return err
 	}
-	if c.writes < 1 || c.rounds < 1 || c.releases < 0 {
-		return fmt.Errorf("-writes %d and -rounds %d must be at least 1, -releases %d at least 0", c.writes, c.rounds, c.releases)
+	if c.writes < 1 || c.rounds < 1 || c.releases < 0 || c.creates < 0 {
+		return fmt.Errorf("-writes %d and -rounds %d must be at least 1, -releases %d and -creates %d at least 0",
+			c.writes, c.rounds, c.releases, c.creates)
 	}
 	crd, err := loadCRD(crdDir)
 	if err != nil {
@@ -143,11 +149,14 @@ func runVariant(name string, crd *apiextensionsv1.CustomResourceDefinition, vc c
 	if err != nil {
 		return err
 	}
-	releases := releaseKinds()
+	releases, creations := releaseKinds(), creationKinds()
 	if vc.releases == 0 {
 		releases = nil
 	}
-	if err := measureRounds(ctx, cfg, c, vc, objects, releases); err != nil {
+	if vc.creates == 0 {
+		creations = nil
+	}
+	if err := measureRounds(ctx, cfg, c, vc, objects, releases, creations); err != nil {
 		return err
 	}
 	jobMs := median(objects[0].api)
@@ -161,12 +170,17 @@ func runVariant(name string, crd *apiextensionsv1.CustomResourceDefinition, vc c
 	for _, rk := range releases {
 		printRow(name, rk.label, rk.bytes, rk.api, rk.etcd, jobMs)
 	}
+	for _, ck := range creations {
+		printRow(name, ck.label, ck.bytes, ck.api, ck.etcd, jobMs)
+	}
 	return nil
 }
 
-// measureRounds measures every release kind and object in turn, vc.rounds
-// times; the last round's last object is profiled if vc asks for it.
-func measureRounds(ctx context.Context, cfg *rest.Config, c client.Client, vc config, objects []measured, releases []release) error {
+// measureRounds measures every release kind, creation kind and object in
+// turn, vc.rounds times; the last round's last object is profiled if vc
+// asks for it.
+func measureRounds(ctx context.Context, cfg *rest.Config, c client.Client, vc config, objects []measured, releases []release,
+	creations []creation) error {
 	ps, err := findPIDs()
 	if err != nil {
 		return err
@@ -174,6 +188,11 @@ func measureRounds(ctx context.Context, cfg *rest.Config, c client.Client, vc co
 	for r := range vc.rounds {
 		for k := range releases {
 			if err := releases[k].measure(ctx, c, ps, vc.releases, r); err != nil {
+				return err
+			}
+		}
+		for k := range creations {
+			if err := creations[k].measure(ctx, c, ps, vc.creates, r); err != nil {
 				return err
 			}
 		}
@@ -262,6 +281,59 @@ func (rk *release) measure(ctx context.Context, c client.Client, pids pids, n, r
 		}
 		if err := c.Delete(ctx, pod); err != nil {
 			return fmt.Errorf("deleting %s: %w", pod.Name, err)
+		}
+	}
+	return nil
+}
+
+// creation is a kind of job whose creates are measured, as the benchmark's
+// W1 creates them (one pod, the same template), and what they cost in each
+// round: kube-apiserver's and etcd's CPU ms per create.
+type creation struct {
+	name, label string
+	object      func(name string) client.Object
+	bytes       int
+	api, etcd   []float64
+}
+
+// creationKinds are a Job and a SafeJob of one pod.
+func creationKinds() []creation {
+	return []creation{
+		{name: "job", label: "Job create, one pod", object: func(name string) client.Object {
+			return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault},
+				Spec: batchv1.JobSpec{Template: template(), Completions: ptr.To[int32](1), Parallelism: ptr.To[int32](1)}}
+		}},
+		{name: "sj", label: "SafeJob create, one pod", object: func(name string) client.Object {
+			return &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault},
+				Spec: batchv1alpha1.SafeJobSpec{Template: template(), Completions: ptr.To[int32](1), Parallelism: ptr.To[int32](1)}}
+		}},
+	}
+}
+
+// measure creates n jobs of the kind (measured) and deletes them again.
+// No controller runs: nothing else writes them meanwhile.
+func (ck *creation) measure(ctx context.Context, c client.Client, pids pids, n, round int) error {
+	objs := make([]client.Object, n)
+	for i := range objs {
+		objs[i] = ck.object(fmt.Sprintf("create-%s-%d-%d", ck.name, round, i))
+	}
+	if raw, err := json.Marshal(objs[0]); err == nil {
+		ck.bytes = len(raw)
+	}
+	api0, etcd0 := cluster.CPUSeconds(pids.apiserver), cluster.CPUSeconds(pids.etcd)
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil {
+			return fmt.Errorf("%s %s: %w", ck.label, o.GetName(), err)
+		}
+	}
+	api1, etcd1 := cluster.CPUSeconds(pids.apiserver), cluster.CPUSeconds(pids.etcd)
+	ck.api = append(ck.api, 1000*(api1-api0)/float64(n))
+	ck.etcd = append(ck.etcd, 1000*(etcd1-etcd0)/float64(n))
+	for _, o := range objs {
+		// In the background: no garbage collector runs here to take an
+		// orphaning finalizer off a Job.
+		if err := c.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+			return fmt.Errorf("deleting %s: %w", o.GetName(), err)
 		}
 	}
 	return nil
