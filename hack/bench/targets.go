@@ -190,7 +190,7 @@ func workloadTargets(w workload, results []result) []targetRow {
 		rows = append(rows, limitRow(w, sj, lim, bi, okB))
 	}
 	if !okB {
-		return append(rows, unjudgedRow(targetVsBuiltin, where(w), "the built-in's run did not finish"))
+		return append(rows, unjudgedRow(targetVsBuiltin, where(w), "no run of the built-in finished (timed out, or not run)"))
 	}
 	switch base {
 	case "W1", "W2", "W3":
