@@ -527,16 +527,19 @@ func sizeSection(ws []workload, results []result) string {
 			seriesGrowth(series[modeBuiltin], fw, lw, ctl))
 		sjs, bis := series[modeSafeJob], series[modeBuiltin]
 		if len(sjs) > 1 && len(bis) > 1 && sjs[len(sjs)-1].w.Jobs > sjs[0].w.Jobs && bis[len(bis)-1].w.Jobs > bis[0].w.Jobs {
-			perJob := func(xs []sizedSummary) float64 {
-				a, z := xs[0], xs[len(xs)-1]
-				return (z.s.rss - a.s.rss) * 1024 / float64(z.w.Jobs-a.w.Jobs)
-			}
 			fmt.Fprintf(&b, "- peak RSS per job added: SafeJob %.1f KiB, kube-controller-manager %.1f KiB (target: SafeJob below, "+
-				"aiming at half)\n", perJob(sjs), perJob(bis))
+				"aiming at half)\n", rssPerJobKiB(sjs), rssPerJobKiB(bis))
 		}
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// rssPerJobKiB is the peak RSS each job added cost from the first size of
+// a series to its last, in KiB: the sizes must differ in jobs.
+func rssPerJobKiB(xs []sizedSummary) float64 {
+	a, z := xs[0], xs[len(xs)-1]
+	return (z.s.rss - a.s.rss) * 1024 / float64(z.w.Jobs-a.w.Jobs)
 }
 
 // sizedSummary is one mode's figures at one size.

@@ -485,11 +485,7 @@ func growthRow(a, z sizedSummary, span string, bis []sizedSummary, sizes int, wh
 // rssPerJobRow: the controller's peak RSS per job added from the smallest
 // size to the largest at most half kube-controller-manager's.
 func rssPerJobRow(sjs, bis []sizedSummary, span string) targetRow {
-	per := func(xs []sizedSummary) float64 {
-		a, z := xs[0], xs[len(xs)-1]
-		return (z.s.rss - a.s.rss) * 1024 / float64(z.w.Jobs-a.w.Jobs)
-	}
-	sjPer, biPer := per(sjs), per(bis)
+	sjPer, biPer := rssPerJobKiB(sjs), rssPerJobKiB(bis)
 	return targetRow{target: targetRSSPerJob, where: span, measured: fmt.Sprintf("%.1f KiB vs %.1f KiB", sjPer, biPer),
 		met: sjPer <= biPer/2, short: fmt.Sprintf("%.1f KiB per job", sjPer-biPer/2), why: whyMemory}
 }
