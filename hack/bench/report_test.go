@@ -408,3 +408,30 @@ func TestProcessSwitchesCountsThisProcess(t *testing.T) {
 		t.Errorf("processSwitches(no such process) = %d, want 0", n)
 	}
 }
+
+// TestRatesSayWhatRan: the paragraph on rates names the repeats and the
+// default-rate rows the results hold, not this command's flags (a report
+// of merged raw results runs nothing and keeps -repeats at its default).
+func TestRatesSayWhatRan(t *testing.T) {
+	w := workload{Name: "W9", Desc: "test", Jobs: 1, Completions: 100}
+	mk := func(m string, repeat int) result {
+		return result{Workload: "W9", Mode: m, Repeat: repeat, Completions: 100, PerSecond: 10,
+			ClusterCPUSec: map[string]float64{"kube-apiserver": 1}}
+	}
+	o := options{repeats: 3, scale: 1, raisedQPS: 200, podDuration: "1s", reportOnly: true}
+	once := report(o, []workload{w}, []result{mk(modeBuiltin, 1), mk(modeSafeJob, 1)}, nil, "c.png", time.Minute)
+	wantLines(t, once, "One run of each workload and mode: figures of one run, not medians.")
+	for _, not := range []string{"Medians over", "default rate"} {
+		if strings.Contains(once, not) {
+			t.Errorf("a report of single runs without default-rate rows says %q", not)
+		}
+	}
+	o.repeats = 1
+	var three []result
+	for i := 1; i <= 3; i++ {
+		three = append(three, mk(modeBuiltin, i), mk(modeSafeJob, i))
+	}
+	three = append(three, mk(modeSafeJobDefault, 1))
+	out := report(o, []workload{w}, three, []result{{Workload: "W9", Mode: modeBuiltin, Repeat: 4, Failed: "timed out"}}, "c.png", time.Minute)
+	wantLines(t, out, "\"default rate\" rows keep each controller's own default", "Medians over 3 repeats, the pair alternating")
+}
