@@ -117,21 +117,25 @@ const (
 var modeOrder = []string{modeLimit, modeBuiltin, modeSafeJob, modeBuiltinDefault, modeSafeJobDefault}
 
 // repeatsSaid ends the report's paragraph on rates with what its runs are,
-// read from the results themselves: the most runs any workload and mode
-// has at the raised rate (the medians are over them; failed runs are
-// listed apart) and whether the default-rate rows are there. A report of
-// merged raw results (-merge) so says what was run, not what this
-// command's flags would have run.
-func repeatsSaid(results, failedRuns []result) string {
-	runs, most, defaults := map[string]int{}, 0, false
-	for _, r := range append(append([]result{}, results...), failedRuns...) {
-		switch {
-		case r.Mode == modeBuiltinDefault || r.Mode == modeSafeJobDefault:
+// read from the results themselves (failed runs have no row, and are
+// listed apart): how many runs each row's medians are over and whether the
+// default-rate rows are there. A report of merged raw results (-merge) so
+// says what was run, not what this command's flags would have run.
+func repeatsSaid(results []result) string {
+	runs, defaults := map[string]int{}, false
+	for _, r := range results {
+		switch r.Mode {
+		case modeBuiltinDefault, modeSafeJobDefault:
 			defaults = true
-		case r.Failed == "":
-			k := r.Workload + "\x00" + r.Mode
-			runs[k]++
-			most = max(most, runs[k])
+		default:
+			runs[r.Workload+"\x00"+r.Mode]++
+		}
+	}
+	most, least := 0, 0
+	for _, n := range runs {
+		most = max(most, n)
+		if least == 0 || n < least {
+			least = n
 		}
 	}
 	s := "."
@@ -140,10 +144,12 @@ func repeatsSaid(results, failedRuns []result) string {
 			"SafeJob 100 / 200) and ran once."
 	}
 	switch {
+	case most > 1 && least < most:
+		s += fmt.Sprintf("\nMedians over up to %d repeats (the runs column gives each row's), the pair alternating which goes first.", most)
 	case most > 1:
 		s += fmt.Sprintf(" Medians over %d repeats, the pair alternating which goes first.", most)
 	case most == 1:
-		s += " One run of each workload and mode: figures of one run, not medians."
+		s += "\nOne run of each workload and mode: figures of one run, not medians."
 	}
 	return s
 }
@@ -177,7 +183,7 @@ func report(o options, ws []workload, results, failedRuns []result, chart string
 	fmt.Fprintf(&b, "Rates: \"built-in\" and \"SafeJob\" run at the same raised client rate (%d QPS, burst %d; through a\n",
 		o.raisedQPS, 2*o.raisedQPS)
 	fmt.Fprintf(&b, "queue, Kueue's manager too, whose Job integration does part of the built-in's work), and so does\n")
-	fmt.Fprintf(&b, "kube-controller-manager's pod GC in both of those modes and in the limit's runs%s\n\n", repeatsSaid(results, failedRuns))
+	fmt.Fprintf(&b, "kube-controller-manager's pod GC in both of those modes and in the limit's runs%s\n\n", repeatsSaid(results))
 	fmt.Fprintf(&b, "Columns: makespan from the first create to the last job `Complete`; first-pod latency from a job's\n")
 	fmt.Fprintf(&b, "create to its first pod; writes per completion from the API server's `apiserver_request_total`\n")
 	fmt.Fprintf(&b, "(POST, PUT, PATCH, DELETE; every client: controllers, scheduler, KWOK, the submitting client);\n")

@@ -419,11 +419,12 @@ func TestRatesSayWhatRan(t *testing.T) {
 			ClusterCPUSec: map[string]float64{"kube-apiserver": 1}}
 	}
 	o := options{repeats: 3, scale: 1, raisedQPS: 200, podDuration: "1s", reportOnly: true}
-	once := report(o, []workload{w}, []result{mk(modeBuiltin, 1), mk(modeSafeJob, 1)}, nil, "c.png", time.Minute)
+	failedDefault := []result{{Workload: "W9", Mode: modeSafeJobDefault, Repeat: 1, Failed: "timed out"}}
+	once := report(o, []workload{w}, []result{mk(modeBuiltin, 1), mk(modeSafeJob, 1)}, failedDefault, "c.png", time.Minute)
 	wantLines(t, once, "One run of each workload and mode: figures of one run, not medians.")
-	for _, not := range []string{"Medians over", "default rate"} {
+	for _, not := range []string{"Medians over", "default rate\" rows"} {
 		if strings.Contains(once, not) {
-			t.Errorf("a report of single runs without default-rate rows says %q", not)
+			t.Errorf("a report of single runs without default-rate rows (one failed) says %q", not)
 		}
 	}
 	o.repeats = 1
@@ -434,4 +435,10 @@ func TestRatesSayWhatRan(t *testing.T) {
 	three = append(three, mk(modeSafeJobDefault, 1))
 	out := report(o, []workload{w}, three, []result{{Workload: "W9", Mode: modeBuiltin, Repeat: 4, Failed: "timed out"}}, "c.png", time.Minute)
 	wantLines(t, out, "\"default rate\" rows keep each controller's own default", "Medians over 3 repeats, the pair alternating")
+	// Merged: W9 three times, W8 once.
+	w8 := workload{Name: "W8", Desc: "merged", Jobs: 1, Completions: 100}
+	one := mk(modeSafeJob, 1)
+	one.Workload = "W8"
+	mixed := report(o, []workload{w, w8}, append(three[:6:6], one), nil, "c.png", time.Minute)
+	wantLines(t, mixed, "Medians over up to 3 repeats (the runs column gives each row's)")
 }
