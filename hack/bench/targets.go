@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -396,8 +398,32 @@ func noMoreRow(target string, w workload, sj, bi float64, format, why string) ta
 	if sj <= 0 || bi <= 0 {
 		return unjudgedRow(target, where(w), "not recorded for both controllers")
 	}
+	format = apart(format, sj, bi)
 	return targetRow{target: target, where: where(w), measured: fmt.Sprintf(format+" vs "+format, sj, bi), met: sj <= bi,
-		short: fmt.Sprintf(format+" (%s)", sj-bi, growth(bi, sj)), why: why}
+		short: fmt.Sprintf(format+" (%s)", sj-bi, finePercent(bi, sj)), why: why}
+}
+
+// apart adds decimals to format (one "%.Nf" verb, a unit may follow) until
+// a and b print differently, at most four more: a miss never reads as two
+// equal figures ("6.05 vs 6.05").
+func apart(format string, a, b float64) string {
+	for more := 0; more < 4 && a != b && fmt.Sprintf(format, a) == fmt.Sprintf(format, b); more++ {
+		format = decimalsVerb.ReplaceAllStringFunc(format, func(v string) string {
+			n, _ := strconv.Atoi(v[2 : len(v)-1])
+			return fmt.Sprintf("%%.%df", n+1)
+		})
+	}
+	return format
+}
+
+var decimalsVerb = regexp.MustCompile(`%\.[0-9]+f`)
+
+// finePercent is b's change from a in percent, with a decimal below 1%.
+func finePercent(a, b float64) string {
+	if a != 0 && math.Abs(100*(b-a)/a) < 1 {
+		return fmt.Sprintf("%+.1f%%", 100*(b-a)/a)
+	}
+	return growth(a, b)
 }
 
 // belowRow: SafeJob's peak RSS below kube-controller-manager's.
@@ -405,8 +431,9 @@ func belowRow(target string, w workload, sj, bi float64, why string) targetRow {
 	if sj <= 0 || bi <= 0 {
 		return unjudgedRow(target, where(w), "not recorded for both controllers")
 	}
-	return targetRow{target: target, where: where(w), measured: fmt.Sprintf("%.0f vs %.0f MiB", sj, bi), met: sj < bi,
-		short: fmt.Sprintf("%.0f MiB (%s)", sj-bi, growth(bi, sj)), why: why}
+	f := apart("%.0f", sj, bi)
+	return targetRow{target: target, where: where(w), measured: fmt.Sprintf(f+" vs "+f+" MiB", sj, bi), met: sj < bi,
+		short: fmt.Sprintf(f+" MiB (%s)", sj-bi, finePercent(bi, sj)), why: why}
 }
 
 // sizeTargets judges the targets over each workload's sizes: the API

@@ -190,3 +190,30 @@ func TestTargetsNotJudged(t *testing.T) {
 		t.Errorf("a figure divided by zero:\n%s", out)
 	}
 }
+
+// TestTargetsNeverShowEqualFigures: a miss whose two figures round alike
+// shows them with the decimals that tell them apart, and its shortfall in
+// tenths of a percent; figures that differ at the row's precision keep it.
+func TestTargetsNeverShowEqualFigures(t *testing.T) {
+	w := workload{Name: "W2", Jobs: 1, Completions: 5000}
+	cases := []struct {
+		row                  targetRow
+		wantMet              bool
+		wantMeasured, wantBy string
+	}{
+		{noMoreRow(targetWrites, w, 6.0534, 6.0462, "%.2f", ""), false, "6.053 vs 6.046", "0.007 (+0.1%)"},
+		{noMoreRow(targetWrites, w, 6.05, 6.05, "%.2f", ""), true, "6.05 vs 6.05", ""},
+		{noMoreRow(targetAPI, w, 14.9, 14.4, "%.1f ms", ""), false, "14.9 ms vs 14.4 ms", "0.5 ms (+3%)"},
+		{belowRow(targetRSS, w, 100.2, 100.4, ""), true, "100.2 vs 100.4 MiB", ""},
+		{belowRow(targetRSS, w, 100.4, 100.2, ""), false, "100.4 vs 100.2 MiB", "0.2 MiB (+0.2%)"},
+		{belowRow(targetRSS, w, 100, 141, ""), true, "100 vs 141 MiB", ""},
+	}
+	for _, tc := range cases {
+		if tc.row.met != tc.wantMet || tc.row.measured != tc.wantMeasured {
+			t.Errorf("%s: measured %q, met %v; want %q, %v", tc.row.target, tc.row.measured, tc.row.met, tc.wantMeasured, tc.wantMet)
+		}
+		if !tc.wantMet && tc.row.short != tc.wantBy {
+			t.Errorf("%s %s: missed by %q, want %q", tc.row.target, tc.row.measured, tc.row.short, tc.wantBy)
+		}
+	}
+}
