@@ -206,7 +206,7 @@ func workloadTargets(w workload, results []result) []targetRow {
 	return append(rows, halfRow(w, results, sj, bi),
 		noMoreRow(targetAPI, w, sj.apiCPU, bi.apiCPU, "%.1f ms", whyAPIServer),
 		noMoreRow(targetWrites, w, sj.writes, bi.writes, "%.2f", whyWrites),
-		belowRow(targetRSS, w, sj.rss, bi.rss, whyMemory))
+		belowRow(w, sj.rss, bi.rss, whyMemory))
 }
 
 // coresFor says how many cores a rate would take at a summary's CPU per
@@ -427,12 +427,12 @@ func finePercent(a, b float64) string {
 }
 
 // belowRow: SafeJob's peak RSS below kube-controller-manager's.
-func belowRow(target string, w workload, sj, bi float64, why string) targetRow {
+func belowRow(w workload, sj, bi float64, why string) targetRow {
 	if sj <= 0 || bi <= 0 {
-		return unjudgedRow(target, where(w), "not recorded for both controllers")
+		return unjudgedRow(targetRSS, where(w), "not recorded for both controllers")
 	}
 	f := apart("%.0f", sj, bi)
-	return targetRow{target: target, where: where(w), measured: fmt.Sprintf(f+" vs "+f+" MiB", sj, bi), met: sj < bi,
+	return targetRow{target: targetRSS, where: where(w), measured: fmt.Sprintf(f+" vs "+f+" MiB", sj, bi), met: sj < bi,
 		short: fmt.Sprintf(f+" MiB (%s)", sj-bi, finePercent(bi, sj)), why: why}
 }
 

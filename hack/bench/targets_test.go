@@ -204,9 +204,9 @@ func TestTargetsNeverShowEqualFigures(t *testing.T) {
 		{noMoreRow(targetWrites, w, 6.0534, 6.0462, "%.2f", ""), false, "6.053 vs 6.046", "0.007 (+0.1%)"},
 		{noMoreRow(targetWrites, w, 6.05, 6.05, "%.2f", ""), true, "6.05 vs 6.05", ""},
 		{noMoreRow(targetAPI, w, 14.9, 14.4, "%.1f ms", ""), false, "14.9 ms vs 14.4 ms", "0.5 ms (+3%)"},
-		{belowRow(targetRSS, w, 100.2, 100.4, ""), true, "100.2 vs 100.4 MiB", ""},
-		{belowRow(targetRSS, w, 100.4, 100.2, ""), false, "100.4 vs 100.2 MiB", "0.2 MiB (+0.2%)"},
-		{belowRow(targetRSS, w, 100, 141, ""), true, "100 vs 141 MiB", ""},
+		{belowRow(w, 100.2, 100.4, ""), true, "100.2 vs 100.4 MiB", ""},
+		{belowRow(w, 100.4, 100.2, ""), false, "100.4 vs 100.2 MiB", "0.2 MiB (+0.2%)"},
+		{belowRow(w, 100, 141, ""), true, "100 vs 141 MiB", ""},
 	}
 	for _, tc := range cases {
 		if tc.row.met != tc.wantMet || tc.row.measured != tc.wantMeasured {
