@@ -226,7 +226,7 @@ type release struct {
 	name, label string
 	patch       func(pod *corev1.Pod) client.Patch
 	bytes       int // the pod's JSON size
-	api, etcd   []float64
+	samples
 }
 
 // releaseKinds are the two patches that can remove the ledger finalizer
@@ -262,18 +262,20 @@ func (rk *release) measure(ctx context.Context, c client.Client, pids pids, n, r
 	if raw, err := json.Marshal(pods[0]); err == nil {
 		rk.bytes = len(raw)
 	}
-	api0, etcd0 := cluster.CPUSeconds(pids.apiserver), cluster.CPUSeconds(pids.etcd)
-	for _, pod := range pods {
-		if err := c.Patch(ctx, pod, rk.patch(pod)); err != nil {
-			return fmt.Errorf("%s of %s: %w", rk.label, pod.Name, err)
+	err := rk.sample(pids, n, func() error {
+		for _, pod := range pods {
+			if err := c.Patch(ctx, pod, rk.patch(pod)); err != nil {
+				return fmt.Errorf("%s of %s: %w", rk.label, pod.Name, err)
+			}
+			if slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) || !slices.Contains(pod.Finalizers, otherFinalizer) {
+				return fmt.Errorf("%s of %s left finalizers %v", rk.label, pod.Name, pod.Finalizers)
+			}
 		}
-		if slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) || !slices.Contains(pod.Finalizers, otherFinalizer) {
-			return fmt.Errorf("%s of %s left finalizers %v", rk.label, pod.Name, pod.Finalizers)
-		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	api1, etcd1 := cluster.CPUSeconds(pids.apiserver), cluster.CPUSeconds(pids.etcd)
-	rk.api = append(rk.api, 1000*(api1-api0)/float64(n))
-	rk.etcd = append(rk.etcd, 1000*(etcd1-etcd0)/float64(n))
 	done := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))
 	for _, pod := range pods {
 		if err := c.Patch(ctx, pod, done); err != nil {
@@ -293,7 +295,7 @@ type creation struct {
 	name, label string
 	object      func(name string) client.Object
 	bytes       int
-	api, etcd   []float64
+	samples
 }
 
 // creationKinds are a Job and a SafeJob of one pod.
@@ -320,15 +322,17 @@ func (ck *creation) measure(ctx context.Context, c client.Client, pids pids, n, 
 	if raw, err := json.Marshal(objs[0]); err == nil {
 		ck.bytes = len(raw)
 	}
-	api0, etcd0 := cluster.CPUSeconds(pids.apiserver), cluster.CPUSeconds(pids.etcd)
-	for _, o := range objs {
-		if err := c.Create(ctx, o); err != nil {
-			return fmt.Errorf("%s %s: %w", ck.label, o.GetName(), err)
+	err := ck.sample(pids, n, func() error {
+		for _, o := range objs {
+			if err := c.Create(ctx, o); err != nil {
+				return fmt.Errorf("%s %s: %w", ck.label, o.GetName(), err)
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	api1, etcd1 := cluster.CPUSeconds(pids.apiserver), cluster.CPUSeconds(pids.etcd)
-	ck.api = append(ck.api, 1000*(api1-api0)/float64(n))
-	ck.etcd = append(ck.etcd, 1000*(etcd1-etcd0)/float64(n))
 	for _, o := range objs {
 		// In the background: no garbage collector runs here to take an
 		// orphaning finalizer off a Job.
@@ -445,10 +449,10 @@ func untrackedTwin(ctx context.Context, c client.Client, o measured) (measured, 
 // measured is an object whose status writes are measured, and what they
 // cost in each round: kube-apiserver's and etcd's CPU ms per write.
 type measured struct {
-	label     string
-	obj       client.Object
-	change    func(int)
-	api, etcd []float64
+	label  string
+	obj    client.Object
+	change func(int)
+	samples
 }
 
 // measure makes writes status writes of the object (after a few to warm
@@ -470,15 +474,29 @@ func (m *measured) measure(ctx context.Context, c client.Client, pids pids, writ
 			return err
 		}
 	}
-	api0, etcd0 := cluster.CPUSeconds(pids.apiserver), cluster.CPUSeconds(pids.etcd)
-	for i := range writes {
-		if err := write(i); err != nil {
-			return err
+	return m.sample(pids, writes, func() error {
+		for i := range writes {
+			if err := write(i); err != nil {
+				return err
+			}
 		}
+		return nil
+	})
+}
+
+// samples are what an operation cost kube-apiserver and etcd, in CPU ms
+// per operation, one sample per round.
+type samples struct{ api, etcd []float64 }
+
+// sample runs do, which makes n operations, and records their cost.
+func (s *samples) sample(pids pids, n int, do func() error) error {
+	api0, etcd0 := cluster.CPUSeconds(pids.apiserver), cluster.CPUSeconds(pids.etcd)
+	if err := do(); err != nil {
+		return err
 	}
 	api1, etcd1 := cluster.CPUSeconds(pids.apiserver), cluster.CPUSeconds(pids.etcd)
-	m.api = append(m.api, 1000*(api1-api0)/float64(writes))
-	m.etcd = append(m.etcd, 1000*(etcd1-etcd0)/float64(writes))
+	s.api = append(s.api, 1000*(api1-api0)/float64(n))
+	s.etcd = append(s.etcd, 1000*(etcd1-etcd0)/float64(n))
 	return nil
 }
 
