@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -45,9 +46,16 @@ func RunParent(run *SafeJob) *metav1.OwnerReference {
 	}
 }
 
-// IsSafeJobRef reports whether an owner reference names a SafeJob.
+// IsSafeJobRef reports whether an owner reference names a SafeJob, of any
+// version of the group: as upstream controllers do, it compares group and
+// kind, so that what one version made stays owned once the operator speaks
+// another (a pod created under v1alpha1 is not a stray to a v1beta1 build).
 func IsSafeJobRef(ref *metav1.OwnerReference) bool {
-	return ref.Kind == "SafeJob" && ref.APIVersion == GroupVersion.String()
+	if ref.Kind != "SafeJob" {
+		return false
+	}
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	return err == nil && gv.Group == GroupVersion.Group && gv.Version != ""
 }
 
 // IsRunOf reports whether parent controls run (RunParent).

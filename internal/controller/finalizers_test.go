@@ -139,3 +139,40 @@ func TestRelabelNoted(t *testing.T) {
 		})
 	}
 }
+
+// TestPodsOfAnotherVersionStayOwned: a pod whose controller reference names
+// SafeJob under another version of the group (created by a build that spoke
+// it) is its SafeJob's, not a stray: releasing orphans of that name leaves
+// its finalizer in place until its outcome is recorded.
+func TestPodsOfAnotherVersionStayOwned(t *testing.T) {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, batchv1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "etl", Namespace: "ns", UID: "live"}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "etl-0-0", Namespace: "ns", UID: "p0",
+		Labels:     map[string]string{batchv1alpha1.SafeJobNameLabel: "etl"},
+		Finalizers: []string{batchv1alpha1.LedgerFinalizer},
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sj,
+			schema.GroupVersionKind{Group: batchv1alpha1.GroupVersion.Group, Version: "v1beta1", Kind: "SafeJob"})}}}
+	if stray(pod) {
+		t.Fatal("a pod controlled by a SafeJob under another version is a stray")
+	}
+	if got := creatorUID(pod); got != sj.UID {
+		t.Errorf("creatorUID = %q, want %q", got, sj.UID)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(sj.DeepCopy(), pod.DeepCopy()).Build()
+	r := &SafeJobReconciler{Client: c, APIReader: c}
+	if err := r.releaseOrphans(context.Background(), "ns", "etl", sj.UID); err != nil {
+		t.Fatal(err)
+	}
+	got := &corev1.Pod{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(pod), got); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(got.Finalizers, batchv1alpha1.LedgerFinalizer) {
+		t.Error("the ledger finalizer of a live SafeJob's pod was released")
+	}
+}
