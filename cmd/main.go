@@ -14,6 +14,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -80,6 +81,10 @@ func main() {
 		"Keep the PodsReady condition of queued SafeJobs' Kueue Workloads. Kueue's waitForPodsReady needs it "+
 			"(a Workload without it is evicted at the timeout); Kueue's own Job integration sets it only when waitForPodsReady "+
 			"is on, so with it off, false saves about one Workload status write per SafeJob.")
+	flag.DurationVar(&s.releaseDrain, "release-drain", controller.DefaultReleaseDrain,
+		"How long finalizer releases go on once the manager is told to stop (SIGTERM): those in flight finish and those queued "+
+			"are issued, so that no pod is left holding the ledger finalizer (0: they stop at once). "+
+			"Keep it below the pod's termination grace period.")
 	flag.StringVar(&s.pprofAddr, "pprof-bind-address", "0", "The address the pprof endpoint binds to (0 disables it).")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
@@ -106,6 +111,7 @@ type settings struct {
 	failureBackoff                                  time.Duration
 	launchWindow, launchWindowMin                   int
 	launchWindowTimeout, outcomeHold                time.Duration
+	releaseDrain                                    time.Duration
 	kueuePodsReady                                  bool
 }
 
@@ -145,6 +151,8 @@ func run(s settings) error {
 		LeaderElectionID:        "safejob.batch.safejob.dev",
 		LeaderElectionNamespace: s.leaderElectionNamespace,
 		Cache:                   controller.CacheOptions(),
+		// Room for the release drain, and for the rest of the shutdown after it.
+		GracefulShutdownTimeout: ptr.To(s.releaseDrain + 10*time.Second),
 	})
 	if err != nil {
 		return err
@@ -176,6 +184,7 @@ func run(s settings) error {
 		LaunchWindowMin:         s.launchWindowMin,
 		LaunchWindowTimeout:     s.launchWindowTimeout,
 		OutcomeHold:             s.outcomeHold,
+		ReleaseDrain:            s.releaseDrain,
 		Kueue:                   withKueue,
 		NoPodsReady:             !s.kueuePodsReady,
 	}

@@ -27,10 +27,17 @@ import (
 // pod's UID, which the API server refuses to change: a pod created under
 // the same name since pod was read is left as it is. A pod shown without
 // the finalizer, or gone, is left alone.
+//
+// A release once begun is finished when the manager stops meanwhile: the
+// patch runs under a context that outlives ctx by ReleaseDrain, so that a
+// stopping operator does not leave the finalizer to a successor there may
+// never be (an uninstall).
 func (r *SafeJobReconciler) releaseFinalizer(ctx context.Context, pod *corev1.Pod) error {
 	if !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
 		return nil
 	}
+	ctx, cancel := outlive(ctx, r.ReleaseDrain)
+	defer cancel()
 	err := r.Client.Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, ReleasePatch(pod.UID)))
 	switch {
 	case err == nil, apierrors.IsNotFound(err):

@@ -124,10 +124,11 @@ func (r *SafeJobReconciler) releaseWorkers() int {
 // releaseOne issues one queued release, holding a pod-write slot. A release
 // that fails is forgotten, so the next reconcile plans it again; its error
 // is that reconcile's error (and backoff, reconcileJob), and the SafeJob is
-// queued for it, once for the failures that reconcile will return. ctx is
-// the manager's: it ends when the process stops, and the releases still
-// queued are then planned again by its successor.
-func (r *SafeJobReconciler) releaseOne(ctx context.Context, it releaseItem) {
+// queued for it, once for the failures that reconcile will return. ctx
+// outlives the manager's by the release drain (releaseQueue.run); stopping
+// is closed when the manager's ends, after which no SafeJob is queued: its
+// successor plans a failed release again from the ledger.
+func (r *SafeJobReconciler) releaseOne(ctx context.Context, stopping <-chan struct{}, it releaseItem) {
 	if !r.podWrites.acquire(ctx) {
 		return
 	}
@@ -143,6 +144,7 @@ func (r *SafeJobReconciler) releaseOne(ctx context.Context, it releaseItem) {
 	select {
 	case r.retry <- event.GenericEvent{Object: &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{
 		Namespace: it.job.Namespace, Name: it.job.Name, UID: it.uid}}}:
+	case <-stopping:
 	case <-ctx.Done():
 	}
 }

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
@@ -70,21 +71,9 @@ func (q *releaseQueue) poke() {
 // next takes the oldest waiting release, waiting for one; false once ctx ends.
 func (q *releaseQueue) next(ctx context.Context) (releaseItem, bool) {
 	for {
-		q.mu.Lock()
-		if len(q.order) > 0 {
-			it := q.order[0]
-			q.order[0] = releaseItem{}
-			q.order = q.order[1:]
-			delete(q.waiting, it.pod)
-			q.measured()
-			more := len(q.order) > 0
-			q.mu.Unlock()
-			if more { // pass the token on to the next idle worker
-				q.poke()
-			}
+		if it, ok := q.take(); ok {
 			return it, true
 		}
-		q.mu.Unlock()
 		select {
 		case <-q.wake:
 		case <-ctx.Done():
@@ -93,21 +82,68 @@ func (q *releaseQueue) next(ctx context.Context) (releaseItem, bool) {
 	}
 }
 
-// run serves the queue on workers goroutines until ctx ends; releases still
-// waiting then are left to the next process, which plans them again from
-// the ledger.
-func (q *releaseQueue) run(ctx context.Context, workers int, release func(context.Context, releaseItem)) {
+// take takes the oldest waiting release without waiting; false when none
+// waits.
+func (q *releaseQueue) take() (releaseItem, bool) {
+	q.mu.Lock()
+	if len(q.order) == 0 {
+		q.mu.Unlock()
+		return releaseItem{}, false
+	}
+	it := q.order[0]
+	q.order[0] = releaseItem{}
+	q.order = q.order[1:]
+	delete(q.waiting, it.pod)
+	q.measured()
+	more := len(q.order) > 0
+	q.mu.Unlock()
+	if more { // pass the token on to the next idle worker
+		q.poke()
+	}
+	return it, true
+}
+
+// run serves the queue on workers goroutines until ctx ends, then drains
+// it: the releases in flight go on, and those still waiting are issued,
+// for up to drain after ctx ended. A stopping process (a rollout, an
+// uninstall) would otherwise leave pods holding the ledger finalizer with
+// no operator to release them. release is given the context its request
+// runs under, which outlives ctx by drain, and stopping, closed once ctx
+// ends. What is left when the drain ends is planned again from the ledger
+// by the next process.
+func (q *releaseQueue) run(ctx context.Context, workers int, drain time.Duration,
+	release func(work context.Context, stopping <-chan struct{}, it releaseItem)) {
+	work, cancel := outlive(ctx, drain)
+	defer cancel()
 	var wg sync.WaitGroup
 	for range max(workers, 1) {
 		wg.Go(func() {
 			for {
 				it, ok := q.next(ctx)
 				if !ok {
+					break
+				}
+				release(work, ctx.Done(), it)
+			}
+			for work.Err() == nil {
+				it, ok := q.take()
+				if !ok {
 					return
 				}
-				release(ctx, it)
+				release(work, ctx.Done(), it)
 			}
 		})
 	}
 	wg.Wait()
+}
+
+// outlive returns a context that carries ctx's values but ends grace after
+// ctx ends (with ctx if grace is 0 or less), or when cancel is called.
+func outlive(ctx context.Context, grace time.Duration) (_ context.Context, cancel context.CancelFunc) {
+	if grace <= 0 {
+		return context.WithCancel(ctx)
+	}
+	work, end := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, end) })
+	return work, func() { stop(); end() }
 }

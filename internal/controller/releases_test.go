@@ -72,7 +72,7 @@ func TestReleaseQueueBoundedWorkers(t *testing.T) {
 	issued := map[string]int{}
 	done := make(chan struct{})
 	go func() {
-		q.run(ctx, workers, func(_ context.Context, it releaseItem) {
+		q.run(ctx, workers, 0, func(_ context.Context, _ <-chan struct{}, it releaseItem) {
 			now := inFlight.Add(1)
 			for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
 			}
@@ -143,4 +143,80 @@ func waitUntil(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// TestReleaseQueueDrainsOnStop: when the manager stops, the release in
+// flight is not cancelled and the releases still waiting are issued, under
+// a context that outlives the manager's by the drain; with no drain they
+// are left to the next process. A stopping operator (a rollout, an
+// uninstall) would otherwise leave pods holding the ledger finalizer.
+func TestReleaseQueueDrainsOnStop(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		drain time.Duration
+		want  int // releases issued to the end, of 1 in flight and 20 waiting
+	}{
+		{"drained", time.Minute, 21},
+		{"no drain", 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := newReleaseQueue(nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			started, gate := make(chan struct{}, 1), make(chan struct{})
+			var finished atomic.Int32
+			done := make(chan struct{})
+			go func() {
+				q.run(ctx, 1, tc.drain, func(work context.Context, stopping <-chan struct{}, _ releaseItem) {
+					select {
+					case started <- struct{}{}:
+					default:
+					}
+					<-gate
+					select {
+					case <-stopping:
+					default:
+						t.Error("stopping not closed when the manager's context ended")
+					}
+					if work.Err() == nil { // the request would go through
+						finished.Add(1)
+					}
+				})
+				close(done)
+			}()
+			q.add(podItem("in-flight"))
+			<-started
+			for i := range 20 {
+				q.add(podItem(fmt.Sprintf("p-%d", i)))
+			}
+			cancel()
+			close(gate)
+			<-done
+			if got := int(finished.Load()); got != tc.want {
+				t.Errorf("releases that went through after the stop: %d, want %d", got, tc.want)
+			}
+			if tc.drain > 0 && q.len() != 0 {
+				t.Errorf("%d releases left waiting after the drain", q.len())
+			}
+		})
+	}
+}
+
+// TestOutliveEndsAfterGrace: the context outlive returns survives ctx's
+// end by grace, no more.
+func TestOutliveEndsAfterGrace(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	work, stop := outlive(ctx, 50*time.Millisecond)
+	defer stop()
+	cancel()
+	if work.Err() != nil {
+		t.Fatal("ended with ctx, before its grace")
+	}
+	select {
+	case <-work.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("not ended 10s after a grace of 50ms")
+	}
+	now, stopNow := outlive(ctx, 0)
+	defer stopNow()
+	waitUntil(t, func() bool { return now.Err() != nil })
 }

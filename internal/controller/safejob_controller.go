@@ -101,6 +101,12 @@ type SafeJobReconciler struct {
 	// pod successes is held while SafeJobs wait for the launch window; 0:
 	// never held.
 	OutcomeHold time.Duration
+	// ReleaseDrain is how long finalizer releases go on once the manager
+	// stops (a rollout, a leader's SIGTERM, an uninstall): those in flight
+	// finish and those queued are issued, so that a stopping operator does
+	// not leave pods holding the ledger finalizer that no successor may
+	// come to release. 0: they end with the manager.
+	ReleaseDrain time.Duration
 
 	tracker *tracker
 	// pods is the pod informer's indexer (indexPods).
@@ -200,6 +206,11 @@ const DefaultReadyBusyPeriod = 5 * time.Second
 // defaults"), and a ready count shown half a minute late is still sooner
 // than a backlogged Job controller's.
 const DefaultReadyBusyLimit = 30 * time.Second
+
+// DefaultReleaseDrain is the operator's ReleaseDrain: within the shipped
+// Deployment's termination grace period (30 s) and the manager's graceful
+// shutdown timeout, with room for the rest of the shutdown.
+const DefaultReleaseDrain = 20 * time.Second
 
 // FollowUpWait bounds how long a worker waits for the informer to deliver
 // its own status write before leaving the rest to the write's watch event.

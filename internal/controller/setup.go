@@ -337,7 +337,7 @@ func (q *stoppableQueue) ShuttingDown() bool { return q.stopped() }
 // pods that hold the ledger finalizer (sweep.go).
 func (r *SafeJobReconciler) addRunnables(mgr manager.Manager) error {
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		r.releases.run(ctx, r.releaseWorkers(), r.releaseOne)
+		r.releases.run(ctx, r.releaseWorkers(), r.ReleaseDrain, r.releaseOne)
 		return nil
 	})); err != nil {
 		return fmt.Errorf("adding the finalizer release workers: %w", err)
