@@ -290,6 +290,12 @@ const (
 	// as a ReplicaSet's ReplicaFailure; it is removed once a create
 	// succeeds. Meanwhile one launch at a time waits to be created.
 	ConditionPodCreateFailure = "PodCreateFailure"
+	// ConditionStatusWriteFailure is True, with reason StatusRefused and
+	// the API server's message, while the API server refuses the status the
+	// operator writes for the SafeJob for what it carries (its size, a value
+	// the installed CRD does not allow): nothing of the decided status is
+	// stored meanwhile. It is removed by the next status write that is.
+	ConditionStatusWriteFailure = "StatusWriteFailure"
 )
 
 // Condition reasons, as in batch/v1 where batch/v1 has one.
@@ -305,6 +311,22 @@ const (
 	ReasonResumed                  = "JobResumed"
 	ReasonLedgerCorrupt            = "LedgerCorrupt"
 	ReasonLedgerOK                 = "LedgerOK"
+	// ReasonLedgerFormatUnknown: status.ledger.format is newer than this
+	// build of the operator reads (a rollback); it writes nothing else to
+	// the SafeJob, creates and releases none of its pods, until a build that
+	// reads the format runs it.
+	ReasonLedgerFormatUnknown = "LedgerFormatUnknown"
+	// ReasonLedgerRolledBack: the ledger shows less than this process saw
+	// of it before (a lower seq, or indexes once recorded done that are not
+	// now): a status restored from a backup or edited by hand. Nothing is
+	// launched for the SafeJob while it lasts, so no finished work runs
+	// twice.
+	ReasonLedgerRolledBack = "LedgerRolledBack"
+	// ReasonStatusRefused is the reason of StatusWriteFailure.
+	ReasonStatusRefused = "StatusRefused"
+	// ReasonCRDOutdated: the API server dropped a field the operator wrote;
+	// the installed CRD is older than the operator.
+	ReasonCRDOutdated = "CRDOutdated"
 	ReasonScheduled                = "Scheduled"
 	ReasonScheduleSuspended        = "ScheduleSuspended"
 	ReasonInvalidSchedule          = "InvalidSchedule"
@@ -547,6 +569,18 @@ type LedgerCheckpoint struct {
 // writers can never both append on the same view, and a pod is only created
 // after the write that authorised it has been observed.
 type Ledger struct {
+	// format is the version of the ledger's encoding, and of the status
+	// fields beside it, that wrote it. The operator writes the newest format
+	// it knows and never writes a SafeJob whose format is newer (it marks
+	// LedgerValid False with reason LedgerFormatUnknown instead): it could
+	// not read that ledger right. Unset is format 1. Its maximum in the CRD
+	// is the format of the build the CRD ships with: an operator newer than
+	// the installed CRD has its writes refused, naming this field, rather
+	// than pruned.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1
+	Format int32 `json:"format,omitempty"`
 	// seq is the seq of the last entry ever appended; it only grows.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
@@ -562,8 +596,16 @@ type Ledger struct {
 	Entries []LedgerEntry `json:"entries,omitempty"`
 }
 
+// LedgerFormat is the format of the ledger this build writes
+// (Ledger.Format). It grows with every change of the status that an older
+// build, writing the status back, would lose or misread.
+const LedgerFormat = 1
+
 // SafeJobStatus is the observed state of a SafeJob. Every counter and index
 // set in it is derived from the ledger.
+//
+// Its writes are merge patches of what changed, so that a status field a
+// build does not know (one a newer build added) is kept, not written away.
 type SafeJobStatus struct {
 	// conditions: Complete, Failed, Suspended, SuccessCriteriaMet, FailureTarget, LedgerValid;
 	// for scheduled SafeJobs Scheduling and MissedRuns; for queued SafeJobs Admitted.

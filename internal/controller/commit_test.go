@@ -52,7 +52,7 @@ func newStatusWritesUnderTest(t *testing.T, n, slots int) *statusWritesUnderTest
 	s.c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
 		WithStatusSubresource(&batchv1alpha1.SafeJob{}).
 		WithInterceptorFuncs(interceptor.Funcs{
-			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 				if ctx.Err() != nil { // a cancelled commit, had it been let through
 					s.late.Add(1)
 					return ctx.Err()
@@ -67,7 +67,7 @@ func newStatusWritesUnderTest(t *testing.T, n, slots int) *statusWritesUnderTest
 				}
 				<-s.gate
 				s.writes.Add(1)
-				return c.SubResource(sub).Update(ctx, obj, opts...)
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 			},
 		}).Build()
 	clk := clocktesting.NewFakePassiveClock(time.Now())
@@ -196,9 +196,9 @@ func TestLostAnswerForgetsClosedLaunches(t *testing.T) {
 			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(sj).
 				WithStatusSubresource(&batchv1alpha1.SafeJob{}).
 				WithInterceptorFuncs(interceptor.Funcs{
-					SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+					SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 						if tc.lands {
-							if err := c.SubResource(sub).Update(ctx, obj, opts...); err != nil {
+							if err := c.SubResource(sub).Patch(ctx, obj, patch, opts...); err != nil {
 								return err
 							}
 						}
@@ -210,7 +210,7 @@ func TestLostAnswerForgetsClosedLaunches(t *testing.T) {
 			key := client.ObjectKeyFromObject(sj)
 			launched := []batchv1alpha1.LedgerEntry{
 				{Seq: 1, Type: batchv1alpha1.EntryLaunched, Pod: "sj-0-0"}, {Seq: 2, Type: batchv1alpha1.EntryLaunched, Pod: "sj-1-0"}}
-			r.tracker.wrote(key, sj.UID, "1", r.Clock.Now(), launched)
+			r.tracker.wrote(key, sj.UID, "1", r.Clock.Now(), launched, nil)
 			cur := &batchv1alpha1.SafeJob{}
 			if err := c.Get(context.Background(), key, cur); err != nil {
 				t.Fatal(err)

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -25,6 +26,7 @@ type jobMemo struct {
 	pods     podMemory
 	runs     runMemory
 	pacing   writePacing
+	high     ledgerHigh
 }
 
 func newJobMemo(uid types.UID) *jobMemo {
@@ -33,6 +35,39 @@ func newJobMemo(uid types.UID) *jobMemo {
 		pods: podMemory{uncreated: map[string]bool{}, lastSeen: map[string]*corev1.Pod{}, releasedAt: map[string]time.Time{}},
 		runs: runMemory{seen: map[string]types.UID{}, issued: map[string]bool{}},
 	}
+}
+
+// ledgerHigh is the most of a SafeJob's ledger this process has seen, in
+// its cache or in the answer to its own write: the highest seq, and the
+// highest checkpoint seq. It protects I4 (a committed fact never
+// disappears) against what the ledger cannot tell by itself: a status put
+// back by a restore or a hand edit reads as valid, and deciding on it would
+// launch again the work its lost entries recorded as done. Only this
+// process's memory knows; a new process takes the ledger as it finds it.
+type ledgerHigh struct{ seq, checkpoint int64 }
+
+// covers returns an error when l shows less than was seen.
+func (h *ledgerHigh) covers(l *batchv1alpha1.Ledger) error {
+	if l.Seq < h.seq {
+		return fmt.Errorf("status.ledger.seq is %d, and was %d", l.Seq, h.seq)
+	}
+	if cp := checkpointSeq(l); cp < h.checkpoint {
+		return fmt.Errorf("status.ledger.checkpoint.seq is %d, and was %d", cp, h.checkpoint)
+	}
+	return nil
+}
+
+// saw raises the marks to l.
+func (h *ledgerHigh) saw(l *batchv1alpha1.Ledger) {
+	h.seq = max(h.seq, l.Seq)
+	h.checkpoint = max(h.checkpoint, checkpointSeq(l))
+}
+
+func checkpointSeq(l *batchv1alpha1.Ledger) int64 {
+	if l.Checkpoint == nil {
+		return 0
+	}
+	return l.Checkpoint.Seq
 }
 
 // writeFence holds this process's last status write of a SafeJob until the

@@ -56,6 +56,19 @@ type Metrics struct {
 	// EventsDropped counts events not written because the event writers'
 	// queue was full (the API server answering too slowly).
 	EventsDropped prometheus.Counter
+	// LedgersRefused counts reconciles that wrote nothing to a SafeJob for a
+	// reason that lasts until someone acts, by reason: format_unknown (its
+	// ledger is of a newer build), rolled_back (its ledger shows less than
+	// was seen of it), crd_outdated (the installed CRD drops what this build
+	// writes), invalid (the API server refuses the status this build writes).
+	LedgersRefused *prometheus.CounterVec
+}
+
+// refused counts a reconcile that wrote nothing to a SafeJob for reason.
+func (m *Metrics) refused(reason string) {
+	if m != nil {
+		m.LedgersRefused.WithLabelValues(reason).Inc()
+	}
 }
 
 // labelResult is the label of a reconcile's or a SafeJob's result.
@@ -130,6 +143,10 @@ func NewMetrics() *Metrics {
 			Name: "safejob_events_dropped_total",
 			Help: "Events not written because the queue of event writes was full.",
 		}),
+		LedgersRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "safejob_ledgers_refused_total",
+			Help: "Reconciles that wrote nothing to a SafeJob for a lasting reason: format_unknown, rolled_back, crd_outdated, invalid.",
+		}, []string{"reason"}),
 	}
 }
 
@@ -137,7 +154,7 @@ func NewMetrics() *Metrics {
 func (m *Metrics) Register(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.Reconciles, m.Conflicts, m.PodsCreated, m.CreatesExpired, m.LedgerAppends, m.CommitObserve,
 		m.JobsFinished, m.PodFailures, m.ReconcileDuration, m.StatusWrites, m.ReleasesWaiting,
-		m.LaunchWindowHeld, m.LaunchWindowWaiting, m.LaunchWindowHeldOutcomes, m.LaunchWindowSize, m.EventsDropped} {
+		m.LaunchWindowHeld, m.LaunchWindowWaiting, m.LaunchWindowHeldOutcomes, m.LaunchWindowSize, m.EventsDropped, m.LedgersRefused} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("registering metric: %w", err)
 		}

@@ -240,7 +240,7 @@ func (r *SafeJobReconciler) untilGrace(ref jobs.PodRef) time.Duration {
 // and retry: `pods "sj-0-1" is forbidden: exceeded quota: ...` becomes
 // `pods is forbidden: exceeded quota: ...`.
 func refusalMessage(err error, pod string) string {
-	return strings.Replace(err.Error(), " "+strconv.Quote(pod), "", 1)
+	return ledger.Truncate(strings.Replace(err.Error(), " "+strconv.Quote(pod), "", 1), maxCopiedMessage)
 }
 
 // fence is the reconciler's fence, or the default.

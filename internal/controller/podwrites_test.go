@@ -109,7 +109,7 @@ func TestActRequeuesForCreatesPastTheirWindow(t *testing.T) {
 			for _, ref := range append(slices.Clone(tc.create), tc.expired...) {
 				launched = append(launched, batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryLaunched, Pod: ref.Name})
 			}
-			r.tracker.wrote(key, sj.UID, "1", now, launched)
+			r.tracker.wrote(key, sj.UID, "1", now, launched, nil)
 			got, err := r.act(context.Background(), sj, &jobs.Plan{Create: tc.create, Expired: tc.expired}, nil)
 			if err != nil || got != tc.want {
 				t.Errorf("act = %s, %v; want %s, nil", got, err, tc.want)
@@ -144,7 +144,7 @@ func TestActRequeuesForNameTaken(t *testing.T) {
 	}).Build()
 	r := &SafeJobReconciler{Client: c, tracker: newTracker(), Metrics: NewMetrics(), Clock: clocktesting.NewFakePassiveClock(now),
 		podWrites: newSlots(1)}
-	r.tracker.wrote(key, sj.UID, "1", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryLaunched, Pod: ref.Name}})
+	r.tracker.wrote(key, sj.UID, "1", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryLaunched, Pod: ref.Name}}, nil)
 	got, err := r.act(context.Background(), sj, &jobs.Plan{Create: []jobs.PodRef{ref}}, nil)
 	if want := ledger.DefaultFence.LostGrace() - time.Second; err != nil || got != want {
 		t.Errorf("act = %s, %v; want %s, nil", got, err, want)

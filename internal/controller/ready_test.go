@@ -136,7 +136,7 @@ func TestReadyHeldWokenWhenBacklogClears(t *testing.T) {
 	// Written meanwhile, with a ledger fact (writeStatus): nothing is left
 	// to wake it for.
 	key := client.ObjectKeyFromObject(h.sj)
-	h.r.tracker.wrote(key, h.sj.UID, "1", h.clk.Now(), nil)
+	h.r.tracker.wrote(key, h.sj.UID, "1", h.clk.Now(), nil, nil)
 	h.r.readyHeld.drop(key)
 	tick(10*time.Second, 0)
 

@@ -278,6 +278,12 @@ func (r *SafeJobReconciler) reconcile(ctx context.Context, req reconcile.Request
 	if sj.DeletionTimestamp != nil {
 		return reconcile.Result{}, r.releaseAll(ctx, req, sj)
 	}
+	if sj.Status.Ledger.Format > batchv1alpha1.LedgerFormat {
+		return reconcile.Result{}, r.refuseFormat(ctx, sj)
+	}
+	if err := r.tracker.sawLedger(sj); err != nil {
+		return reconcile.Result{}, r.refuseRolledBack(ctx, sj, err)
+	}
 	if err := r.releaseStrays(ctx, req.NamespacedName); err != nil {
 		return reconcile.Result{}, err
 	}

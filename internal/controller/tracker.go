@@ -115,13 +115,30 @@ func (t *tracker) showsOwnWrite(sj *batchv1alpha1.SafeJob, now time.Time, m *Met
 	return ok
 }
 
-// wrote records a successful status write and the launches it committed.
-func (t *tracker) wrote(key types.NamespacedName, uid types.UID, over string, now time.Time, appended []batchv1alpha1.LedgerEntry) {
+// wrote records a successful status write, the launches it committed and
+// the ledger it stored (nil: not known).
+func (t *tracker) wrote(key types.NamespacedName, uid types.UID, over string, now time.Time, appended []batchv1alpha1.LedgerEntry,
+	stored *batchv1alpha1.Ledger) {
 	t.with(key, uid, func(m *jobMemo) {
+		if stored != nil {
+			m.high.saw(stored)
+		}
 		m.fence.wrote(over, now)
 		m.pacing.wrote(now)
 		m.pods.committed(appended)
 	})
+}
+
+// sawLedger checks the cached SafeJob's ledger against the most this
+// process saw of it (ledgerHigh), and raises that to it when it shows no
+// less; an error says what it lacks.
+func (t *tracker) sawLedger(sj *batchv1alpha1.SafeJob) (err error) {
+	t.with(keyOf(sj), sj.UID, func(m *jobMemo) {
+		if err = m.high.covers(&sj.Status.Ledger); err == nil {
+			m.high.saw(&sj.Status.Ledger)
+		}
+	})
+	return err
 }
 
 // mayHaveWritten notes a status write whose answer was lost: the launches it

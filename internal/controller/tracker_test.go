@@ -26,7 +26,7 @@ func TestTrackerObservesOwnWrites(t *testing.T) {
 		t.Fatal("nothing written yet, but not observed")
 	}
 	tr.wrote(key, "u1", "10", now, []batchv1alpha1.LedgerEntry{
-		{Type: batchv1alpha1.EntryLaunched, Pod: "a-0-0"}, {Type: batchv1alpha1.EntryLaunched, Pod: "a-1-0"}})
+		{Type: batchv1alpha1.EntryLaunched, Pod: "a-0-0"}, {Type: batchv1alpha1.EntryLaunched, Pod: "a-1-0"}}, nil)
 	if tr.showsOwnWrite(sj, now, m) {
 		t.Error("the cache still shows the version our write replaced, yet observed")
 	}
@@ -38,13 +38,13 @@ func TestTrackerObservesOwnWrites(t *testing.T) {
 		t.Error("the cache moved past our write, yet not observed")
 	}
 	tr.created(key, "u1", "a-0-0")
-	tr.wrote(key, "u1", "11", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryEvicted, Pod: "a-1-0"}})
+	tr.wrote(key, "u1", "11", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryEvicted, Pod: "a-1-0"}}, nil)
 	if got := tr.uncreated(key, "u1"); len(got) != 0 {
 		t.Errorf("uncreated after create and eviction: %v", got)
 	}
 	// A terminal pod of an earlier SafeJob of the same name is neither kept
 	// nor allowed to reset the current SafeJob's memory.
-	tr.wrote(key, "u1", "12", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryLaunched, Pod: "a-3-0"}})
+	tr.wrote(key, "u1", "12", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryLaunched, Pod: "a-3-0"}}, nil)
 	tr.sawTerminal(key, "u0", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a-0-0"}})
 	if got := tr.lastSeen(key, "u1"); len(got) != 0 {
 		t.Errorf("a stranger's pod was kept as the SafeJob's: %v", got)
@@ -53,7 +53,7 @@ func TestTrackerObservesOwnWrites(t *testing.T) {
 		t.Errorf("a stranger's pod event reset the SafeJob's uncreated launches: %v", got)
 	}
 	// A new SafeJob under the same name starts with a clean memo.
-	tr.wrote(key, "u1", "12", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryLaunched, Pod: "a-2-0"}})
+	tr.wrote(key, "u1", "12", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryLaunched, Pod: "a-2-0"}}, nil)
 	if got := tr.uncreated(key, "u2"); len(got) != 0 {
 		t.Errorf("a recreated SafeJob inherited uncreated launches: %v", got)
 	}
@@ -74,7 +74,7 @@ func TestTrackerDefersReadyOnlyWrites(t *testing.T) {
 	}
 	// A write in between restarts the period.
 	tr.deferReady(key, "u1", now.Add(2*time.Second), time.Second, false, 0)
-	tr.wrote(key, "u1", "11", now.Add(2500*time.Millisecond), nil)
+	tr.wrote(key, "u1", "11", now.Add(2500*time.Millisecond), nil, nil)
 	if left, _ := tr.deferReady(key, "u1", now.Add(2600*time.Millisecond), time.Second, false, 0); left != time.Second {
 		t.Errorf("after a write the hold is %s, want a fresh 1s", left)
 	}
@@ -87,7 +87,7 @@ func TestTrackerSpacesWrites(t *testing.T) {
 	if left := tr.spacingLeft(key, "u1", now, 500*time.Millisecond); left != 0 {
 		t.Fatalf("before any write the hold is %s, want 0", left)
 	}
-	tr.wrote(key, "u1", "10", now, nil)
+	tr.wrote(key, "u1", "10", now, nil, nil)
 	if left := tr.spacingLeft(key, "u1", now.Add(200*time.Millisecond), 500*time.Millisecond); left != 300*time.Millisecond {
 		t.Errorf("200ms after a write the hold is %s, want 300ms", left)
 	}
@@ -119,7 +119,7 @@ func TestTrackerWakesOnDelivery(t *testing.T) {
 	if over, _, _ := tr.outstanding(key); over != "" {
 		t.Fatalf("outstanding %q before any write", over)
 	}
-	tr.wrote(key, "u1", "10", time.Unix(100, 0), nil)
+	tr.wrote(key, "u1", "10", time.Unix(100, 0), nil, nil)
 	over, uid, arrived := tr.outstanding(key)
 	if over != "10" || uid != "u1" || arrived == nil {
 		t.Fatalf("outstanding = %q, %q, %v; want the write over 10", over, uid, arrived)

@@ -73,10 +73,10 @@ type launchCommitWriter struct {
 	w *launchCommitWatcher
 }
 
-func (l launchCommitWriter) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+func (l launchCommitWriter) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 	sj, ok := obj.(*batchv1alpha1.SafeJob)
 	if !ok || sj.Status.Succeeded > 0 {
-		return l.SubResourceWriter.Update(ctx, obj, opts...)
+		return l.SubResourceWriter.Patch(ctx, obj, patch, opts...)
 	}
 	// Before any success, this test's SafeJobs write only to commit their
 	// launch (their pods never run).
@@ -90,5 +90,5 @@ func (l launchCommitWriter) Update(ctx context.Context, obj client.Object, opts 
 		}
 	}
 	time.Sleep(launchCommitDelay)
-	return l.SubResourceWriter.Update(ctx, obj, opts...)
+	return l.SubResourceWriter.Patch(ctx, obj, patch, opts...)
 }

@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -151,6 +152,8 @@ type managerOptions struct {
 	statusWrites int
 	// metrics, if set, receives the controller's metrics.
 	metrics **controller.Metrics
+	// config is the API server to run against (default: the suite's).
+	config *rest.Config
 }
 
 // testBackoff keeps the suite's retries quick; TestFailureBackoff checks
@@ -161,7 +164,7 @@ var testBackoff = jobs.Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Mill
 // returned stop is called or the test ends. stop waits for it to exit.
 func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 	t.Helper()
-	c := rest.CopyConfig(cfg)
+	c := rest.CopyConfig(cmp.Or(opts.config, cfg))
 	c.WrapTransport = opts.wrapTransport
 	cacheOpts := controller.CacheOptions()
 	cacheOpts.DefaultNamespaces = map[string]cache.Config{ns: {}}
