@@ -6,7 +6,8 @@
 //
 // The CRD goes to crds/ as it is; every other object becomes a template in
 // the release namespace, with the Deployment's image, replicas, resources
-// and flags, and the metrics Service, taken from values.yaml.
+// and flags, the metrics Service and the PodDisruptionBudget taken from
+// values.yaml. The default of replicas is the Deployment's in config/default.
 package main
 
 import (
@@ -46,7 +47,11 @@ func run(in io.Reader, out string) error {
 	if err := os.RemoveAll(out); err != nil {
 		return fmt.Errorf("clearing %s: %w", out, err)
 	}
-	files := map[string]string{"Chart.yaml": chartYAML, "values.yaml": valuesYAML, ".helmignore": "*.orig\n"}
+	replicas, err := deploymentReplicas(objs)
+	if err != nil {
+		return err
+	}
+	files := map[string]string{"Chart.yaml": chartYAML, "values.yaml": valuesYAML(replicas), ".helmignore": "*.orig\n"}
 	for _, obj := range objs {
 		name, body, err := render(obj)
 		if err != nil {
@@ -82,6 +87,36 @@ func decode(in io.Reader) ([]*unstructured.Unstructured, error) {
 			out = append(out, obj)
 		}
 	}
+}
+
+// deploymentReplicas returns the replicas of the one Deployment, the
+// operator's (1 if it sets none, as the API server defaults it).
+func deploymentReplicas(objs []*unstructured.Unstructured) (int64, error) {
+	var replicas []int64
+	for _, obj := range objs {
+		if obj.GetKind() != "Deployment" {
+			continue
+		}
+		// Decoded from YAML or JSON, a number is a float64.
+		var n int64 = 1
+		switch v, _, _ := unstructured.NestedFieldNoCopy(obj.Object, "spec", "replicas"); v := v.(type) {
+		case nil:
+		case int64:
+			n = v
+		case float64:
+			n = int64(v)
+			if float64(n) != v {
+				return 0, fmt.Errorf("the Deployment %s: replicas %v is not a whole number", obj.GetName(), v)
+			}
+		default:
+			return 0, fmt.Errorf("the Deployment %s: replicas %v is not a number", obj.GetName(), v)
+		}
+		replicas = append(replicas, n)
+	}
+	if len(replicas) != 1 {
+		return 0, fmt.Errorf("want one Deployment, the operator's; the manifests have %d", len(replicas))
+	}
+	return replicas[0], nil
 }
 
 const generated = "# Generated from config/default by hack/chart (make chart); do not edit.\n"
@@ -126,6 +161,9 @@ func render(obj *unstructured.Unstructured) (string, string, error) {
 	}
 	if kind == "Service" && strings.Contains(name, "metrics") {
 		text = "{{- if .Values.metrics.enabled }}\n" + text + "{{- end }}\n"
+	}
+	if kind == "PodDisruptionBudget" {
+		text = "{{- if .Values.podDisruptionBudget.enabled }}\n" + text + "{{- end }}\n"
 	}
 	file := fmt.Sprintf("templates/%s-%s.yaml", strings.ToLower(kind), strings.TrimPrefix(name, "safejob-"))
 	return file, generated + text, nil
@@ -207,16 +245,23 @@ version: 0.1.0
 appVersion: "0.1.0"
 `
 
-var valuesYAML = func() string {
+// valuesYAML is values.yaml, replicas defaulting to the Deployment's.
+func valuesYAML(replicas int64) string {
 	var b bytes.Buffer
 	b.WriteString(`# The operator's image: make image writes it as an OCI layout tarball.
 image:
   repository: safejob-controller
   tag: latest
   pullPolicy: IfNotPresent
-# Replicas of the operator; with leaderElect one leads and the others wait.
-replicas: 1
-leaderElect: true
+# Replicas of the operator; with leaderElect one leads and the others wait
+# to take over. The pods prefer different nodes.
+`)
+	fmt.Fprintf(&b, "replicas: %d\n", replicas)
+	b.WriteString(`leaderElect: true
+# A PodDisruptionBudget that lets drains evict one manager pod at a time
+# (maxUnavailable: 1, so that a single replica can still be drained).
+podDisruptionBudget:
+  enabled: true
 # HTTPS metrics on port 8443, served to callers bound to the
 # safejob-metrics-reader ClusterRole; the metrics Service comes with it.
 metrics:
@@ -232,4 +277,4 @@ resources:
 extraArgs: []
 `)
 	return b.String()
-}()
+}
