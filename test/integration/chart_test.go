@@ -17,8 +17,9 @@ import (
 
 // TestHelmChart renders dist/chart with the pinned helm (hack/helm.sh),
 // values overridden, checks that the values took effect, and applies every
-// object to the API server. `make verify` keeps the chart equal to what
-// config/default installs (hack/chart generates it).
+// object to the API server; rendered with its defaults, the chart runs two
+// replicas under a PodDisruptionBudget. `make verify` keeps the chart equal
+// to what config/default installs (hack/chart generates it).
 func TestHelmChart(t *testing.T) {
 	t.Parallel()
 	root := filepath.Join("..", "..")
@@ -29,7 +30,7 @@ func TestHelmChart(t *testing.T) {
 	helm := strings.TrimSpace(string(helmOut))
 	ns := newNamespace(t) // a name of its own, so that the test can run again on the same API server
 	rendered, err := exec.Command(helm, "template", "safejob", filepath.Join(root, "dist", "chart"), "--namespace", ns,
-		"--include-crds", "--set", "replicas=2", "--set", "image.repository=registry.example/safejob", "--set", "image.tag=v9",
+		"--include-crds", "--set", "replicas=3", "--set", "image.repository=registry.example/safejob", "--set", "image.tag=v9",
 		"--set", "metrics.enabled=false", "--set-json", `extraArgs=["--concurrent-reconciles=8"]`).CombinedOutput()
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, rendered)
@@ -39,6 +40,7 @@ func TestHelmChart(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRendered(t, objs, ns)
+	checkDefaults(t, helm, filepath.Join(root, "dist", "chart"))
 	ctx := context.Background()
 	for _, obj := range objs {
 		// Server-side apply: the CRD and the admission policies are already
@@ -51,8 +53,8 @@ func TestHelmChart(t *testing.T) {
 
 func checkDeployment(t *testing.T, obj *unstructured.Unstructured) {
 	t.Helper()
-	if replicas, _, _ := unstructured.NestedFieldNoCopy(obj.Object, "spec", "replicas"); fmt.Sprint(replicas) != "2" {
-		t.Errorf("replicas %v, want 2", replicas)
+	if replicas, _, _ := unstructured.NestedFieldNoCopy(obj.Object, "spec", "replicas"); fmt.Sprint(replicas) != "3" {
+		t.Errorf("replicas %v, want 3", replicas)
 	}
 	containers, _, _ := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "containers")
 	c := containers[0].(map[string]any)
@@ -88,6 +90,11 @@ func checkRendered(t *testing.T, objs []*unstructured.Unstructured, ns string) {
 			checkDeployment(t, obj)
 		case "Service":
 			t.Errorf("metrics.enabled=false still renders Service %s", obj.GetName())
+		case "PodDisruptionBudget":
+			if spec, _, _ := unstructured.NestedMap(obj.Object, "spec"); fmt.Sprint(spec["maxUnavailable"]) != "1" || spec["minAvailable"] != nil {
+				t.Errorf("PodDisruptionBudget %s: maxUnavailable %v, minAvailable %v; want 1 and none",
+					obj.GetName(), spec["maxUnavailable"], spec["minAvailable"])
+			}
 		case "ClusterRoleBinding":
 			subjects, _, _ := unstructured.NestedSlice(obj.Object, "subjects")
 			for _, s := range subjects {
@@ -98,9 +105,39 @@ func checkRendered(t *testing.T, objs []*unstructured.Unstructured, ns string) {
 		}
 	}
 	for _, kind := range []string{"CustomResourceDefinition", "Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-		"Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+		"Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "PodDisruptionBudget"} {
 		if kinds[kind] == 0 {
 			t.Errorf("the chart renders no %s", kind)
+		}
+	}
+}
+
+// checkDefaults renders the chart with its values.yaml: two replicas, and
+// a PodDisruptionBudget that podDisruptionBudget.enabled=false removes.
+func checkDefaults(t *testing.T, helm, chart string) {
+	t.Helper()
+	for _, pdb := range []bool{true, false} {
+		rendered, err := exec.Command(helm, "template", "safejob", chart, "--set", fmt.Sprintf("podDisruptionBudget.enabled=%t", pdb)).CombinedOutput()
+		if err != nil {
+			t.Fatalf("helm template: %v\n%s", err, rendered)
+		}
+		objs, err := testutil.DecodeManifests(rendered)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pdbs := 0
+		for _, obj := range objs {
+			switch obj.GetKind() {
+			case "Deployment":
+				if replicas, _, _ := unstructured.NestedFieldNoCopy(obj.Object, "spec", "replicas"); fmt.Sprint(replicas) != "2" {
+					t.Errorf("replicas %v by default, want 2", replicas)
+				}
+			case "PodDisruptionBudget":
+				pdbs++
+			}
+		}
+		if want := map[bool]int{true: 1, false: 0}[pdb]; pdbs != want {
+			t.Errorf("podDisruptionBudget.enabled=%t renders %d PodDisruptionBudgets, want %d", pdb, pdbs, want)
 		}
 	}
 }

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"text/template"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+)
+
+// manifests is what `kubectl kustomize config/default` writes, cut down to
+// the objects the generator treats apart.
+const manifests = `apiVersion: v1
+kind: Namespace
+metadata:
+  name: safejob-system
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: safejob-controller-manager
+  namespace: safejob-system
+spec:
+  replicas: 3
+  selector:
+    matchLabels:
+      app.kubernetes.io/name: safejob
+  template:
+    metadata:
+      labels:
+        app.kubernetes.io/name: safejob
+    spec:
+      containers:
+      - name: manager
+        image: controller:latest
+        args: [--leader-elect]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: safejob-controller-manager
+  namespace: safejob-system
+spec:
+  maxUnavailable: 1
+  selector:
+    matchLabels:
+      app.kubernetes.io/name: safejob
+`
+
+// TestGenerate: values.yaml's replicas default to the Deployment's, and the
+// PodDisruptionBudget becomes a template in the release namespace that
+// podDisruptionBudget.enabled turns off.
+func TestGenerate(t *testing.T) {
+	out := t.TempDir()
+	if err := run(strings.NewReader(manifests), out); err != nil {
+		t.Fatal(err)
+	}
+	values := readFile(t, filepath.Join(out, "values.yaml"))
+	if !strings.Contains(values, "\nreplicas: 3\n") {
+		t.Errorf("values.yaml does not default replicas to the Deployment's 3:\n%s", values)
+	}
+	pdb := readFile(t, filepath.Join(out, "templates", "poddisruptionbudget-controller-manager.yaml"))
+	for _, want := range []string{"{{- if .Values.podDisruptionBudget.enabled }}\n", "namespace: {{ .Release.Namespace }}\n", "{{- end }}\n"} {
+		if !strings.Contains(pdb, want) {
+			t.Errorf("the PodDisruptionBudget's template has no %q:\n%s", want, pdb)
+		}
+	}
+	noDeployment := manifests[strings.Index(manifests, "apiVersion: policy/v1"):]
+	if err := run(strings.NewReader(noDeployment), t.TempDir()); err == nil {
+		t.Error("manifests without the operator's Deployment: no error")
+	}
+}
+
+// TestChartDefaults renders dist/chart as helm would with its values.yaml
+// (and values overridden) and checks the high-availability defaults: two
+// replicas with leader election on different nodes if they can, a
+// PodDisruptionBudget of the manager's pods that a drain of a single
+// replica gets past (maxUnavailable: 1, never minAvailable), and room for
+// the manager's 20 seconds of draining at shutdown.
+func TestChartDefaults(t *testing.T) {
+	chart := filepath.Join("..", "..", "dist", "chart")
+	objs := renderChart(t, chart, nil)
+	deploy, pdb := objs["Deployment"], objs["PodDisruptionBudget"]
+	if deploy == nil || pdb == nil {
+		t.Fatalf("the chart renders Deployment %v and PodDisruptionBudget %v, want both", deploy != nil, pdb != nil)
+	}
+	if r, _, _ := unstructured.NestedFieldNoCopy(deploy.Object, "spec", "replicas"); fmt.Sprint(r) != "2" {
+		t.Errorf("replicas %v by default, want 2", r)
+	}
+	containers, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")
+	if args := fmt.Sprint(containers[0].(map[string]any)["args"]); !strings.Contains(args, "--leader-elect") {
+		t.Errorf("args %s: two replicas without --leader-elect", args)
+	}
+	if g, _, _ := unstructured.NestedFieldNoCopy(deploy.Object, "spec", "template", "spec", "terminationGracePeriodSeconds"); fmt.Sprint(g) != "30" {
+		t.Errorf("terminationGracePeriodSeconds %v, want 30", g)
+	}
+	podLabels, _, _ := unstructured.NestedStringMap(deploy.Object, "spec", "template", "metadata", "labels")
+	if len(podLabels) == 0 {
+		t.Fatal("the manager's pods have no labels")
+	}
+	terms, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "affinity", "podAntiAffinity",
+		"preferredDuringSchedulingIgnoredDuringExecution")
+	if len(terms) != 1 {
+		t.Errorf("preferred pod anti-affinity terms %v, want one", terms)
+	} else {
+		term := terms[0].(map[string]any)
+		key, _, _ := unstructured.NestedString(term, "podAffinityTerm", "topologyKey")
+		sel, _, _ := unstructured.NestedStringMap(term, "podAffinityTerm", "labelSelector", "matchLabels")
+		if key != "kubernetes.io/hostname" || len(sel) == 0 || !labels.SelectorFromSet(sel).Matches(labels.Set(podLabels)) {
+			t.Errorf("pod anti-affinity on %q selecting %v, want kubernetes.io/hostname and the manager's pods %v", key, sel, podLabels)
+		}
+	}
+	if pdb.GetAPIVersion() != "policy/v1" || pdb.GetNamespace() != "release-ns" {
+		t.Errorf("PodDisruptionBudget %s in namespace %q, want policy/v1 in the release's", pdb.GetAPIVersion(), pdb.GetNamespace())
+	}
+	spec, _, _ := unstructured.NestedMap(pdb.Object, "spec")
+	if fmt.Sprint(spec["maxUnavailable"]) != "1" || spec["minAvailable"] != nil {
+		t.Errorf("PodDisruptionBudget maxUnavailable %v, minAvailable %v; want 1 and none, so that one replica can be drained",
+			spec["maxUnavailable"], spec["minAvailable"])
+	}
+	sel, _, _ := unstructured.NestedStringMap(pdb.Object, "spec", "selector", "matchLabels")
+	if len(sel) == 0 || !labels.SelectorFromSet(sel).Matches(labels.Set(podLabels)) {
+		t.Errorf("PodDisruptionBudget selects %v, not the manager's pods %v", sel, podLabels)
+	}
+
+	one := renderChart(t, chart, map[string]any{"replicas": 1})
+	if r, _, _ := unstructured.NestedFieldNoCopy(one["Deployment"].Object, "spec", "replicas"); fmt.Sprint(r) != "1" {
+		t.Errorf("replicas=1 renders replicas %v", r)
+	}
+	if off := renderChart(t, chart, map[string]any{"podDisruptionBudget": map[string]any{"enabled": false}}); off["PodDisruptionBudget"] != nil {
+		t.Error("podDisruptionBudget.enabled=false still renders the PodDisruptionBudget")
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// renderChart renders the chart's templates with Go's text/template and
+// the two helm functions they use (toYaml, nindent), values.yaml's values with
+// set's top-level keys replacing them, in namespace release-ns; it returns
+// the objects by kind (the last of each).
+func renderChart(t *testing.T, chart string, set map[string]any) map[string]*unstructured.Unstructured {
+	t.Helper()
+	values := map[string]any{}
+	if err := yaml.Unmarshal([]byte(readFile(t, filepath.Join(chart, "values.yaml"))), &values); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range set {
+		values[k] = v
+	}
+	funcs := template.FuncMap{
+		"toYaml": func(v any) (string, error) {
+			b, err := yaml.Marshal(v)
+			return strings.TrimSuffix(string(b), "\n"), err
+		},
+		"nindent": func(n int, s string) string {
+			pad := strings.Repeat(" ", n)
+			return "\n" + pad + strings.ReplaceAll(s, "\n", "\n"+pad)
+		},
+	}
+	data := map[string]any{"Values": values, "Release": map[string]any{"Namespace": "release-ns", "Service": "Helm"}}
+	files, err := filepath.Glob(filepath.Join(chart, "templates", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no templates in %s: %v", chart, err)
+	}
+	var all bytes.Buffer
+	for _, f := range files {
+		tmpl, err := template.New(filepath.Base(f)).Funcs(funcs).Option("missingkey=zero").Parse(readFile(t, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		all.WriteString("\n---\n")
+		if err := tmpl.Execute(&all, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objs, err := decode(&all)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, all.String())
+	}
+	byKind := map[string]*unstructured.Unstructured{}
+	for _, obj := range objs {
+		byKind[obj.GetKind()] = obj
+	}
+	return byKind
+}
