@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -29,6 +30,10 @@ import (
 	"github.com/safejob/safejob/internal/logging"
 	"github.com/safejob/safejob/internal/recorder"
 )
+
+// version is the operator's release version, set at build time
+// (-ldflags "-X main.version=v0.1.0"); see buildVersion.
+var version = "dev"
 
 func main() {
 	var s settings
@@ -86,9 +91,14 @@ func main() {
 			"are issued, so that no pod is left holding the ledger finalizer (0: they stop at once). "+
 			"Keep it below the pod's termination grace period.")
 	flag.StringVar(&s.pprofAddr, "pprof-bind-address", "0", "The address the pprof endpoint binds to (0 disables it).")
+	showVersion := flag.Bool("version", false, "Print the version (safejob-controller <version>) and exit.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	if *showVersion {
+		fmt.Println("safejob-controller", buildVersion(version, debug.ReadBuildInfo))
+		os.Exit(0)
+	}
 	ctrl.SetLogger(logging.Lazy(zap.New(zap.UseFlagOptions(&opts))))
 	setupLog := ctrl.Log.WithName("setup")
 
@@ -197,7 +207,7 @@ func run(s settings) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding ready check: %w", err)
 	}
-	ctrl.Log.WithName("setup").Info("Starting manager")
+	ctrl.Log.WithName("setup").Info("Starting manager", "version", buildVersion(version, debug.ReadBuildInfo))
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running manager: %w", err)
 	}
@@ -247,4 +257,34 @@ func retryStartup(ctx context.Context, b wait.Backoff, start func() error) error
 		return fmt.Errorf("giving up starting: %w", last)
 	}
 	return err //nolint:wrapcheck // the context's own error, or nil
+}
+
+// buildVersion is the version the manager reports: v as set at build time,
+// or, for a build without one ("dev"), the commit the binary was built from
+// as the Go toolchain recorded it (go build in a checkout; "-dirty" when
+// the tree had changes), else "dev".
+func buildVersion(v string, readBuildInfo func() (*debug.BuildInfo, bool)) string {
+	if v != "dev" {
+		return v
+	}
+	info, ok := readBuildInfo()
+	if !ok {
+		return v
+	}
+	var revision, modified string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			revision = s.Value
+		case "vcs.modified":
+			modified = s.Value
+		}
+	}
+	if revision == "" {
+		return v
+	}
+	if modified == "true" {
+		revision += "-dirty"
+	}
+	return revision
 }
