@@ -150,13 +150,16 @@ plugin: ## Build the kubectl plugin into bin/kubectl-safejob; put bin/ on PATH a
 	install -m 0755 cmd/kubectl-safejob/kubectl_complete-safejob bin/
 
 VERSION ?= v0.0.0-dev
+# The manager reports VERSION (--version, its start line) when one is given;
+# without, the commit it was built from, when the toolchain recorded one.
+MANAGER_LDFLAGS = $(if $(filter v0.0.0-dev,$(VERSION)),,-ldflags "-X main.version=$(VERSION)")
 .PHONY: krew
 krew: ## Build the plugin's release archives and krew manifest into dist/krew (VERSION=v0.1.0).
 	go run ./hack/release -version $(VERSION) -out dist/krew
 
 .PHONY: image
-image: ## Build the operator image $(IMG) as an OCI image layout tarball, dist/safejob-image.tar, with Go alone (no container engine).
-	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH) go build -trimpath -o bin/manager-linux-$(GOARCH) ./cmd
+image: ## Build the operator image $(IMG) as an OCI image layout tarball, dist/safejob-image.tar, with Go alone (no container engine; VERSION=v0.1.0 sets its version).
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH) go build -trimpath $(MANAGER_LDFLAGS) -o bin/manager-linux-$(GOARCH) ./cmd
 	go run ./hack/image -binary bin/manager-linux-$(GOARCH) -arch $(GOARCH) -ref $(IMG) -out dist/safejob-image.tar
 
 .PHONY: docker-build
