@@ -146,30 +146,42 @@ func (h *podHandler) remember(pod *corev1.Pod) {
 // run, the parent, which waits for the pods of earlier runs under Forbid and
 // Replace. Within the batch period of the first event, further events of the
 // same SafeJob join the pending request (the queue keeps the earliest time).
+// A pod holding the ledger finalizer for a SafeJob of this name that the
+// cache shows replaced by another (deleted and created again under the same
+// name, the cache going straight from one to the other) is a predecessor's:
+// no reconcile sees its SafeJob gone, so its name is queued as a stray's,
+// whose release reads the SafeJob of the name live first (releaseStrays).
 func (h *podHandler) enqueueOwner(obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	if ref := metav1.GetControllerOf(obj); ref != nil && batchv1alpha1.IsSafeJobRef(ref) {
 		key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: ref.Name}
-		q.AddAfter(reconcile.Request{NamespacedName: key}, h.batchFor(key))
+		batch, successor := h.lookup(key, ref.UID)
+		if successor && slices.Contains(obj.GetFinalizers(), batchv1alpha1.LedgerFinalizer) {
+			h.tracker.sawStray(key)
+			q.Add(reconcile.Request{NamespacedName: key})
+		}
+		q.AddAfter(reconcile.Request{NamespacedName: key}, batch)
 	}
 	if parent := obj.GetAnnotations()[batchv1alpha1.ParentLabel]; parent != "" {
 		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: parent}}, h.batch)
 	}
 }
 
-// batchFor is how long the events of a SafeJob's pods are gathered: the
-// batch period when it runs several pods at once, else nothing.
-func (h *podHandler) batchFor(key types.NamespacedName) time.Duration {
-	if h.batch <= 0 || h.cache == nil {
-		return 0
+// lookup reads the cached SafeJob of key: batch is how long the events of
+// its pods are gathered (the batch period when it runs several pods at
+// once, else nothing), successor whether it is another SafeJob than the
+// one of uid that created the pod.
+func (h *podHandler) lookup(key types.NamespacedName, uid types.UID) (batch time.Duration, successor bool) {
+	if h.cache == nil {
+		return 0, false
 	}
 	sj := &batchv1alpha1.SafeJob{}
 	if err := h.cache.Get(context.Background(), key, sj, client.UnsafeDisableDeepCopy); err != nil {
-		return 0
+		return 0, false
 	}
-	if ptr.Deref(sj.Spec.Parallelism, 1) <= 1 {
-		return 0
+	if h.batch > 0 && ptr.Deref(sj.Spec.Parallelism, 1) > 1 {
+		batch = h.batch
 	}
-	return h.batch
+	return batch, sj.UID != uid
 }
 
 // leftUndeleted reports a pod of a SafeJob that left the cache while it

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 	"github.com/safejob/safejob/test/testutil"
 )
 
@@ -175,4 +177,59 @@ func readStatus(t *testing.T, c client.Client, sj *batchv1alpha1.SafeJob) map[st
 	}
 	status, _, _ := unstructured.NestedMap(u.Object, "status")
 	return status
+}
+
+// TestRecreatedWhileStoppedReleasesPredecessorsPods: a SafeJob with two
+// running pods is deleted and created again under the same name while no
+// operator runs, and no garbage collector deletes the old pods. The
+// operator that starts then never sees the old SafeJob gone (its cache
+// goes straight to the new one): the old pods' ledger finalizers must be
+// released all the same, and the new SafeJob's pods must keep theirs.
+func TestRecreatedWhileStoppedReleasesPredecessorsPods(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHarness(t, hold, false)
+	stop := startManager(t, h.ns, managerOptions{})
+	old := testutil.MakeSafeJob("again", h.ns).Completions(2).Parallelism(2).Obj()
+	if err := k8s.Create(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	waitRunningPods(t, h.ns, 2)
+	stop()
+	if err := k8s.Delete(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	again := testutil.MakeSafeJob("again", h.ns).Completions(2).Parallelism(2).Obj()
+	if err := k8s.Create(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	startManager(t, h.ns, managerOptions{})
+	waitFor(t, 30*time.Second, "the old SafeJob's pods released, the new one's launches committed", func() (bool, error) {
+		var pods corev1.PodList
+		if err := k8s.List(ctx, &pods, client.InNamespace(h.ns)); err != nil {
+			return false, err
+		}
+		for i := range pods.Items {
+			if ref := metav1.GetControllerOf(&pods.Items[i]); ref != nil && ref.UID == old.UID &&
+				slices.Contains(pods.Items[i].Finalizers, batchv1alpha1.LedgerFinalizer) {
+				return false, nil
+			}
+		}
+		sj := &batchv1alpha1.SafeJob{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(again), sj); err != nil {
+			return false, err
+		}
+		return sj.Status.Ledger.Seq >= 2, nil
+	})
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.InNamespace(h.ns)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if ref := metav1.GetControllerOf(pod); ref != nil && ref.UID == again.UID && pod.DeletionTimestamp == nil &&
+			!slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) && !jobs.IsTerminal(pod) {
+			t.Errorf("the new SafeJob's running pod %s lost its ledger finalizer", pod.Name)
+		}
+	}
 }
