@@ -141,6 +141,7 @@ func run(s settings) error {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = float32(s.qps), s.burst
+	controller.WithServerTimeouts(cfg)
 	metricsOpts := metricsserver.Options{
 		BindAddress:   s.metricsAddr,
 		SecureServing: s.secureMetrics,

@@ -185,7 +185,7 @@ func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.Saf
 		// commit).
 		return false, r.expire(ctx, key, sj.UID, ref), nil
 	}
-	ctx, cancel := context.WithDeadline(ctx, fence.CreateDeadline(ref.Time))
+	ctx, cancel := withServerDeadline(ctx, fence.CreateDeadline(ref.Time))
 	defer cancel()
 	pod := newPod(sj, ref)
 	info.apply(pod)

@@ -212,7 +212,7 @@ func (r *SafeJobReconciler) createRun(ctx context.Context, sj *batchv1alpha1.Saf
 		logger.Info("Run create window passed; the run will be recorded Lost once it is confirmed absent")
 		return nil
 	}
-	ctx, cancel := context.WithDeadline(ctx, fence.CreateDeadline(ref.Time))
+	ctx, cancel := withServerDeadline(ctx, fence.CreateDeadline(ref.Time))
 	defer cancel()
 	run := newRun(sj, ref)
 	err := r.Client.Create(ctx, run)

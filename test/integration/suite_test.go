@@ -166,6 +166,7 @@ func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 	t.Helper()
 	c := rest.CopyConfig(cmp.Or(opts.config, cfg))
 	c.WrapTransport = opts.wrapTransport
+	controller.WithServerTimeouts(c)
 	cacheOpts := controller.CacheOptions()
 	cacheOpts.DefaultNamespaces = map[string]cache.Config{ns: {}}
 	mgr, err := ctrl.NewManager(c, ctrl.Options{

@@ -289,7 +289,8 @@ func (e *auditEvent) showsExisting() bool {
 
 // Writes lists the completed writes (create, update, patch, delete) of a
 // resource's subresource ("" for the object itself) in the audit log, in
-// log order, whoever made them.
+// log order, whoever made them; a create is named as its body names the
+// object.
 func Writes(logPath, resource, subresource string) ([]Request, error) {
 	var out []Request
 	err := scanAudit(logPath, func(e *auditEvent) {
@@ -298,7 +299,7 @@ func Writes(logPath, resource, subresource string) ([]Request, error) {
 			return
 		}
 		out = append(out, Request{Verb: e.Verb, Resource: e.ObjectRef.Resource, Subresource: e.ObjectRef.Subresource,
-			Namespace: e.ObjectRef.Namespace, Name: e.ObjectRef.Name, URI: e.RequestURI, Code: e.ResponseStatus.Code,
+			Namespace: e.ObjectRef.Namespace, Name: e.objectName(), URI: e.RequestURI, Code: e.ResponseStatus.Code,
 			Received: e.RequestReceived})
 	})
 	return out, err
