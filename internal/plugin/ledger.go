@@ -1,6 +1,8 @@
 // Package plugin holds what kubectl safejob shows, as pure functions of the
 // objects it reads: a SafeJob's ledger, why it does not progress, and Job
-// manifests converted to SafeJobs.
+// manifests converted to SafeJobs; and, through a client, the two commands
+// that change a cluster: release, which frees what SafeJob's finalizers
+// hold once its operator is gone, and uninstall.
 package plugin
 
 import (
