@@ -1,0 +1,311 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
+)
+
+// CRDName is the SafeJob CustomResourceDefinition.
+const CRDName = "safejobs.batch.safejob.dev"
+
+// Policies are the ValidatingAdmissionPolicies SafeJob ships
+// (config/policy, dist/chart), each with a binding of the same name.
+var Policies = []string{"safejob-immutable-spec", "safejob-min-parallelism", "safejob-queue-name", "safejob-run-now"}
+
+// The operator's Deployment: labelled so by config/manager and the chart,
+// and named so by config/operator's prefix and the chart.
+const (
+	operatorLabel, operatorLabelValue = "control-plane", "controller-manager"
+	operatorDeployment                = "safejob-controller-manager"
+)
+
+// UninstallOptions are the flags of `kubectl safejob uninstall`.
+type UninstallOptions struct {
+	// Stop stops the schedules and deletes the SafeJobs that run.
+	Stop bool
+	// DeleteCRD deletes the SafeJob CRD and SafeJob's admission policies.
+	DeleteCRD         bool
+	OperatorNamespace string
+	// Timeout bounds the wait for the operator to let everything go;
+	// Interval is how often to look (a second when zero).
+	Timeout, Interval time.Duration
+	// Workloads says the API server serves Kueue's Workloads.
+	Workloads bool
+	Now       time.Time
+}
+
+// Running lists the SafeJobs that have not finished: no Complete or Failed
+// condition True; a schedule runs unless it is suspended.
+func Running(sjs []batchv1alpha1.SafeJob) []*batchv1alpha1.SafeJob {
+	var out []*batchv1alpha1.SafeJob
+	for k := range sjs {
+		sj := &sjs[k]
+		if sj.Spec.Schedule != nil {
+			if sj.Spec.Suspend == nil || !*sj.Spec.Suspend {
+				out = append(out, sj)
+			}
+			continue
+		}
+		if ledger.Finished(sj.Status.Conditions) == nil {
+			out = append(out, sj)
+		}
+	}
+	return out
+}
+
+// ErrRunning is uninstall's refusal while SafeJobs run.
+var ErrRunning = errors.New("SafeJobs run (listed above): wait for them to finish, or pass --stop to stop the schedules and delete every SafeJob")
+
+// Uninstall removes SafeJob from a cluster whose operator runs: it
+// refuses while SafeJobs run unless o.Stop, which suspends the schedules
+// first; deletes every SafeJob, runs before their parents; waits until the
+// operator has let go of every SafeJob, pod and Workload; then deletes the
+// operator's Deployments and, with o.DeleteCRD, the CRD and the policies.
+func Uninstall(ctx context.Context, cl client.Client, w io.Writer, o UninstallOptions) error {
+	out := &errWriter{w: w}
+	sjs, err := listSafeJobs(ctx, cl, "")
+	if err != nil {
+		return err
+	}
+	if running := Running(sjs); len(running) > 0 && !o.Stop {
+		out.printf("%s run:\n", plural(len(running), "SafeJob"))
+		if err := printSafeJobs(w, running); err != nil {
+			return err
+		}
+		return ErrRunning
+	}
+	if alive, err := OperatorAlive(ctx, cl, o.OperatorNamespace, o.Now); err == nil && alive == nil && len(sjs) > 0 {
+		out.printf("Note: no operator looks alive (no Lease %s renewed within its duration): the SafeJobs deleted wait for one.\n", LeaseName)
+	}
+	if o.Stop {
+		if err := suspendSchedules(ctx, cl, out, sjs); err != nil {
+			return err
+		}
+		// A run a schedule started before it was suspended is deleted too.
+		if sjs, err = listSafeJobs(ctx, cl, ""); err != nil {
+			return err
+		}
+	}
+	if err := deleteSafeJobs(ctx, cl, out, sjs); err != nil {
+		return err
+	}
+	if err := waitReleased(ctx, cl, out, o); err != nil {
+		return err
+	}
+	if err := removeOperator(ctx, cl, out, o); err != nil {
+		return err
+	}
+	out.printf("SafeJob is uninstalled.\n")
+	return out.err
+}
+
+func printSafeJobs(w io.Writer, sjs []*batchv1alpha1.SafeJob) error {
+	return writeTable(w, "NAMESPACE\tNAME\tKIND", func(row func(string, ...any)) {
+		for _, sj := range sjs {
+			kind := "job"
+			switch {
+			case sj.Spec.Schedule != nil:
+				kind = "schedule"
+			case batchv1alpha1.RunParent(sj) != nil:
+				kind = "run of " + batchv1alpha1.RunParent(sj).Name
+			}
+			row("%s\t%s\t%s", sj.Namespace, sj.Name, kind)
+		}
+	})
+}
+
+// suspendSchedules sets spec.suspend on every schedule that is not
+// suspended, so that it starts no new run.
+func suspendSchedules(ctx context.Context, cl client.Client, out *errWriter, sjs []batchv1alpha1.SafeJob) error {
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"suspend":true}}`))
+	for k := range sjs {
+		sj := &sjs[k]
+		if sj.Spec.Schedule == nil || (sj.Spec.Suspend != nil && *sj.Spec.Suspend) || sj.DeletionTimestamp != nil {
+			continue
+		}
+		if err := cl.Patch(ctx, sj, patch); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("suspending schedule %s/%s: %w", sj.Namespace, sj.Name, err)
+		}
+		out.printf("Suspended schedule %s/%s.\n", sj.Namespace, sj.Name)
+	}
+	return out.err
+}
+
+// deleteSafeJobs deletes the SafeJobs not yet deleting: the runs and the
+// other SafeJobs without a schedule first, then the schedules, so that a
+// parent outlives its runs and records them.
+func deleteSafeJobs(ctx context.Context, cl client.Client, out *errWriter, sjs []batchv1alpha1.SafeJob) error {
+	n := 0
+	for _, schedules := range []bool{false, true} {
+		for k := range sjs {
+			sj := &sjs[k]
+			if (sj.Spec.Schedule != nil) != schedules || sj.DeletionTimestamp != nil {
+				continue
+			}
+			if err := cl.Delete(ctx, sj, client.PropagationPolicy(metav1.DeletePropagationBackground),
+				client.Preconditions{UID: &sj.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+				return fmt.Errorf("deleting SafeJob %s/%s: %w", sj.Namespace, sj.Name, err)
+			}
+			n++
+		}
+	}
+	if n > 0 {
+		out.printf("Deleted %s.\n", plural(n, "SafeJob"))
+	}
+	return out.err
+}
+
+// left is what still holds SafeJob's finalizers.
+type left struct{ safeJobs, pods, workloads int }
+
+func (l left) none() bool { return l == left{} }
+
+func (l left) String() string {
+	return fmt.Sprintf("%s, %s holding finalizer %s, %s holding finalizer %s", plural(l.safeJobs, "SafeJob"),
+		plural(l.pods, "pod"), batchv1alpha1.LedgerFinalizer, plural(l.workloads, "Workload"), WorkloadFinalizer)
+}
+
+// leftNow counts what is left, and deletes the SafeJobs created since the
+// last look.
+func leftNow(ctx context.Context, cl client.Client, out *errWriter, workloads bool) (left, error) {
+	var l left
+	sjs, err := listSafeJobs(ctx, cl, "")
+	if err != nil {
+		return l, err
+	}
+	l.safeJobs = len(sjs)
+	if err := deleteSafeJobs(ctx, cl, out, sjs); err != nil {
+		return l, err
+	}
+	pods := &metav1.PartialObjectMetadataList{}
+	pods.SetGroupVersionKind(metav1.SchemeGroupVersion.WithKind("PodList"))
+	pods.APIVersion = "v1"
+	if err := cl.List(ctx, pods); err != nil {
+		return l, fmt.Errorf("listing pods: %w", err)
+	}
+	for k := range pods.Items {
+		if slices.Contains(pods.Items[k].Finalizers, batchv1alpha1.LedgerFinalizer) {
+			l.pods++
+		}
+	}
+	if workloads {
+		var wls kueue.WorkloadList
+		if err := cl.List(ctx, &wls); err != nil {
+			return l, fmt.Errorf("listing Workloads: %w", err)
+		}
+		for k := range wls.Items {
+			ref := metav1.GetControllerOfNoCopy(&wls.Items[k])
+			if ref != nil && batchv1alpha1.IsSafeJobRef(ref) && slices.Contains(wls.Items[k].Finalizers, WorkloadFinalizer) {
+				l.workloads++
+			}
+		}
+	}
+	return l, nil
+}
+
+// waitReleased waits until no SafeJob is left and the operator has let go
+// of every pod and Workload, saying how many are left as that changes.
+func waitReleased(ctx context.Context, cl client.Client, out *errWriter, o UninstallOptions) error {
+	interval := o.Interval
+	if interval <= 0 {
+		interval = time.Second
+	}
+	var last left
+	first := true
+	err := wait.PollUntilContextTimeout(ctx, interval, o.Timeout, true, func(ctx context.Context) (bool, error) {
+		l, err := leftNow(ctx, cl, out, o.Workloads)
+		if err != nil {
+			return false, err
+		}
+		if !l.none() && (first || l != last) {
+			out.printf("Waiting for the operator to let go: %s left.\n", l)
+		}
+		first, last = false, l
+		return l.none(), out.err
+	})
+	if err == nil {
+		out.printf("No SafeJob is left, and nothing holds a finalizer of SafeJob's.\n")
+		return out.err
+	}
+	if ctx.Err() == nil && wait.Interrupted(err) {
+		return fmt.Errorf("after %s, %s left: the operator lets them go as it records each outcome; is it running "+
+			"(kubectl -n %s get pods)? If it is gone, `kubectl safejob release -A` frees them, giving up the outcomes not recorded",
+			o.Timeout, last, o.OperatorNamespace)
+	}
+	return fmt.Errorf("waiting for the operator to let go: %w", err)
+}
+
+// removeOperator deletes the operator's Deployments and, with DeleteCRD,
+// the SafeJob CRD and SafeJob's admission policies and their bindings.
+func removeOperator(ctx context.Context, cl client.Client, out *errWriter, o UninstallOptions) error {
+	var deps appsv1.DeploymentList
+	if err := cl.List(ctx, &deps, client.InNamespace(o.OperatorNamespace),
+		client.MatchingLabels{operatorLabel: operatorLabelValue}); err != nil {
+		return fmt.Errorf("listing the operator's Deployments in %s: %w", o.OperatorNamespace, err)
+	}
+	byName := &appsv1.Deployment{}
+	switch err := cl.Get(ctx, client.ObjectKey{Namespace: o.OperatorNamespace, Name: operatorDeployment}, byName); {
+	case err == nil:
+		if !slices.ContainsFunc(deps.Items, func(d appsv1.Deployment) bool { return d.Name == byName.Name }) {
+			deps.Items = append(deps.Items, *byName)
+		}
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("reading Deployment %s/%s: %w", o.OperatorNamespace, operatorDeployment, err)
+	}
+	if len(deps.Items) == 0 {
+		out.printf("No operator Deployment in namespace %s (labelled %s=%s or named %s): if the operator runs elsewhere, stop it there.\n",
+			o.OperatorNamespace, operatorLabel, operatorLabelValue, operatorDeployment)
+	}
+	for k := range deps.Items {
+		d := &deps.Items[k]
+		if err := cl.Delete(ctx, d, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting the operator's Deployment %s/%s: %w", d.Namespace, d.Name, err)
+		}
+		out.printf("Deleted the operator's Deployment %s/%s.\n", d.Namespace, d.Name)
+	}
+	if !o.DeleteCRD {
+		return out.err
+	}
+	type named struct {
+		kind string
+		obj  client.Object
+	}
+	var objs []named
+	for _, name := range Policies {
+		objs = append(objs, named{"ValidatingAdmissionPolicyBinding",
+			&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name}}})
+	}
+	for _, name := range Policies {
+		objs = append(objs, named{"ValidatingAdmissionPolicy",
+			&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}})
+	}
+	objs = append(objs, named{"CustomResourceDefinition",
+		&apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: CRDName}}})
+	for _, n := range objs {
+		switch err := cl.Delete(ctx, n.obj); {
+		case err == nil:
+			out.printf("Deleted %s %s.\n", n.kind, n.obj.GetName())
+		case !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err):
+			return fmt.Errorf("deleting %s %s: %w", n.kind, n.obj.GetName(), err)
+		}
+	}
+	return out.err
+}
