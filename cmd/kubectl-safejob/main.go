@@ -1,5 +1,5 @@
 // Command kubectl-safejob is the kubectl plugin of SafeJob: `kubectl
-// safejob ledger|why|runs|run|top|convert`. Install it on PATH (`go install
+// safejob ledger|why|runs|run|top|convert|release|uninstall`. Install it on PATH (`go install
 // ./cmd/kubectl-safejob` or `make plugin`) and kubectl finds it.
 package main
 
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,7 +23,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	"sigs.k8s.io/yaml"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
@@ -75,7 +78,7 @@ func newRoot(streams genericiooptions.IOStreams) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "kubectl-safejob",
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl safejob"},
-		Short:         "Read SafeJobs' ledgers, see why one waits, run schedules, convert batch/v1 Jobs",
+		Short:         "Read SafeJobs' ledgers, see why one waits, run schedules, convert batch/v1 Jobs, uninstall SafeJob",
 		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -83,7 +86,8 @@ func newRoot(streams genericiooptions.IOStreams) *cobra.Command {
 	o.flags.AddFlags(root.PersistentFlags())
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
-	root.AddCommand(o.ledgerCmd(), o.whyCmd(), o.runsCmd(), o.runCmd(), o.topCmd(), o.convertCmd())
+	root.AddCommand(o.ledgerCmd(), o.whyCmd(), o.runsCmd(), o.runCmd(), o.topCmd(), o.convertCmd(),
+		o.releaseCmd(), o.uninstallCmd())
 	return root
 }
 
@@ -102,15 +106,28 @@ func (o *options) client() (client.Client, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("reading the namespace: %w", err)
 	}
-	scheme := runtime.NewScheme()
-	if err := batchv1alpha1.AddToScheme(scheme); err != nil {
-		return nil, "", fmt.Errorf("adding the SafeJob types: %w", err)
+	scheme, err := newScheme()
+	if err != nil {
+		return nil, "", err
 	}
 	cl, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, "", fmt.Errorf("creating a client: %w", err)
 	}
 	return cl, ns, nil
+}
+
+// newScheme holds the types the commands read: SafeJobs, and for release
+// and uninstall the built-in types, Workloads and CRDs.
+func newScheme() (*runtime.Scheme, error) {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{batchv1alpha1.AddToScheme, clientgoscheme.AddToScheme,
+		kueue.AddToScheme, apiextensionsv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return nil, fmt.Errorf("adding the types: %w", err)
+		}
+	}
+	return scheme, nil
 }
 
 // get reads a SafeJob of the flags' namespace.
