@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -76,9 +77,13 @@ var ErrRunning = errors.New("SafeJobs run (listed above): wait for them to finis
 
 // Uninstall removes SafeJob from a cluster whose operator runs: it
 // refuses while SafeJobs run unless o.Stop, which suspends the schedules
-// first; deletes every SafeJob, runs before their parents; waits until the
-// operator has let go of every SafeJob, pod and Workload; then deletes the
-// operator's Deployments and, with o.DeleteCRD, the CRD and the policies.
+// first; deletes the runs and the other SafeJobs without a schedule and,
+// once they are gone, the schedules: a parent lives until it has recorded
+// its runs and let them go (a run deleted after its parent would keep its
+// finalizer until the operator happens to look at it again). It waits until
+// the operator has let go of every SafeJob, pod and Workload, then deletes
+// the operator's Deployments and, with o.DeleteCRD, the CRD and the
+// policies.
 func Uninstall(ctx context.Context, cl client.Client, w io.Writer, o UninstallOptions) error {
 	out := &errWriter{w: w}
 	sjs, err := listSafeJobs(ctx, cl, "")
@@ -104,10 +109,16 @@ func Uninstall(ctx context.Context, cl client.Client, w io.Writer, o UninstallOp
 			return err
 		}
 	}
-	if err := deleteSafeJobs(ctx, cl, out, sjs); err != nil {
+	deadline := time.Now().Add(o.Timeout)
+	if err := deleteSafeJobs(ctx, cl, out, sjs, false); err != nil {
 		return err
 	}
-	if err := waitReleased(ctx, cl, out, o); err != nil {
+	if slices.ContainsFunc(sjs, func(sj batchv1alpha1.SafeJob) bool { return sj.Spec.Schedule != nil }) {
+		if err := waitReleased(ctx, cl, out, o, deadline, false); err != nil {
+			return err
+		}
+	}
+	if err := waitReleased(ctx, cl, out, o, deadline, true); err != nil {
 		return err
 	}
 	if err := removeOperator(ctx, cl, out, o); err != nil {
@@ -150,11 +161,14 @@ func suspendSchedules(ctx context.Context, cl client.Client, out *errWriter, sjs
 }
 
 // deleteSafeJobs deletes the SafeJobs not yet deleting: the runs and the
-// other SafeJobs without a schedule first, then the schedules, so that a
-// parent outlives its runs and records them.
-func deleteSafeJobs(ctx context.Context, cl client.Client, out *errWriter, sjs []batchv1alpha1.SafeJob) error {
+// other SafeJobs without a schedule first, then, with withSchedules, the
+// schedules.
+func deleteSafeJobs(ctx context.Context, cl client.Client, out *errWriter, sjs []batchv1alpha1.SafeJob, withSchedules bool) error {
 	n := 0
 	for _, schedules := range []bool{false, true} {
+		if schedules && !withSchedules {
+			break
+		}
 		for k := range sjs {
 			sj := &sjs[k]
 			if (sj.Spec.Schedule != nil) != schedules || sj.DeletionTimestamp != nil {
@@ -183,72 +197,104 @@ func (l left) String() string {
 		plural(l.pods, "pod"), batchv1alpha1.LedgerFinalizer, plural(l.workloads, "Workload"), WorkloadFinalizer)
 }
 
-// leftNow counts what is left, and deletes the SafeJobs created since the
-// last look.
-func leftNow(ctx context.Context, cl client.Client, out *errWriter, workloads bool) (left, error) {
+// maxNamed is how many of what is left a timed out wait names.
+const maxNamed = 10
+
+// leftNow counts what is left, names the first of them, and deletes the
+// SafeJobs created since the last look. Without all, only the SafeJobs
+// without a schedule count, and no schedule is deleted.
+func leftNow(ctx context.Context, cl client.Client, out *errWriter, workloads, all bool) (left, []string, error) {
 	var l left
+	var names []string
+	name := func(kind string, obj metav1.Object) {
+		if len(names) < maxNamed {
+			names = append(names, fmt.Sprintf("%s %s/%s (finalizers %v)", kind, obj.GetNamespace(), obj.GetName(), obj.GetFinalizers()))
+		}
+	}
 	sjs, err := listSafeJobs(ctx, cl, "")
 	if err != nil {
-		return l, err
+		return l, nil, err
 	}
-	l.safeJobs = len(sjs)
-	if err := deleteSafeJobs(ctx, cl, out, sjs); err != nil {
-		return l, err
+	for k := range sjs {
+		if all || sjs[k].Spec.Schedule == nil {
+			l.safeJobs++
+			name(KindSafeJob, &sjs[k])
+		}
+	}
+	if err := deleteSafeJobs(ctx, cl, out, sjs, all); err != nil {
+		return l, nil, err
+	}
+	if !all {
+		return l, names, nil
 	}
 	pods := &metav1.PartialObjectMetadataList{}
 	pods.SetGroupVersionKind(metav1.SchemeGroupVersion.WithKind("PodList"))
 	pods.APIVersion = "v1"
 	if err := cl.List(ctx, pods); err != nil {
-		return l, fmt.Errorf("listing pods: %w", err)
+		return l, nil, fmt.Errorf("listing pods: %w", err)
 	}
 	for k := range pods.Items {
 		if slices.Contains(pods.Items[k].Finalizers, batchv1alpha1.LedgerFinalizer) {
 			l.pods++
+			name(KindPod, &pods.Items[k])
 		}
 	}
 	if workloads {
 		var wls kueue.WorkloadList
 		if err := cl.List(ctx, &wls); err != nil {
-			return l, fmt.Errorf("listing Workloads: %w", err)
+			return l, nil, fmt.Errorf("listing Workloads: %w", err)
 		}
 		for k := range wls.Items {
 			ref := metav1.GetControllerOfNoCopy(&wls.Items[k])
 			if ref != nil && batchv1alpha1.IsSafeJobRef(ref) && slices.Contains(wls.Items[k].Finalizers, WorkloadFinalizer) {
 				l.workloads++
+				name(KindWorkload, &wls.Items[k])
 			}
 		}
 	}
-	return l, nil
+	return l, names, nil
 }
 
 // waitReleased waits until no SafeJob is left and the operator has let go
-// of every pod and Workload, saying how many are left as that changes.
-func waitReleased(ctx context.Context, cl client.Client, out *errWriter, o UninstallOptions) error {
+// of every pod and Workload, saying how many are left as that changes;
+// without all, until no SafeJob without a schedule is left.
+func waitReleased(ctx context.Context, cl client.Client, out *errWriter, o UninstallOptions, deadline time.Time, all bool) error {
 	interval := o.Interval
 	if interval <= 0 {
 		interval = time.Second
 	}
 	var last left
+	var named []string
 	first := true
-	err := wait.PollUntilContextTimeout(ctx, interval, o.Timeout, true, func(ctx context.Context) (bool, error) {
-		l, err := leftNow(ctx, cl, out, o.Workloads)
+	what := "Waiting for the operator to let go"
+	if !all {
+		what = "Waiting for the runs and the other SafeJobs without a schedule to go before deleting the schedules"
+	}
+	err := wait.PollUntilContextTimeout(ctx, interval, max(time.Until(deadline), time.Millisecond), true, func(ctx context.Context) (bool, error) {
+		l, names, err := leftNow(ctx, cl, out, o.Workloads, all)
 		if err != nil {
 			return false, err
 		}
 		if !l.none() && (first || l != last) {
-			out.printf("Waiting for the operator to let go: %s left.\n", l)
+			if all {
+				out.printf("%s: %s left.\n", what, l)
+			} else {
+				out.printf("%s: %s left.\n", what, plural(l.safeJobs, "SafeJob"))
+			}
 		}
-		first, last = false, l
+		first, last, named = false, l, names
 		return l.none(), out.err
 	})
 	if err == nil {
-		out.printf("No SafeJob is left, and nothing holds a finalizer of SafeJob's.\n")
+		if all {
+			out.printf("No SafeJob is left, and nothing holds a finalizer of SafeJob's.\n")
+		}
 		return out.err
 	}
 	if ctx.Err() == nil && wait.Interrupted(err) {
-		return fmt.Errorf("after %s, %s left: the operator lets them go as it records each outcome; is it running "+
+		return fmt.Errorf("after %s, %s left (%s): the operator lets them go as it records each outcome; is it running "+
 			"(kubectl -n %s get pods)? If it is gone, `kubectl safejob release -A` frees them, giving up the outcomes not recorded",
-			o.Timeout, last, o.OperatorNamespace)
+			o.Timeout, last, strings.Join(named, "; "), o.OperatorNamespace)
 	}
 	return fmt.Errorf("waiting for the operator to let go: %w", err)
 }

@@ -217,3 +217,55 @@ func TestUninstallWaitsForTheOperator(t *testing.T) {
 		}
 	}
 }
+
+// TestUninstallDeletesParentsOnceRunsAreGone: a deleted run keeps its run
+// finalizer until its parent has recorded it; uninstall deletes the parent
+// only once the run is gone, so that the parent is there to record it.
+func TestUninstallDeletesParentsOnceRunsAreGone(t *testing.T) {
+	nightly := schedule("a", "nightly", "n")
+	run := runOf(nightly, "nightly-1")
+	run.Finalizers = []string{batchv1alpha1.RunFinalizer}
+	looks, runLeft := 0, []string(nil)
+	cl := newFake(t, interceptor.Funcs{
+		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*batchv1alpha1.SafeJobList); ok {
+				// The operator: the parent records the deleted run a few
+				// looks later and lets it go.
+				cur := run.DeepCopy()
+				if err := cl.Get(ctx, client.ObjectKeyFromObject(run), cur); err == nil && cur.DeletionTimestamp != nil {
+					if looks++; looks == 3 {
+						cur.Finalizers = nil
+						if err := cl.Update(ctx, cur); err != nil {
+							return err
+						}
+					}
+				}
+			}
+			return cl.List(ctx, list, opts...)
+		},
+		Delete: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			if obj.GetName() == nightly.Name {
+				cur := run.DeepCopy()
+				if err := cl.Get(ctx, client.ObjectKeyFromObject(run), cur); err == nil {
+					runLeft = cur.Finalizers
+				}
+			}
+			return cl.Delete(ctx, obj, opts...)
+		},
+	}, nightly, run)
+	var out bytes.Buffer
+	o := uninstallOpts()
+	o.Stop = true
+	if err := Uninstall(context.Background(), cl, &out, o); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if looks < 3 || runLeft != nil {
+		t.Errorf("the parent was deleted while its run held %v (%d looks):\n%s", runLeft, looks, out.String())
+	}
+	if !strings.Contains(out.String(), "Waiting for the runs and the other SafeJobs without a schedule to go before deleting the schedules: 1 SafeJob left.") {
+		t.Errorf("output:\n%s", out.String())
+	}
+	if exists(t, cl, nightly.DeepCopy()) {
+		t.Error("the parent is left")
+	}
+}
