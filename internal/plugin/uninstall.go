@@ -98,7 +98,8 @@ func Uninstall(ctx context.Context, cl client.Client, w io.Writer, o UninstallOp
 		return ErrRunning
 	}
 	if alive, err := OperatorAlive(ctx, cl, o.OperatorNamespace, o.Now); err == nil && alive == nil && len(sjs) > 0 {
-		out.printf("Note: no operator looks alive (no Lease %s renewed within its duration): the SafeJobs deleted wait for one.\n", LeaseName)
+		out.printf("Note: no operator's Lease %s is fresh (an operator without leader election has none): "+
+			"the SafeJobs deleted wait for a running operator; if there is none, see kubectl safejob release.\n", LeaseName)
 	}
 	if o.Stop {
 		if err := suspendSchedules(ctx, cl, out, sjs); err != nil {
