@@ -209,8 +209,11 @@ func Release(ctx context.Context, cl client.Client, w io.Writer, o ReleaseOption
 		return err
 	}
 	alive, err := OperatorAlive(ctx, cl, o.OperatorNamespace, o.Now)
-	if err != nil {
-		return err
+	switch {
+	case err != nil && !o.Force:
+		return fmt.Errorf("cannot tell whether an operator runs (pass --force to release all the same): %w", err)
+	case err != nil:
+		out.printf("Warning: cannot tell whether an operator runs (%v); releasing anyway (--force).\n", err)
 	}
 	if alive != nil && !o.Force {
 		if o.DryRun {

@@ -404,3 +404,33 @@ func TestReleaseTwice(t *testing.T) {
 		t.Errorf("second run said:\n%s", got)
 	}
 }
+
+// TestReleaseWhenTheLeaseCannotBeRead: a user who may read no Lease is
+// refused, since no operator can be ruled out, unless --force.
+func TestReleaseWhenTheLeaseCannotBeRead(t *testing.T) {
+	forbid := interceptor.Funcs{
+		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*coordinationv1.LeaseList); ok {
+				return apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "", errors.New("no"))
+			}
+			return cl.List(ctx, list, opts...)
+		},
+		Get: func(ctx context.Context, cl client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*coordinationv1.Lease); ok {
+				return apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, key.Name, errors.New("no"))
+			}
+			return cl.Get(ctx, key, obj, opts...)
+		},
+	}
+	for _, force := range []bool{false, true} {
+		cl := newFake(t, forbid, etlCluster()...)
+		var out bytes.Buffer
+		err := Release(context.Background(), cl, &out, ReleaseOptions{Force: force, OperatorNamespace: DefaultOperatorNamespace, Now: now})
+		if force != (err == nil) {
+			t.Fatalf("force %v: err %v", force, err)
+		}
+		if released := len(finalizersOf(t, cl, pod("etl-1-0"))) == 0; released != force {
+			t.Errorf("force %v: released %v", force, released)
+		}
+	}
+}
