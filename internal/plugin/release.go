@@ -101,10 +101,7 @@ func FindHeld(ctx context.Context, cl client.Reader, o ReleaseOptions) ([]Held, 
 		if !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
 			continue
 		}
-		name, uid := pod.Labels[batchv1alpha1.SafeJobNameLabel], types.UID(pod.Labels[batchv1alpha1.ControllerUIDLabel])
-		if ref := metav1.GetControllerOfNoCopy(pod); ref != nil && batchv1alpha1.IsSafeJobRef(ref) {
-			name, uid = ref.Name, ref.UID
-		}
+		name, uid := safeJobOf(pod)
 		if name == "" || !match(name) {
 			continue // not a SafeJob's pod, or another SafeJob's
 		}
@@ -136,6 +133,17 @@ func FindHeld(ctx context.Context, cl client.Reader, o ReleaseOptions) ([]Held, 
 		}
 	}
 	return held, nil
+}
+
+// safeJobOf names the SafeJob whose pod this is, and its UID: its
+// controller reference when that is a SafeJob, else its labels; "" for a
+// pod that is no SafeJob's.
+func safeJobOf(pod metav1.Object) (string, types.UID) {
+	if ref := metav1.GetControllerOfNoCopy(pod); ref != nil && batchv1alpha1.IsSafeJobRef(ref) {
+		return ref.Name, ref.UID
+	}
+	labels := pod.GetLabels()
+	return labels[batchv1alpha1.SafeJobNameLabel], types.UID(labels[batchv1alpha1.ControllerUIDLabel])
 }
 
 // unrecorded says why the outcome of pod is not in the ledger of owner,

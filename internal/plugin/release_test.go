@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -432,5 +433,31 @@ func TestReleaseWhenTheLeaseCannotBeRead(t *testing.T) {
 		if released := len(finalizersOf(t, cl, pod("etl-1-0"))) == 0; released != force {
 			t.Errorf("force %v: released %v", force, released)
 		}
+	}
+}
+
+// TestReleaseAndUninstallWithoutTheCRD: once the SafeJob CRD is gone, its
+// pods are released as a gone SafeJob's, and uninstall finds nothing left.
+func TestReleaseAndUninstallWithoutTheCRD(t *testing.T) {
+	noCRD := interceptor.Funcs{
+		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*batchv1alpha1.SafeJobList); ok {
+				return &meta.NoKindMatchError{GroupKind: batchv1alpha1.GroupVersion.WithKind("SafeJob").GroupKind()}
+			}
+			return cl.List(ctx, list, opts...)
+		},
+	}
+	cl := newFake(t, noCRD, etlCluster()...)
+	var out bytes.Buffer
+	if err := Release(context.Background(), cl, &out, ReleaseOptions{Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "releasing these 5 pods gives up") || !strings.Contains(out.String(), "Released 5 pods, 0 SafeJobs") {
+		t.Errorf("release without the CRD:\n%s", out.String())
+	}
+	out.Reset()
+	if err := Uninstall(context.Background(), cl, &out, UninstallOptions{OperatorNamespace: DefaultOperatorNamespace,
+		Timeout: time.Second, Interval: time.Millisecond, Now: now}); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
 	}
 }

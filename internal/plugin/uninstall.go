@@ -235,7 +235,8 @@ func leftNow(ctx context.Context, cl client.Client, out *errWriter, workloads, a
 		return l, nil, fmt.Errorf("listing pods: %w", err)
 	}
 	for k := range pods.Items {
-		if slices.Contains(pods.Items[k].Finalizers, batchv1alpha1.LedgerFinalizer) {
+		// A pod that is no SafeJob's is not the operator's to let go.
+		if sj, _ := safeJobOf(&pods.Items[k]); sj != "" && slices.Contains(pods.Items[k].Finalizers, batchv1alpha1.LedgerFinalizer) {
 			l.pods++
 			name(KindPod, &pods.Items[k])
 		}
