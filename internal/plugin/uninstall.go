@@ -193,6 +193,15 @@ type left struct{ safeJobs, pods, workloads int }
 
 func (l left) none() bool { return l == left{} }
 
+// describe is String, or without all the number of SafeJobs without a
+// schedule, the only things counted then.
+func (l left) describe(all bool) string {
+	if all {
+		return l.String()
+	}
+	return plural(l.safeJobs, "SafeJob")
+}
+
 func (l left) String() string {
 	return fmt.Sprintf("%s, %s holding finalizer %s, %s holding finalizer %s", plural(l.safeJobs, "SafeJob"),
 		plural(l.pods, "pod"), batchv1alpha1.LedgerFinalizer, plural(l.workloads, "Workload"), WorkloadFinalizer)
@@ -278,11 +287,7 @@ func waitReleased(ctx context.Context, cl client.Client, out *errWriter, o Unins
 			return false, err
 		}
 		if !l.none() && (first || l != last) {
-			if all {
-				out.printf("%s: %s left.\n", what, l)
-			} else {
-				out.printf("%s: %s left.\n", what, plural(l.safeJobs, "SafeJob"))
-			}
+			out.printf("%s: %s left.\n", what, l.describe(all))
 		}
 		first, last, named = false, l, names
 		return l.none(), out.err
@@ -296,7 +301,7 @@ func waitReleased(ctx context.Context, cl client.Client, out *errWriter, o Unins
 	if ctx.Err() == nil && wait.Interrupted(err) {
 		return fmt.Errorf("after %s, %s left (%s): the operator lets them go as it records each outcome; is it running "+
 			"(kubectl -n %s get pods)? If it is gone, `kubectl safejob release -A` frees them, giving up the outcomes not recorded",
-			o.Timeout, last, strings.Join(named, "; "), o.OperatorNamespace)
+			o.Timeout, last.describe(all), strings.Join(named, "; "), o.OperatorNamespace)
 	}
 	return fmt.Errorf("waiting for the operator to let go: %w", err)
 }

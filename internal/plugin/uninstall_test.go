@@ -269,3 +269,22 @@ func TestUninstallDeletesParentsOnceRunsAreGone(t *testing.T) {
 		t.Error("the parent is left")
 	}
 }
+
+// TestUninstallKeepsParentsWhileRunsStay: a run the operator never lets go
+// keeps its parent and the operator in place; the timeout names the run.
+func TestUninstallKeepsParentsWhileRunsStay(t *testing.T) {
+	nightly := schedule("a", "nightly", "n")
+	run := runOf(nightly, "nightly-1")
+	run.Finalizers = []string{batchv1alpha1.RunFinalizer}
+	cl := newFake(t, interceptor.Funcs{}, nightly, run, operator(DefaultOperatorNamespace, operatorDeployment))
+	var out bytes.Buffer
+	o := uninstallOpts()
+	o.Stop, o.Timeout = true, 50*time.Millisecond
+	err := Uninstall(context.Background(), cl, &out, o)
+	if err == nil || !strings.Contains(err.Error(), "after 50ms, 1 SafeJob left (SafeJob a/nightly-1 (finalizers [batch.safejob.dev/run]))") {
+		t.Fatalf("err %v\n%s", err, out.String())
+	}
+	if !exists(t, cl, nightly.DeepCopy()) || !exists(t, cl, operator(DefaultOperatorNamespace, operatorDeployment)) {
+		t.Error("the parent or the operator was deleted while a run stays")
+	}
+}
