@@ -18,10 +18,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/yaml"
 
@@ -262,5 +265,34 @@ func drain(rec *events.FakeRecorder) string {
 		default:
 			return b.String()
 		}
+	}
+}
+
+// TestDeletedParentQueuesItsRuns: a scheduled parent deleted while its runs
+// wait for it to record them queues them, whether MultiKueue dispatched it
+// or not: each then finds its parent gone and lets go of its finalizer.
+func TestDeletedParentQueuesItsRuns(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := batchv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	parent := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "p-uid"},
+		Spec: batchv1alpha1.SafeJobSpec{Schedule: ptr.To("@every 1m")}}
+	run := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "p-1", Namespace: "ns", UID: "r-uid",
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(parent, batchv1alpha1.GroupVersion.WithKind("SafeJob"))},
+		Finalizers:      []string{batchv1alpha1.RunFinalizer}}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(run).
+		WithIndex(&batchv1alpha1.SafeJob{}, controllerUIDIndex, indexRunParent).Build()
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	(&runHandler{cache: c}).Delete(context.Background(), event.TypedDeleteEvent[client.Object]{Object: parent}, q)
+	queued := map[string]bool{}
+	for q.Len() > 0 {
+		req, _ := q.Get()
+		queued[req.Name] = true
+		q.Done(req)
+	}
+	if !queued["p-1"] {
+		t.Errorf("queued %v, want the run p-1", queued)
 	}
 }

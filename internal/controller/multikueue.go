@@ -189,10 +189,15 @@ func (h *runHandler) Update(_ context.Context, e event.TypedUpdateEvent[client.O
 	h.enqueueParent(e.ObjectNew, q)
 }
 
+// Delete queues the parent of a deleted run and, for a deleted parent, its
+// runs: a run being deleted waits for its parent to record it, and one whose
+// parent went first (deleted right after its runs, as an uninstall does)
+// would otherwise hold its run finalizer with nothing to bring it back; a
+// run MultiKueue dispatched is deleted once its parent is gone.
 func (h *runHandler) Delete(ctx context.Context, e event.TypedDeleteEvent[client.Object], q queue) {
 	h.enqueueParent(e.Object, q)
 	parent, ok := e.Object.(*batchv1alpha1.SafeJob)
-	if !ok || parent.Spec.Schedule == nil || !parent.Dispatched() {
+	if !ok || parent.Spec.Schedule == nil {
 		return
 	}
 	var list batchv1alpha1.SafeJobList
