@@ -172,7 +172,11 @@ deploy: manifests kubectl ## Deploy the controller (image $(IMG)) to the cluster
 	$(KUBECTL) kustomize config/default | sed 's#controller:latest#$(IMG)#' | $(KUBECTL) apply --server-side -f -
 
 .PHONY: undeploy
-undeploy: kubectl ## Remove the controller from the cluster.
+# The operator removes its own finalizers: `kubectl safejob uninstall` deletes every SafeJob
+# and waits until the operator has let go of their pods, runs and Workloads before the
+# operator itself goes. It refuses while SafeJobs run; STOP=1 stops them.
+undeploy: kubectl ## Remove SafeJob from the cluster, safely (STOP=1: stop running SafeJobs first).
+	go run ./cmd/kubectl-safejob uninstall --delete-crd $(if $(STOP),--stop)
 	$(KUBECTL) kustomize config/default | $(KUBECTL) delete --ignore-not-found -f -
 
 ##@ Tools
