@@ -40,9 +40,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
-	"github.com/safejob/safejob/internal/controller"
 	"github.com/safejob/safejob/internal/ledger"
 	"github.com/safejob/safejob/internal/ledger/jobs"
+	podrelease "github.com/safejob/safejob/internal/release"
 	"github.com/safejob/safejob/test/cluster"
 )
 
@@ -243,7 +243,7 @@ func releaseKinds() []release {
 				k, batchv1alpha1.LedgerFinalizer, k))
 		}},
 		{name: "smp", label: "pod release, merge patch", patch: func(pod *corev1.Pod) client.Patch {
-			return client.RawPatch(types.StrategicMergePatchType, controller.ReleasePatch(pod.UID))
+			return client.RawPatch(types.StrategicMergePatchType, podrelease.PodPatch(pod.UID))
 		}},
 	}
 }

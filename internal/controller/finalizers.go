@@ -18,6 +18,7 @@ import (
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger/jobs"
+	"github.com/safejob/safejob/internal/release"
 )
 
 // releaseFinalizer removes the ledger finalizer of pod, and of no other pod
@@ -38,43 +39,15 @@ func (r *SafeJobReconciler) releaseFinalizer(ctx context.Context, pod *corev1.Po
 	}
 	ctx, cancel := outlive(ctx, r.ReleaseDrain)
 	defer cancel()
-	err := r.Client.Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, ReleasePatch(pod.UID)))
+	err := r.Client.Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, release.PodPatch(pod.UID)))
 	switch {
 	case err == nil, apierrors.IsNotFound(err):
 		return nil
-	case uidRefused(err):
+	case release.UIDRefused(err):
 		log.FromContext(ctx).Info("Pod finalizer not released: its name is held by another pod now", "pod", klog.KObj(pod), "uid", pod.UID)
 		return nil
 	}
 	return fmt.Errorf("removing finalizer %s of %s: %w", batchv1alpha1.LedgerFinalizer, pod.Name, err)
-}
-
-// ReleasePatch is the strategic merge patch that deletes the ledger
-// finalizer from the list of the pod with this UID wherever it is, and
-// changes nothing else. The API server applies it to the decoded pod, where
-// it applies a JSON patch to the pod encoded as JSON and decodes the
-// result; it refuses it, as a change of an immutable field, for a pod of
-// another UID.
-func ReleasePatch(uid types.UID) []byte {
-	return fmt.Appendf(nil, `{"metadata":{"uid":%q,"$deleteFromPrimitiveList/finalizers":[%q]}}`, uid, batchv1alpha1.LedgerFinalizer)
-}
-
-// uidRefused reports whether the API server refused a patch because the
-// UID it carries is not the object's: the object of that name is another.
-func uidRefused(err error) bool {
-	if !apierrors.IsInvalid(err) {
-		return false
-	}
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) || status.Status().Details == nil {
-		return false
-	}
-	for _, cause := range status.Status().Details.Causes {
-		if cause.Field == "metadata.uid" {
-			return true
-		}
-	}
-	return false
 }
 
 // releaseOrphans frees the pods that hold the ledger finalizer for a SafeJob

@@ -27,6 +27,7 @@ import (
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger"
 	"github.com/safejob/safejob/internal/ledger/jobs"
+	"github.com/safejob/safejob/internal/release"
 )
 
 // TestPodWritesShareProcessWideSlots checks that a pod write runs only
@@ -207,14 +208,14 @@ func TestPodWritesOnlyUnderTheOwnPodsUID(t *testing.T) {
 		}
 	}
 	want := []string{
-		fmt.Sprintf("patch mine %s", ReleasePatch("pod-a")),
+		fmt.Sprintf("patch mine %s", release.PodPatch("pod-a")),
 		"delete mine under pod-a",
 	}
 	if !slices.Equal(writes, want) {
 		t.Errorf("writes:\n%s\nwant:\n%s", strings.Join(writes, "\n"), strings.Join(want, "\n"))
 	}
-	if !strings.Contains(string(ReleasePatch("pod-a")), `"uid":"pod-a"`) {
-		t.Errorf("release patch %s does not carry the pod's UID", ReleasePatch("pod-a"))
+	if !strings.Contains(string(release.PodPatch("pod-a")), `"uid":"pod-a"`) {
+		t.Errorf("release patch %s does not carry the pod's UID", release.PodPatch("pod-a"))
 	}
 	theirs := &corev1.Pod{}
 	if err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: "theirs"}, theirs); err != nil {
@@ -242,7 +243,7 @@ func TestUIDRefused(t *testing.T) {
 		{"wrapped uid", fmt.Errorf("patching: %w", apierrors.NewInvalid(gk, "p", field.ErrorList{field.Invalid(field.NewPath("metadata", "uid"), "b", "")})), true},
 		{"not an API error", errors.New("metadata.uid"), false},
 	} {
-		if got := uidRefused(tc.err); got != tc.want {
+		if got := release.UIDRefused(tc.err); got != tc.want {
 			t.Errorf("%s: uidRefused(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/release"
 )
 
 // The operator's cache holds only the pods that carry the SafeJob name
@@ -58,7 +59,7 @@ func (r *SafeJobReconciler) relabel(ctx context.Context, key types.NamespacedNam
 	case err == nil:
 		log.FromContext(ctx).Info("Restored the SafeJob name label of a pod", "pod", p.name, "label", label)
 		return nil
-	case apierrors.IsNotFound(err), uidRefused(err):
+	case apierrors.IsNotFound(err), release.UIDRefused(err):
 		return nil // gone, or another pod has the name: not this SafeJob's business
 	}
 	return fmt.Errorf("labelling pod %s: %w", p.name, err)

@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -16,6 +15,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/release"
 )
 
 const (
@@ -109,14 +109,6 @@ func listSafeJobs(ctx context.Context, cl client.Reader, ns string) ([]batchv1al
 	return list.Items, nil
 }
 
-// podReleasePatch is the strategic merge patch that deletes the ledger
-// finalizer from the pod with this UID and changes nothing else, the one the
-// operator sends (controller.ReleasePatch): the API server refuses it, as a
-// change of an immutable field, for a pod of another UID.
-func podReleasePatch(uid types.UID) []byte {
-	return fmt.Appendf(nil, `{"metadata":{"uid":%q,"$deleteFromPrimitiveList/finalizers":[%q]}}`, uid, batchv1alpha1.LedgerFinalizer)
-}
-
 // released is what came of removing one finalizer.
 type released int
 
@@ -129,13 +121,13 @@ const (
 // releasePod removes the ledger finalizer of pod, and of no pod that took
 // its name since it was read.
 func releasePod(ctx context.Context, cl client.Writer, pod client.Object) (released, error) {
-	err := cl.Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, podReleasePatch(pod.GetUID())))
+	err := cl.Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, release.PodPatch(pod.GetUID())))
 	switch {
 	case err == nil:
 		return releasedNow, nil
 	case apierrors.IsNotFound(err):
 		return releasedGone, nil
-	case uidRefused(err):
+	case release.UIDRefused(err):
 		return releasedTaken, nil
 	}
 	return 0, fmt.Errorf("removing finalizer %s of pod %s/%s: %w", batchv1alpha1.LedgerFinalizer, pod.GetNamespace(), pod.GetName(), err)
@@ -181,22 +173,4 @@ func releaseByIndex(ctx context.Context, cl client.Client, obj client.Object, fi
 		// a failed test is Invalid: the list changed, read it again
 	}
 	return 0, fmt.Errorf("removing finalizer %s of %s: %w", finalizer, key, err)
-}
-
-// uidRefused reports whether the API server refused a patch because the
-// UID it carries is not the object's: the object of that name is another.
-func uidRefused(err error) bool {
-	if !apierrors.IsInvalid(err) {
-		return false
-	}
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) || status.Status().Details == nil {
-		return false
-	}
-	for _, cause := range status.Status().Details.Causes {
-		if cause.Field == "metadata.uid" {
-			return true
-		}
-	}
-	return false
 }

@@ -29,7 +29,6 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
-	"github.com/safejob/safejob/internal/controller"
 )
 
 func testScheme(t *testing.T) *runtime.Scheme {
@@ -294,14 +293,6 @@ func TestReleaseLeavesObjectOfAnotherUID(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
-	}
-}
-
-// TestPodReleasePatchIsTheOperators: release sends the patch the operator
-// sends.
-func TestPodReleasePatchIsTheOperators(t *testing.T) {
-	if got, want := string(podReleasePatch("u")), string(controller.ReleasePatch("u")); got != want {
-		t.Errorf("patch %s, the operator's %s", got, want)
 	}
 }
 

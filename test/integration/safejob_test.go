@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
-	"github.com/safejob/safejob/internal/controller"
+	"github.com/safejob/safejob/internal/release"
 	"github.com/safejob/safejob/test/testutil"
 )
 
@@ -260,7 +260,7 @@ func TestReleaseOnlyUnderItsUID(t *testing.T) {
 	})
 	taken := newPod()
 
-	err := k8s.Patch(ctx, taken.DeepCopy(), client.RawPatch(types.StrategicMergePatchType, controller.ReleasePatch(read.UID)))
+	err := k8s.Patch(ctx, taken.DeepCopy(), client.RawPatch(types.StrategicMergePatchType, release.PodPatch(read.UID)))
 	if !apierrors.IsInvalid(err) || !hasCause(err, "metadata.uid") {
 		t.Errorf("release of the pod read sent to the pod that took its name: got %v, want invalid metadata.uid", err)
 	}
@@ -277,7 +277,7 @@ func TestReleaseOnlyUnderItsUID(t *testing.T) {
 			got.UID, taken.UID, got.DeletionTimestamp, got.Finalizers, taken.Finalizers)
 	}
 
-	if err := k8s.Patch(ctx, got, client.RawPatch(types.StrategicMergePatchType, controller.ReleasePatch(taken.UID))); err != nil {
+	if err := k8s.Patch(ctx, got, client.RawPatch(types.StrategicMergePatchType, release.PodPatch(taken.UID))); err != nil {
 		t.Fatalf("release of the pod under its own UID: %v", err)
 	}
 	if !slices.Equal(got.Finalizers, []string{other}) {
