@@ -61,9 +61,11 @@ func main() {
 		"one-pod jobs as the benchmark's W1 creates them (deleted again, not measured)")
 	untracked := flag.Bool("untracked", false, "also measure a twin of each object whose managedFields were stripped "+
 		"(the API server then tracks no fields on its updates): what field tracking costs a status write")
+	patch := flag.Bool("patch", false, "also measure a SafeJob of each length whose status writes are JSON merge patches "+
+		"of the change with its resourceVersion, as the operator writes them, beside the updates")
 	flag.Parse()
 	logf.SetLogger(logr.Discard()) // envtest's own messages
-	c := config{writes: *writes, rounds: *rounds, profile: *profile, untracked: *untracked, releases: *releases,
+	c := config{writes: *writes, rounds: *rounds, profile: *profile, untracked: *untracked, patch: *patch, releases: *releases,
 		creates: *creates}
 	if err := run(c, *sizes, *crdDir, *variants); err != nil {
 		fmt.Fprintf(os.Stderr, "writecost: %v\n", err)
@@ -89,6 +91,8 @@ type config struct {
 	lengths        []int
 	profile        string
 	untracked      bool
+	// patch adds, for each length, a SafeJob written by merge patches.
+	patch bool
 	// releases is how many pod finalizer releases of each kind each round
 	// measures (none: no pods).
 	releases int
@@ -145,7 +149,7 @@ func runVariant(name string, crd *apiextensionsv1.CustomResourceDefinition, vc c
 		return err
 	}
 	ctx := context.Background()
-	objects, err := createObjects(ctx, c, vc.lengths, vc.untracked)
+	objects, err := createObjects(ctx, c, vc.lengths, vc.untracked, vc.patch)
 	if err != nil {
 		return err
 	}
@@ -377,7 +381,7 @@ func finishedPod(ctx context.Context, c client.Client, name, label string) (*cor
 // createObjects creates the Job and a SafeJob of each ledger length whose
 // status writes are measured; untracked adds a twin of each whose
 // managedFields were stripped.
-func createObjects(ctx context.Context, c client.Client, lengths []int, untracked bool) ([]measured, error) {
+func createObjects(ctx context.Context, c client.Client, lengths []int, untracked, patch bool) ([]measured, error) {
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: "default"}, Spec: batchv1.JobSpec{
 		Template: template(), Completions: ptr.To[int32](20), Parallelism: ptr.To[int32](5), Suspend: ptr.To(true),
@@ -396,6 +400,17 @@ func createObjects(ctx context.Context, c client.Client, lengths []int, untracke
 		sj.Status = status
 		objects = append(objects, measured{label: fmt.Sprintf("SafeJob, %d entries", n), obj: sj,
 			change: func(i int) { sj.Status.Ready = int32(i % 2) }})
+		if !patch {
+			continue
+		}
+		pj := safeJob(n, now)
+		pstatus := pj.Status
+		if err := c.Create(ctx, pj); err != nil {
+			return nil, fmt.Errorf("creating SafeJob: %w", err)
+		}
+		pj.Status = pstatus
+		objects = append(objects, measured{label: fmt.Sprintf("SafeJob, %d entries, patch", n), obj: pj, patch: true,
+			change: func(i int) { pj.Status.Ready = int32(i % 2) }})
 	}
 	if !untracked {
 		return objects, nil
@@ -452,6 +467,9 @@ type measured struct {
 	label  string
 	obj    client.Object
 	change func(int)
+	// patch writes the status as the operator does: a JSON merge patch of
+	// the change, with the resourceVersion (else: an update).
+	patch bool
 	samples
 }
 
@@ -459,9 +477,17 @@ type measured struct {
 // up) and records the CPU they cost kube-apiserver and etcd, per write.
 func (m *measured) measure(ctx context.Context, c client.Client, pids pids, writes int) error {
 	write := func(i int) error {
+		before := m.obj.DeepCopyObject().(client.Object)
 		m.change(i)
 		m.obj.SetManagedFields(nil) // as the operator writes: its cache keeps none
-		if err := c.Status().Update(ctx, m.obj); err != nil {
+		var err error
+		if m.patch {
+			before.SetManagedFields(nil)
+			err = c.Status().Patch(ctx, m.obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+		} else {
+			err = c.Status().Update(ctx, m.obj)
+		}
+		if err != nil {
 			return fmt.Errorf("%s: status write: %w", m.label, err)
 		}
 		if strings.HasSuffix(m.label, "untracked") && len(m.obj.GetManagedFields()) > 0 {
