@@ -67,13 +67,20 @@ func (r *SafeJobReconciler) releaseOrphans(ctx context.Context, ns, name string,
 		return fmt.Errorf("listing pods of deleted SafeJob: %w", err)
 	}
 	var errs []error
+	key := types.NamespacedName{Namespace: ns, Name: name}
 	for i := range list.Items {
 		pod := &list.Items[i]
-		if !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) || (keep != "" && controlledBy(pod, keep)) {
+		if keep != "" && controlledBy(pod, keep) {
 			continue
 		}
 		if ref := metav1.GetControllerOf(pod); ref != nil && batchv1alpha1.IsSafeJobRef(ref) && ref.Name != name {
 			continue // another SafeJob's pod whose name label is shortened to the same
+		}
+		// Its name stays held until it is deleted: a SafeJob created again
+		// under this name names its launches apart from it.
+		r.tracker.sawHeld(key, pod.Name, pod.UID)
+		if !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
+			continue
 		}
 		log.FromContext(ctx).V(1).Info("Releasing pod of deleted SafeJob", "pod", klog.KObj(pod), "creator", creatorUID(pod))
 		errs = append(errs, r.releaseFinalizer(ctx, pod))

@@ -69,7 +69,7 @@ func TestReleaseAllLeavesSuccessorsPods(t *testing.T) {
 			if tc.live != nil {
 				live = live.WithObjects(tc.live.DeepCopy())
 			}
-			r := &SafeJobReconciler{Client: cached, APIReader: live.Build()}
+			r := &SafeJobReconciler{Client: cached, APIReader: live.Build(), tracker: newTracker()}
 			req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "etl"}}
 			if err := r.releaseAll(context.Background(), req, deleting); err != nil {
 				t.Fatal(err)
@@ -164,7 +164,7 @@ func TestPodsOfAnotherVersionStayOwned(t *testing.T) {
 		t.Errorf("creatorUID = %q, want %q", got, sj.UID)
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(sj.DeepCopy(), pod.DeepCopy()).Build()
-	r := &SafeJobReconciler{Client: c, APIReader: c}
+	r := &SafeJobReconciler{Client: c, APIReader: c, tracker: newTracker()}
 	if err := r.releaseOrphans(context.Background(), "ns", "etl", sj.UID); err != nil {
 		t.Fatal(err)
 	}

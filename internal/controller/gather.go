@@ -46,6 +46,8 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 	key := client.ObjectKeyFromObject(sj)
 	in := &jobs.Input{
 		Name:          sj.Name,
+		UID:           sj.UID,
+		Held:          r.tracker.heldNames(key),
 		Spec:          &sj.Spec,
 		Status:        &sj.Status,
 		Pods:          pods,

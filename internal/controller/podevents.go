@@ -113,6 +113,9 @@ func stray(pod *corev1.Pod) bool {
 
 func (h *podHandler) Delete(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	pod, ok := e.Object.(*corev1.Pod)
+	if ref := metav1.GetControllerOf(e.Object); ok && ref != nil && batchv1alpha1.IsSafeJobRef(ref) {
+		h.tracker.heldGone(types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}, pod.Name, pod.UID)
+	}
 	if ok && jobs.IsTerminal(pod) {
 		h.remember(pod)
 	}
@@ -146,15 +149,20 @@ func (h *podHandler) remember(pod *corev1.Pod) {
 // run, the parent, which waits for the pods of earlier runs under Forbid and
 // Replace. Within the batch period of the first event, further events of the
 // same SafeJob join the pending request (the queue keeps the earliest time).
-// A pod holding the ledger finalizer for a SafeJob of this name that the
-// cache shows replaced by another (deleted and created again under the same
-// name, the cache going straight from one to the other) is a predecessor's:
-// no reconcile sees its SafeJob gone, so its name is queued as a stray's,
-// whose release reads the SafeJob of the name live first (releaseStrays).
+// A pod of a SafeJob of this name that the cache shows replaced by another
+// (deleted and created again under the same name) is a predecessor's: its
+// name is held until it is deleted, and the successor's launches are named
+// apart from it (jobs.Input.Held). When it holds the ledger finalizer and
+// the cache went straight from one SafeJob to the other, no reconcile sees
+// its SafeJob gone, so its name is queued as a stray's, whose release reads
+// the SafeJob of the name live first (releaseStrays).
 func (h *podHandler) enqueueOwner(obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	if ref := metav1.GetControllerOf(obj); ref != nil && batchv1alpha1.IsSafeJobRef(ref) {
 		key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: ref.Name}
 		batch, successor := h.lookup(key, ref.UID)
+		if successor {
+			h.tracker.sawHeld(key, obj.GetName(), obj.GetUID())
+		}
 		if successor && slices.Contains(obj.GetFinalizers(), batchv1alpha1.LedgerFinalizer) {
 			h.tracker.sawStray(key)
 			q.Add(reconcile.Request{NamespacedName: key})

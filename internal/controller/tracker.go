@@ -25,6 +25,10 @@ type tracker struct {
 	jobs      map[types.NamespacedName]*jobMemo
 	strays    map[types.NamespacedName]bool
 	unlabeled map[types.NamespacedName][]unlabeledPod
+	// held keeps, per SafeJob name, the pod names that pods of an earlier
+	// SafeJob of that name still hold (by the UID of the pod holding each),
+	// until those pods are deleted: launches are named apart from them.
+	held map[types.NamespacedName]map[string]types.UID
 }
 
 // unlabeledPod is a pod that left the cache, which holds only pods with the
@@ -37,7 +41,7 @@ type unlabeledPod struct {
 
 func newTracker() *tracker {
 	return &tracker{jobs: map[types.NamespacedName]*jobMemo{}, strays: map[types.NamespacedName]bool{},
-		unlabeled: map[types.NamespacedName][]unlabeledPod{}}
+		unlabeled: map[types.NamespacedName][]unlabeledPod{}, held: map[types.NamespacedName]map[string]types.UID{}}
 }
 
 // with runs f on the memo of a SafeJob under the lock.
@@ -62,6 +66,46 @@ func (t *tracker) forget(key types.NamespacedName) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.jobs, key)
+}
+
+// sawHeld notes that pod (of this UID) holds its name for an earlier
+// SafeJob of the name key names.
+func (t *tracker) sawHeld(key types.NamespacedName, pod string, uid types.UID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.held[key] == nil {
+		t.held[key] = map[string]types.UID{}
+	}
+	t.held[key][pod] = uid
+}
+
+// heldGone forgets a held name once the pod of this UID that held it is
+// deleted.
+func (t *tracker) heldGone(key types.NamespacedName, pod string, uid types.UID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.held[key][pod] != uid {
+		return
+	}
+	delete(t.held[key], pod)
+	if len(t.held[key]) == 0 {
+		delete(t.held, key)
+	}
+}
+
+// heldNames returns the pod names held for earlier SafeJobs of this name
+// (nil: none).
+func (t *tracker) heldNames(key types.NamespacedName) map[string]bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.held[key]) == 0 {
+		return nil
+	}
+	out := make(map[string]bool, len(t.held[key]))
+	for name := range t.held[key] {
+		out[name] = true
+	}
+	return out
 }
 
 // sawStray notes that a pod of this name holds the ledger finalizer with no

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger"
 	"github.com/safejob/safejob/internal/ledger/jobs"
 	"github.com/safejob/safejob/test/testutil"
 )
@@ -231,5 +232,57 @@ func TestRecreatedWhileStoppedReleasesPredecessorsPods(t *testing.T) {
 			!slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) && !jobs.IsTerminal(pod) {
 			t.Errorf("the new SafeJob's running pod %s lost its ledger finalizer", pod.Name)
 		}
+	}
+}
+
+// TestReplacedSafeJobDoesNotWaitForItsNames: a running SafeJob deleted and
+// created again under its name at once (kubectl replace --force) with its
+// old pods still there (no garbage collector here; a slow one elsewhere):
+// the new SafeJob's launches must not take the names the old pods hold
+// (each would wait out the create fence to be recorded Lost, NameTaken),
+// and the old pods' finalizers are released.
+func TestReplacedSafeJobDoesNotWaitForItsNames(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHarness(t, hold, false)
+	startManager(t, h.ns, managerOptions{})
+	old := testutil.MakeSafeJob("swap", h.ns).Completions(2).Parallelism(2).Obj()
+	if err := k8s.Create(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	waitRunningPods(t, h.ns, 2)
+	h.kubelet.SetFate(func(p *corev1.Pod) testutil.Fate {
+		ref := metav1.GetControllerOf(p)
+		return testutil.Fate{Hold: ref != nil && ref.UID == old.UID}
+	})
+	if err := k8s.Delete(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the old SafeJob's pods released", func() (bool, error) {
+		var pods corev1.PodList
+		if err := k8s.List(ctx, &pods, client.InNamespace(h.ns)); err != nil {
+			return false, err
+		}
+		for i := range pods.Items {
+			if slices.Contains(pods.Items[i].Finalizers, batchv1alpha1.LedgerFinalizer) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	again := testutil.MakeSafeJob("swap", h.ns).Completions(2).Parallelism(2).Obj()
+	if err := k8s.Create(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	got := waitFinished(t, client.ObjectKeyFromObject(again), time.Minute)
+	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || got.Status.Succeeded != 2 {
+		t.Fatalf("want Complete with 2 succeeded, got %+v", got.Status)
+	}
+	if n := countEntries(got, batchv1alpha1.EntryLost); n != 0 {
+		t.Errorf("%d launches recorded Lost: the new SafeJob took names the old pods hold", n)
+	}
+	if started, done := got.Status.StartTime, got.Status.CompletionTime; started == nil || done == nil ||
+		done.Sub(started.Time) >= ledger.DefaultFence.LostGrace() {
+		t.Errorf("the new SafeJob took from %v to %v, as long as the create fence", started, done)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
@@ -48,6 +49,14 @@ const (
 type Input struct {
 	// Name is the SafeJob's name; pod names derive from it.
 	Name string
+	// UID is the SafeJob's UID: a launch whose pod name is Held is named
+	// apart from it (PodNameApart).
+	UID types.UID
+	// Held holds pod names that pods of an earlier SafeJob of this name
+	// still hold: a launch does not take one (its create would meet the
+	// old pod, and wait out the fence to be recorded Lost), it is named
+	// apart.
+	Held map[string]bool
 	// Spec and Status are the SafeJob as last observed in the cache.
 	Spec   *batchv1alpha1.SafeJobSpec
 	Status *batchv1alpha1.SafeJobStatus
@@ -763,7 +772,11 @@ func (d *decision) launchIndex(i int32, busy map[int32]bool, perIndex bool) bool
 	}
 	busy[i] = true
 	a := d.st.Attempts[i]
-	d.add(batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryLaunched, Pod: PodName(d.in.Name, i, a), Index: i, Attempt: a})
+	name := PodName(d.in.Name, i, a)
+	if d.in.Held[name] {
+		name = PodNameApart(d.in.Name, d.in.UID, i, a)
+	}
+	d.add(batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryLaunched, Pod: name, Index: i, Attempt: a})
 	return true
 }
 

@@ -1,6 +1,11 @@
 package jobs
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/safejob/safejob/internal/ledger"
 )
 
@@ -14,4 +19,15 @@ func PodName(safeJob string, index, attempt int32) string {
 		return safeJob + suffix
 	}
 	return ledger.ShortName(safeJob, ledger.MaxNameLen-len(suffix)) + suffix
+}
+
+// PodNameApart is the name of a launch's pod when PodName's is held by a
+// pod of an earlier SafeJob of the same name (deleted and created again
+// while its pods linger): "<safejob>-<hash of uid>-<index>-<attempt>",
+// shortened as PodName shortens. It is as deterministic as PodName for one
+// SafeJob, ends as PodName does (the launch's suffix), and is another for
+// every UID.
+func PodNameApart(safeJob string, uid types.UID, index, attempt int32) string {
+	sum := sha256.Sum256([]byte(uid))
+	return PodName(safeJob+"-"+hex.EncodeToString(sum[:])[:5], index, attempt)
 }
