@@ -136,7 +136,10 @@ type SafeJobReconciler struct {
 }
 
 // +kubebuilder:rbac:groups=batch.safejob.dev,resources=safejobs,verbs=get;list;watch;create;delete;patch
-// +kubebuilder:rbac:groups=batch.safejob.dev,resources=safejobs/status,verbs=update
+// Status is written with merge patches (commit); update stays granted so
+// that the previous release, which updates it, runs under this RBAC (a
+// rollback keeps the newer release's roles).
+// +kubebuilder:rbac:groups=batch.safejob.dev,resources=safejobs/status,verbs=update;patch
 // Pods, runs and Workloads carry a controller reference with
 // blockOwnerDeletion to their SafeJob: the OwnerReferencesPermissionEnforcement
 // admission plugin then requires update on the owner's finalizers.
