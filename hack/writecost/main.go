@@ -409,6 +409,10 @@ func createObjects(ctx context.Context, c client.Client, lengths []int, untracke
 			return nil, fmt.Errorf("creating SafeJob: %w", err)
 		}
 		pj.Status = pstatus
+		// A patch carries only the change: the status it changes is stored first.
+		if err := c.Status().Update(ctx, pj); err != nil {
+			return nil, fmt.Errorf("writing the status of SafeJob %s: %w", pj.Name, err)
+		}
 		objects = append(objects, measured{label: fmt.Sprintf("SafeJob, %d entries, patch", n), obj: pj, patch: true,
 			change: func(i int) { pj.Status.Ready = int32(i % 2) }})
 	}
