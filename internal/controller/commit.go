@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -36,11 +37,16 @@ var errSuperseded = errors.New("status write superseded by a newer SafeJob")
 // that adds a field inside the ledger's entries raises LedgerFormat, and
 // older builds leave such a ledger alone (refuseFormat). Every write
 // carries this build's LedgerFormat; an answer without it comes from an
-// API server whose CRD is older than this build (refusedByCRD).
+// API server whose CRD is older than this build (refusedByCRD). A write
+// the API server stored nothing of (its resourceVersion did not move) does
+// not arm the write fence, or the SafeJob would wait for a version that
+// never comes.
 func (r *SafeJobReconciler) commit(ctx context.Context, sj *batchv1alpha1.SafeJob, status batchv1alpha1.SafeJobStatus,
 	appended []batchv1alpha1.LedgerEntry) (*batchv1alpha1.SafeJob, error) {
 	same := status // shallow: only compared
 	same.Ledger.Format = sj.Status.Ledger.Format
+	// A write that is stored clears a refusal reported before (refuseWrite).
+	meta.RemoveStatusCondition(&same.Conditions, batchv1alpha1.ConditionStatusWriteFailure)
 	if equality.Semantic.DeepEqual(sj.Status, same) {
 		return nil, nil
 	}
@@ -49,6 +55,10 @@ func (r *SafeJobReconciler) commit(ctx context.Context, sj *batchv1alpha1.SafeJo
 	updated.Status = status
 	updated.Status.Ledger.Format = batchv1alpha1.LedgerFormat
 	meta.RemoveStatusCondition(&updated.Status.Conditions, batchv1alpha1.ConditionStatusWriteFailure)
+	patch, err := client.MergeFromWithOptions(sj, client.MergeFromWithOptimisticLock{}).Data(updated)
+	if err != nil {
+		return nil, fmt.Errorf("computing the status patch: %w", err)
+	}
 	// Writes that commit launches may be bounded process-wide
 	// (ConcurrentStatusWrites), so that a burst of them does not crowd out
 	// the kubelets' pod status writes; other writes go at the workers' pace.
@@ -59,7 +69,11 @@ func (r *SafeJobReconciler) commit(ctx context.Context, sj *batchv1alpha1.SafeJo
 	if !slots.acquire(ctx) {
 		return nil, fmt.Errorf("waiting to write SafeJob status: %w", ctx.Err())
 	}
-	err := r.Client.Status().Patch(ctx, updated, client.MergeFromWithOptions(sj, client.MergeFromWithOptimisticLock{}))
+	// The answer is decoded into an object of its own: decoded over
+	// updated, a field the API server dropped would still show what was
+	// sent.
+	answer := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: sj.Namespace, Name: sj.Name}}
+	err = r.Client.Status().Patch(ctx, answer, client.RawPatch(types.MergePatchType, patch))
 	slots.release()
 	if err != nil {
 		switch {
@@ -80,22 +94,28 @@ func (r *SafeJobReconciler) commit(ctx context.Context, sj *batchv1alpha1.SafeJo
 		r.tracker.mayHaveWritten(client.ObjectKeyFromObject(sj), sj.UID, appended)
 		return nil, fmt.Errorf("writing SafeJob status: %w", err)
 	}
-	if updated.Status.Ledger.Format != batchv1alpha1.LedgerFormat {
-		if err := r.refusedByCRD(ctx, sj, updated, prevRV); err != nil {
-			return nil, err
-		}
+	if answer.Status.Ledger.Format != batchv1alpha1.LedgerFormat {
+		r.refusedByCRD(ctx, sj)
 	}
-	r.tracker.wrote(client.ObjectKeyFromObject(sj), sj.UID, prevRV, r.Clock.Now(), appended, &updated.Status.Ledger)
+	if answer.ResourceVersion == prevRV {
+		// Nothing stored (what differed did not survive encoding, or the
+		// API server dropped it): no version comes to lift a write fence.
+		if answer.Status.Ledger.Format != batchv1alpha1.LedgerFormat {
+			return nil, errors.New("writing SafeJob status: nothing stored: the SafeJob CRD installed is older than this operator")
+		}
+		return nil, nil
+	}
+	r.tracker.wrote(client.ObjectKeyFromObject(sj), sj.UID, prevRV, r.Clock.Now(), appended, &answer.Status.Ledger)
 	r.Metrics.recordWrite(&sj.Status, &status, appended)
 	log.FromContext(ctx).V(1).Info("Wrote status", "appended", len(appended), "seq", status.Ledger.Seq,
 		"listed", len(status.Ledger.Entries), "active", status.Active, "ready", status.Ready, "succeeded", status.Succeeded)
-	return updated, nil
+	return answer, nil
 }
 
 // lastingRefusal reports an answer that the same status write gets again:
 // the API server refused the status itself (its validation, or its size).
 func lastingRefusal(err error) bool {
-	return apierrors.IsInvalid(err) || apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsBadRequest(err)
+	return apierrors.IsInvalid(err) || apierrors.IsRequestEntityTooLargeError(err)
 }
 
 // refuseWrite reports a status write the API server refuses for what it
@@ -106,8 +126,13 @@ func lastingRefusal(err error) bool {
 // reconcile with the queue's backoff.
 func (r *SafeJobReconciler) refuseWrite(ctx context.Context, sj *batchv1alpha1.SafeJob, cause error) error {
 	r.Metrics.refused(refusedInvalid)
-	msg := ledger.Truncate(fmt.Sprintf("the API server refuses the status this operator writes: %v", cause), maxCopiedMessage)
 	log.FromContext(ctx).Error(cause, "Status write refused; nothing of it is stored")
+	if meta.IsStatusConditionTrue(sj.Status.Conditions, batchv1alpha1.ConditionStatusWriteFailure) {
+		// Said already: a new message alone would cost a write, whose
+		// watch event would bring the SafeJob back past the backoff.
+		return fmt.Errorf("writing SafeJob status: %w", cause)
+	}
+	msg := ledger.Truncate(fmt.Sprintf("the API server refuses the status this operator writes: %v", cause), maxCopiedMessage)
 	if err := r.setConditionOnly(ctx, sj, batchv1alpha1.ConditionStatusWriteFailure, metav1.ConditionTrue,
 		batchv1alpha1.ReasonStatusRefused, msg); err != nil {
 		log.FromContext(ctx).Error(err, "Reporting the refused status write")
@@ -116,20 +141,14 @@ func (r *SafeJobReconciler) refuseWrite(ctx context.Context, sj *batchv1alpha1.S
 	return fmt.Errorf("writing SafeJob status: %w", cause)
 }
 
-// refusedByCRD handles an answer without this build's ledger format: the
+// refusedByCRD reports an answer without this build's ledger format: the
 // API server pruned status.ledger.format, so its CRD is older than this
-// build and may drop other fields it writes. A write that changed nothing
-// (the resourceVersion did not move) stored nothing: the write fence is not
-// armed for it, or the SafeJob would wait for a version that never comes.
-func (r *SafeJobReconciler) refusedByCRD(ctx context.Context, sj, answer *batchv1alpha1.SafeJob, prevRV string) error {
+// build and may drop other fields it writes.
+func (r *SafeJobReconciler) refusedByCRD(ctx context.Context, sj *batchv1alpha1.SafeJob) {
 	r.Metrics.refused(refusedCRDOutdated)
 	msg := "the SafeJob CRD installed is older than this operator (it drops status.ledger.format): apply the CRD of this release"
-	log.FromContext(ctx).Info("Status write pruned by the API server", "reason", msg, "stored", answer.ResourceVersion != prevRV)
+	log.FromContext(ctx).Info("Status write pruned by the API server", "reason", msg)
 	r.Recorder.Eventf(sj, nil, corev1.EventTypeWarning, batchv1alpha1.ReasonCRDOutdated, "WriteStatus", "%s", msg)
-	if answer.ResourceVersion == prevRV {
-		return fmt.Errorf("writing SafeJob status: nothing stored: %s", msg)
-	}
-	return nil
 }
 
 // setConditionOnly writes one condition, with nothing else of the status,

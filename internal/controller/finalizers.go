@@ -73,12 +73,16 @@ func (r *SafeJobReconciler) releaseOrphans(ctx context.Context, ns, name string,
 		if keep != "" && controlledBy(pod, keep) {
 			continue
 		}
-		if ref := metav1.GetControllerOf(pod); ref != nil && batchv1alpha1.IsSafeJobRef(ref) && ref.Name != name {
+		ref := metav1.GetControllerOf(pod)
+		if ref != nil && batchv1alpha1.IsSafeJobRef(ref) && ref.Name != name {
 			continue // another SafeJob's pod whose name label is shortened to the same
 		}
-		// Its name stays held until it is deleted: a SafeJob created again
-		// under this name names its launches apart from it.
-		r.tracker.sawHeld(key, pod.Name, pod.UID)
+		if ref != nil && batchv1alpha1.IsSafeJobRef(ref) {
+			// Its name stays held until it is deleted (its delete event
+			// forgets it): a SafeJob created again under this name names
+			// its launches apart from it.
+			r.tracker.sawHeld(key, pod.Name, pod.UID)
+		}
 		if !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
 			continue
 		}

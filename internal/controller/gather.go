@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -47,7 +48,7 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 	in := &jobs.Input{
 		Name:          sj.Name,
 		UID:           sj.UID,
-		Held:          r.tracker.heldNames(key),
+		Held:          r.tracker.heldNames(key, r.cachedPod(ctx, sj.Namespace)),
 		Spec:          &sj.Spec,
 		Status:        &sj.Status,
 		Pods:          pods,
@@ -117,6 +118,16 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 		}
 	}
 	return in, wait, nil
+}
+
+// cachedPod reports whether the cache holds the pod of this name and UID
+// in namespace ns.
+func (r *SafeJobReconciler) cachedPod(ctx context.Context, ns string) func(string, types.UID) bool {
+	return func(name string, uid types.UID) bool {
+		pod := &corev1.Pod{}
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, pod, client.UnsafeDisableDeepCopy)
+		return err == nil && pod.UID == uid
+	}
 }
 
 // liveReadsAtOnce bounds the live reads one pass has in flight: a SafeJob

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -294,5 +295,87 @@ func TestDeletedParentQueuesItsRuns(t *testing.T) {
 	}
 	if !queued["p-1"] {
 		t.Errorf("queued %v, want the run p-1", queued)
+	}
+}
+
+// TestOlderCRDReported: an API server whose CRD predates
+// status.ledger.format prunes it from what the operator writes: the
+// answer, decoded apart from what was sent, shows it gone, and the
+// operator says so (an event, the metric).
+func TestOlderCRDReported(t *testing.T) {
+	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "sj", Namespace: "ns", UID: "u"}}
+	r, rec := lifecycleReconciler(t, func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch,
+		opts ...client.SubResourcePatchOption) error {
+		if err := c.SubResource(sub).Patch(ctx, obj, p, opts...); err != nil {
+			return err
+		}
+		pruned := obj.(*batchv1alpha1.SafeJob)
+		pruned.Status.Ledger.Format = 0 // as an older CRD's schema prunes it
+		return c.SubResource(sub).Update(ctx, pruned)
+	}, sj)
+	cur := getSafeJob(t, r.Client, client.ObjectKeyFromObject(sj))
+	status := *cur.Status.DeepCopy()
+	status.Active = 1
+	got, err := r.commit(context.Background(), cur, status, nil)
+	if err != nil || got == nil {
+		t.Fatalf("commit = %v, %v; want the stored answer", got, err)
+	}
+	if got.Status.Ledger.Format != 0 {
+		t.Errorf("the answer shows format %d, which the API server dropped", got.Status.Ledger.Format)
+	}
+	if e := drain(rec); !strings.Contains(e, batchv1alpha1.ReasonCRDOutdated) {
+		t.Errorf("events %q, want %s", e, batchv1alpha1.ReasonCRDOutdated)
+	}
+	if n := testutil.ToFloat64(r.Metrics.LedgersRefused.WithLabelValues(refusedCRDOutdated)); n != 1 {
+		t.Errorf("crd_outdated counted %v, want 1", n)
+	}
+}
+
+// TestHeldNamesForgotten: a predecessor's pod holds its name for the
+// successor until it is deleted; its delete event forgets it (after the
+// event noted it again), and a note whose pod the cache no longer holds is
+// dropped when read, so the names of SafeJobs replaced again and again do
+// not pile up.
+func TestHeldNamesForgotten(t *testing.T) {
+	successor := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "etl", Namespace: "ns", UID: "new"}}
+	old := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "etl", Namespace: "ns", UID: "old"}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "etl-0-0", Namespace: "ns", UID: "p0",
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(old, batchv1alpha1.GroupVersion.WithKind("SafeJob"))}}}
+	r, _ := lifecycleReconciler(t, nil, successor)
+	h := &podHandler{tracker: r.tracker, cache: r.Client}
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	key := client.ObjectKeyFromObject(successor)
+	always := func(string, types.UID) bool { return true }
+	h.Create(context.Background(), event.CreateEvent{Object: pod}, q)
+	if got := r.tracker.heldNames(key, always); !got["etl-0-0"] {
+		t.Fatalf("held %v, want etl-0-0 held for the successor", got)
+	}
+	h.Delete(context.Background(), event.DeleteEvent{Object: pod}, q)
+	if got := r.tracker.heldNames(key, always); len(got) != 0 {
+		t.Errorf("held %v after the pod's delete, want none", got)
+	}
+	r.tracker.sawHeld(key, "etl-1-0", "p1")
+	if got := r.tracker.heldNames(key, func(string, types.UID) bool { return false }); len(got) != 0 {
+		t.Errorf("held %v for a pod the cache does not hold", got)
+	}
+	if len(r.tracker.held) != 0 {
+		t.Errorf("tracker keeps %v", r.tracker.held)
+	}
+}
+
+// TestOutliveStretchesOnce: a context outlive made is not stretched again,
+// so the drain bounds a release begun inside it.
+func TestOutliveStretchesOnce(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	work, stop := outlive(ctx, 50*time.Millisecond)
+	defer stop()
+	inner, stopInner := outlive(work, time.Hour)
+	defer stopInner()
+	cancel()
+	select {
+	case <-inner.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a release inside the drain outlived it")
 	}
 }

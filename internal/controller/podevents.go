@@ -113,9 +113,6 @@ func stray(pod *corev1.Pod) bool {
 
 func (h *podHandler) Delete(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	pod, ok := e.Object.(*corev1.Pod)
-	if ref := metav1.GetControllerOf(e.Object); ok && ref != nil && batchv1alpha1.IsSafeJobRef(ref) {
-		h.tracker.heldGone(types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}, pod.Name, pod.UID)
-	}
 	if ok && jobs.IsTerminal(pod) {
 		h.remember(pod)
 	}
@@ -133,6 +130,11 @@ func (h *podHandler) Delete(_ context.Context, e event.DeleteEvent, q workqueue.
 		h.window.started(client.ObjectKeyFromObject(pod), ran(pod))
 	}
 	h.enqueueOwner(e.Object, q)
+	// After enqueueOwner, which notes a predecessor's pod as holding its
+	// name: a pod gone holds none. One that only left the cache still does.
+	if ref := metav1.GetControllerOf(e.Object); ok && ref != nil && batchv1alpha1.IsSafeJobRef(ref) && !leftUndeleted(pod) {
+		h.tracker.heldGone(types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}, pod.Name, pod.UID)
+	}
 }
 
 func (h *podHandler) Generic(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {

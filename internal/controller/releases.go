@@ -137,13 +137,18 @@ func (q *releaseQueue) run(ctx context.Context, workers int, drain time.Duration
 	wg.Wait()
 }
 
+// outlivesKey marks a context outlive made: one that outlives its parent
+// already is not stretched again, so that grace bounds a drain.
+type outlivesKey struct{}
+
 // outlive returns a context that carries ctx's values but ends grace after
-// ctx ends (with ctx if grace is 0 or less), or when cancel is called.
+// ctx ends (with ctx if grace is 0 or less, or if ctx is one outlive made),
+// or when cancel is called.
 func outlive(ctx context.Context, grace time.Duration) (_ context.Context, cancel context.CancelFunc) {
-	if grace <= 0 {
+	if grace <= 0 || ctx.Value(outlivesKey{}) != nil {
 		return context.WithCancel(ctx)
 	}
-	work, end := context.WithCancel(context.WithoutCancel(ctx))
+	work, end := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), outlivesKey{}, true))
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, end) })
 	return work, func() { stop(); end() }
 }

@@ -94,16 +94,24 @@ func (t *tracker) heldGone(key types.NamespacedName, pod string, uid types.UID) 
 }
 
 // heldNames returns the pod names held for earlier SafeJobs of this name
-// (nil: none).
-func (t *tracker) heldNames(key types.NamespacedName) map[string]bool {
+// (nil: none), forgetting those whose pod exists reports gone (a delete
+// event that raced the note of it).
+func (t *tracker) heldNames(key types.NamespacedName, exists func(pod string, uid types.UID) bool) map[string]bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.held[key]) == 0 {
 		return nil
 	}
 	out := make(map[string]bool, len(t.held[key]))
-	for name := range t.held[key] {
+	for name, uid := range t.held[key] {
+		if !exists(name, uid) {
+			delete(t.held[key], name)
+			continue
+		}
 		out[name] = true
+	}
+	if len(t.held[key]) == 0 {
+		delete(t.held, key)
 	}
 	return out
 }

@@ -47,7 +47,10 @@ func TestCreateDeadlineReachesAPIServer(t *testing.T) {
 	h := newHarness(t, succeed, false)
 	sj := testutil.MakeSafeJob("late", h.ns).Obj()
 	held := jobs.PodName(sj.Name, 0, 0)
-	fence := ledger.Fence{CreateWindow: time.Second, CreateTimeout: 2 * time.Second}
+	// A window wide enough that the create starts within it on a loaded
+	// machine; the timeout short, so that the API server's deadline comes
+	// long before the webhook answers.
+	fence := ledger.Fence{CreateWindow: 10 * time.Second, CreateTimeout: 2 * time.Second}
 	hold := fence.LostGrace() + 5*time.Second
 	webhookDone := slowWebhook(t, h.ns, held, hold)
 	startManager(t, h.ns, managerOptions{config: proxyKeepingRequests(t), fence: fence})
