@@ -167,16 +167,25 @@ func (e *env) forcedDeletes() func(string) int {
 // with extra flags if any.
 func (e *env) startOperator(flags ...string) {
 	e.t.Helper()
+	e.startOperatorBin(managerBin, flags...)
+}
+
+// startOperatorBin runs one more operator process from the manager binary
+// bin (another build than the working tree's), without leader election,
+// with extra flags if any, and returns it.
+func (e *env) startOperatorBin(bin string, flags ...string) *cluster.Process {
+	e.t.Helper()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.started++
 	p, err := cluster.StartProcess(fmt.Sprintf("manager-%d", e.started), filepath.Join(e.dir, fmt.Sprintf("manager-%d.log", e.started)),
-		managerBin, append([]string{"--kubeconfig=" + e.kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0",
+		bin, append([]string{"--kubeconfig=" + e.kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0",
 			"--kube-api-qps=200", "--kube-api-burst=400"}, flags...)...)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	e.ops = append(e.ops, p)
+	return p
 }
 
 // killOperator SIGKILLs the newest running operator and starts another.
