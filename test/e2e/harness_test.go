@@ -436,13 +436,19 @@ func recordPods(t *testing.T, c *cluster.Cluster) *podRecorder {
 // pods that exist have been seen.
 func watchPods(t *testing.T, c *cluster.Cluster, see func(context.Context, *corev1.Pod)) {
 	t.Helper()
+	watchObjects(t, c, &corev1.Pod{}, func(ctx context.Context, obj client.Object) { see(ctx, obj.(*corev1.Pod)) })
+}
+
+// watchObjects does as watchPods for every object of the kind of example.
+func watchObjects(t *testing.T, c *cluster.Cluster, example client.Object, see func(context.Context, client.Object)) {
+	t.Helper()
 	informers, err := cache.New(c.Config, cache.Options{Scheme: cluster.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	inf, err := informers.GetInformer(ctx, &corev1.Pod{})
+	inf, err := informers.GetInformer(ctx, example)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -450,8 +456,8 @@ func watchPods(t *testing.T, c *cluster.Cluster, see func(context.Context, *core
 		if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 			obj = tomb.Obj
 		}
-		if pod, ok := obj.(*corev1.Pod); ok {
-			see(ctx, pod)
+		if o, ok := obj.(client.Object); ok {
+			see(ctx, o)
 		}
 	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
@@ -461,7 +467,7 @@ func watchPods(t *testing.T, c *cluster.Cluster, see func(context.Context, *core
 	}
 	go func() { _ = informers.Start(ctx) }()
 	if !informers.WaitForCacheSync(ctx) {
-		t.Fatal("pod watch did not sync")
+		t.Fatalf("%T watch did not sync", example)
 	}
 }
 

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,9 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
@@ -65,10 +65,9 @@ func TestUpgradeAndRollback(t *testing.T) {
 		testutil.WatchLedgers(t, e.c.Config, cluster.Scheme(), nsSafeJob),
 		testutil.WatchLedgers(t, e.c.Config, cluster.Scheme(), nsUpgrade),
 	}
-	seen := watchUpgrade(t, e)
+	seen := watchSafeJobs(t, e)
 	// The Indexed SafeJob's index 1 fails its first pod.
-	driver := startFateDriver(t, e)
-	driver.setScript(nsUpgrade, func(index string, attempt int) fate {
+	startFateDriver(t, e).setScript(nsUpgrade, func(index string, attempt int) fate {
 		if index == "1" && attempt == 0 {
 			return fate{exit: 1, duration: 2 * time.Second}
 		}
@@ -78,34 +77,44 @@ func TestUpgradeAndRollback(t *testing.T) {
 	k.clusterQueue("cq", 2, "default")
 	k.create(t, &kueue.LocalQueue{ObjectMeta: metav1.ObjectMeta{Name: "lq", Namespace: nsUpgrade},
 		Spec: kueue.LocalQueueSpec{ClusterQueue: "cq"}})
-
 	finite := upgradeSafeJobs()
 	parent := job("every10", "", 1, 1, "2s")
-	parent.Labels = nil
+	parent.Labels, parent.Spec.BackoffLimit, parent.Spec.Template.Spec.Containers[0].Resources = nil, nil, corev1.ResourceRequirements{}
 	parent.Spec.Schedule = ptr.To("@every 10s")
 	parent.Spec.ConcurrencyPolicy = batchv1alpha1.ForbidConcurrent
-	parent.Spec.BackoffLimit = nil
-	parent.Spec.Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
 	parent.Spec.SuccessfulRunsHistoryLimit = ptr.To[int32](100)
 
-	// Each build runs until it has carried on what the one before it
-	// left; the last runs everything to its end.
+	// Each build runs until it has appended to every ledger in flight
+	// (another build's, but for the first); the last runs them to their end.
 	builds := []build{{"the release", oldBin, false}, {"this build (upgrade)", managerBin, true},
 		{"the release (rollback)", oldBin, false}, {"this build (forward)", managerBin, true}}
-	starts := make([]time.Time, len(builds))
+	var starts []time.Time
 	var op *cluster.Process
 	for i, b := range builds {
-		if i > 0 {
-			e.checkMidFlight(t, finite, b.what)
+		var flying []*batchv1alpha1.SafeJob
+		if op != nil {
+			stopOperator(t, op)
+			if flying = e.inFlight(t, finite); len(flying) == 0 {
+				t.Errorf("every SafeJob but the schedule had finished before %s started", b.what)
+			}
 		}
-		op = e.switchOperator(t, op, b.bin, b.what)
-		starts[i] = time.Now()
+		op = e.startOperatorBin(b.bin)
+		starts = append(starts, time.Now())
+		t.Logf("%s started as %s", b.what, op.Name)
 		if i == 0 {
 			for _, sj := range append(finite, parent) {
 				k.create(t, sj)
 			}
+			flying = e.inFlight(t, finite)
 		}
-		e.waitProgress(t, finite, b.what)
+		waitUntil(t, 2*time.Minute, b.what+" to append to every ledger in flight", func() bool {
+			for _, sj := range flying {
+				if e.getSafeJob(t, sj).Status.Ledger.Seq <= sj.Status.Ledger.Seq {
+					return false
+				}
+			}
+			return true
+		})
 	}
 	forward := starts[len(starts)-1]
 
@@ -117,26 +126,35 @@ func TestUpgradeAndRollback(t *testing.T) {
 		}
 		return true
 	})
+	// The schedule is suspended once this build has scheduled a run: its
+	// final ledger then holds every run it created.
+	waitUntil(t, 2*time.Minute, "this build to schedule a run", func() bool {
+		p := e.getSafeJob(t, parent)
+		return p.Status.LastScheduleTime != nil && p.Status.LastScheduleTime.After(forward)
+	})
+	if err := e.cl.Patch(ctx, parent, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"suspend":true}}`))); err != nil {
+		t.Fatalf("suspending %s: %v", parent.Name, err)
+	}
+	var final batchv1alpha1.SafeJob
+	waitUntil(t, 2*time.Minute, "the suspended schedule's runs to finish", func() bool {
+		final = *e.getSafeJob(t, parent)
+		c := meta.FindStatusCondition(final.Status.Conditions, batchv1alpha1.ConditionScheduling)
+		return c != nil && c.Reason == batchv1alpha1.ReasonScheduleSuspended && len(final.Status.ActiveRuns) == 0
+	})
+	succeeded := succeededPods(t, e, nsUpgrade)
 	for _, sj := range finite {
-		e.checkExact(t, e.getSafeJob(t, sj), seen.succeededPods())
+		e.checkExact(t, e.getSafeJob(t, sj), succeeded)
 	}
 	e.checkQueuedOnce(t, e.getSafeJob(t, finite[2]))
-	e.checkRunsExact(t, parent)
+	e.checkRunsExact(t, &final)
 	e.checkWrites(t, builds, starts)
-	// The schedule is torn down right after a run finished, well before the
-	// next is due: its final ledger then holds every run created.
-	var final batchv1alpha1.SafeJob
-	waitUntil(t, time.Minute, "a run scheduled by this build to finish", func() bool {
-		final = *e.getSafeJob(t, parent)
-		return final.Status.LastScheduleTime != nil && final.Status.LastScheduleTime.After(forward) && len(final.Status.ActiveRuns) == 0
-	})
 	gone := tearDown(e, &final)
 	ran, missed := checkRuns(t, e, &final, gone)
 	seen.check(t)
 	for _, w := range ledgers {
 		w.Check(t)
 	}
-	t.Logf("%d runs of the schedule, each created once; %d times missed while no operator ran", ran, missed)
+	t.Logf("%d runs of the schedule, each created once; %d scheduled times missed, each counted", ran, missed)
 }
 
 // upgradeSafeJobs are the SafeJobs that are not scheduled, their pods
@@ -172,30 +190,19 @@ func releaseManager(t *testing.T, commit string) string {
 		t.Skip(msg)
 	}
 	full := strings.TrimSpace(string(out))
-	cacheDir := os.Getenv("SAFEJOB_CACHE") // as hack/ scripts find it
-	if cacheDir == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			t.Fatalf("finding the cache directory: %v", err)
-		}
-		cacheDir = filepath.Join(base, "safejob")
+	base, err := os.UserCacheDir()
+	if err != nil {
+		t.Fatalf("finding the cache directory: %v", err)
 	}
+	cacheDir := cmp.Or(os.Getenv("SAFEJOB_CACHE"), filepath.Join(base, "safejob")) // as hack/ scripts find it
 	bin := filepath.Join(cacheDir, "manager-"+full)
 	if _, err := os.Stat(bin); err == nil {
 		return bin
 	}
 	src := t.TempDir()
-	archive := exec.Command("git", "-C", root, "archive", full)
-	untar := exec.Command("tar", "-x", "-C", src)
-	if untar.Stdin, err = archive.StdoutPipe(); err != nil {
-		t.Fatal(err)
-	}
-	archive.Stderr, untar.Stderr = os.Stderr, os.Stderr
-	if err := archive.Start(); err != nil {
-		t.Fatalf("git archive %s: %v", full, err)
-	}
-	if err := errors.Join(untar.Run(), archive.Wait()); err != nil {
-		t.Fatalf("extracting commit %s: %v", full, err)
+	extract := exec.Command("bash", "-o", "pipefail", "-c", `git -C "$0" archive "$1" | tar -x -C "$2"`, root, full, src)
+	if out, err := extract.CombinedOutput(); err != nil {
+		t.Fatalf("extracting commit %s: %v: %s", full, err, out)
 	}
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
 		t.Fatalf("creating the cache directory: %v", err)
@@ -203,10 +210,10 @@ func releaseManager(t *testing.T, commit string) string {
 	// Built beside its final name and renamed, so that a test running at
 	// the same time never runs a half-written binary.
 	tmp := fmt.Sprintf("%s.%d.tmp", bin, os.Getpid())
-	build := exec.Command("go", "build", "-buildvcs=false", "-o", tmp, "./cmd")
-	build.Dir, build.Stdout, build.Stderr = src, os.Stderr, os.Stderr
-	build.Env = append(os.Environ(), "GOWORK=off")
-	if err := build.Run(); err != nil {
+	gobuild := exec.Command("go", "build", "-buildvcs=false", "-o", tmp, "./cmd")
+	gobuild.Dir, gobuild.Stdout, gobuild.Stderr = src, os.Stderr, os.Stderr
+	gobuild.Env = append(os.Environ(), "GOWORK=off")
+	if err := gobuild.Run(); err != nil {
 		t.Fatalf("building the manager of %s: %v", full, err)
 	}
 	if err := os.Rename(tmp, bin); err != nil {
@@ -215,60 +222,30 @@ func releaseManager(t *testing.T, commit string) string {
 	return bin
 }
 
-// switchOperator stops from (SIGTERM, as a rolling update does, and waits
-// for its exit) and starts the manager bin in its place.
-func (e *env) switchOperator(t *testing.T, from *cluster.Process, bin, what string) *cluster.Process {
+// stopOperator stops an operator as a rolling update does, with SIGTERM,
+// and fails the test if it had to be killed.
+func stopOperator(t *testing.T, p *cluster.Process) {
 	t.Helper()
-	if from != nil {
-		from.Stop()
-		var exit *exec.ExitError
-		if err := from.Exited(); errors.As(err, &exit) && exit.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL {
-			t.Errorf("%s did not exit on SIGTERM; it was killed", from.Name)
-		} else {
-			t.Logf("%s stopped: %v", from.Name, err)
-		}
+	p.Stop()
+	var exit *exec.ExitError
+	if err := p.Exited(); errors.As(err, &exit) && exit.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL {
+		t.Errorf("%s did not exit on SIGTERM and was killed", p.Name)
 	}
-	p := e.startOperatorBin(bin)
-	t.Logf("%s started as %s", what, p.Name)
-	return p
 }
 
-// waitProgress waits until the running operator has appended to the
-// ledger of every SafeJob of finite still in flight, and finished or not,
-// written by another build before.
-func (e *env) waitProgress(t *testing.T, finite []*batchv1alpha1.SafeJob, what string) {
+// inFlight returns the SafeJobs of finite not finished, as they are now.
+func (e *env) inFlight(t *testing.T, finite []*batchv1alpha1.SafeJob) []*batchv1alpha1.SafeJob {
 	t.Helper()
-	seqs := map[string]int64{}
+	var out []*batchv1alpha1.SafeJob
+	var say []string
 	for _, sj := range finite {
 		if got := e.getSafeJob(t, sj); !safeJobFinished(got) {
-			seqs[sj.Name] = got.Status.Ledger.Seq
+			out = append(out, got)
+			say = append(say, fmt.Sprintf("%s %d/%d", got.Name, got.Status.Succeeded, ptr.Deref(got.Spec.Completions, 1)))
 		}
 	}
-	waitUntil(t, 2*time.Minute, what+" to append to every ledger in flight", func() bool {
-		for _, sj := range finite {
-			if before, ok := seqs[sj.Name]; ok && e.getSafeJob(t, sj).Status.Ledger.Seq <= before {
-				return false
-			}
-		}
-		return true
-	})
-}
-
-// checkMidFlight fails the test when no SafeJob but the schedule is still
-// running as the build switches: the switch would prove nothing about them.
-func (e *env) checkMidFlight(t *testing.T, finite []*batchv1alpha1.SafeJob, what string) {
-	t.Helper()
-	var running []string
-	for _, sj := range finite {
-		if got := e.getSafeJob(t, sj); !safeJobFinished(got) {
-			running = append(running, fmt.Sprintf("%s %d/%d (%d active)", got.Name, got.Status.Succeeded,
-				ptr.Deref(got.Spec.Completions, 1), got.Status.Active))
-		}
-	}
-	if len(running) == 0 {
-		t.Errorf("every SafeJob had finished before switching to %s", what)
-	}
-	t.Logf("%s switching to %s with %s in flight", time.Now().Format("15:04:05.0"), what, strings.Join(running, ", "))
+	t.Logf("in flight: %s", strings.Join(say, ", "))
+	return out
 }
 
 func (e *env) getSafeJob(t *testing.T, sj *batchv1alpha1.SafeJob) *batchv1alpha1.SafeJob {
@@ -339,12 +316,12 @@ func (e *env) checkQueuedOnce(t *testing.T, sj *batchv1alpha1.SafeJob) {
 // records to its one completion, whichever build ran it.
 func (e *env) checkRunsExact(t *testing.T, parent *batchv1alpha1.SafeJob) {
 	t.Helper()
-	st, err := runs.Replay(&e.getSafeJob(t, parent).Status.Ledger)
+	st, err := runs.Replay(&parent.Status.Ledger)
 	if err != nil {
 		t.Fatalf("%s: ledger: %v", parent.Name, err)
 	}
 	if len(st.Closed) == 0 {
-		t.Errorf("%s: no run finished", parent.Name)
+		t.Errorf("%s: no run finished: %+v", parent.Name, parent.Status)
 	}
 	for name := range st.Closed {
 		run := e.getSafeJob(t, &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: parent.Namespace}})
@@ -370,33 +347,31 @@ func (e *env) checkWrites(t *testing.T, builds []build, starts []time.Time) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byBuild := make([]map[string]int, len(builds)) // verb -> writes
-	last := map[string]bool{}                      // written by the last build, by namespace/name
+	counts := make([]struct{ update, patch int }, len(builds))
+	last := map[string]bool{} // written by the last build, by namespace/name
 	for _, w := range writes {
 		i := len(starts) - 1
 		for i >= 0 && w.Received.Before(starts[i]) {
 			i--
 		}
-		if i < 0 || w.Code != 200 {
-			continue
-		}
-		if byBuild[i] == nil {
-			byBuild[i] = map[string]int{}
-		}
-		byBuild[i][w.Verb]++
-		if i == len(builds)-1 {
-			last[w.Namespace+"/"+w.Name] = true
+		switch {
+		case i < 0 || w.Code != 200:
+		case w.Verb == "update":
+			counts[i].update++
+		case w.Verb == "patch":
+			counts[i].patch++
+			last[w.Namespace+"/"+w.Name] = last[w.Namespace+"/"+w.Name] || i == len(builds)-1
 		}
 	}
 	for i, b := range builds {
-		own, other := "update", "patch"
+		own, other := counts[i].update, counts[i].patch
 		if b.patches {
 			own, other = other, own
 		}
-		if byBuild[i][own] == 0 || byBuild[i][other] != 0 {
-			t.Errorf("%s wrote SafeJob statuses %v; want by %s only", b.what, byBuild[i], own)
+		if own == 0 || other != 0 {
+			t.Errorf("%s wrote SafeJob statuses by %d updates and %d patches; want by its own way only", b.what, counts[i].update, counts[i].patch)
 		}
-		t.Logf("%s wrote SafeJob statuses %v", b.what, byBuild[i])
+		t.Logf("%s wrote SafeJob statuses by %d updates and %d patches", b.what, counts[i].update, counts[i].patch)
 	}
 	for _, ns := range []string{nsSafeJob, nsUpgrade} {
 		var sjs batchv1alpha1.SafeJobList
@@ -415,81 +390,54 @@ func (e *env) checkWrites(t *testing.T, builds []build, starts []time.Time) {
 	}
 }
 
-// upgradeWatch sees every version of every SafeJob and every pod, and
-// remembers what no version may show: a ledger reported invalid, a status
-// write refused, a Forbid schedule with two runs active.
-type upgradeWatch struct {
-	mu        sync.Mutex
-	problems  []string
-	succeeded map[string]bool // pods of nsUpgrade that succeeded, by name
+// succeededPods lists the pods of ns that succeeded, by name.
+func succeededPods(t *testing.T, e *env, ns string) map[string]bool {
+	t.Helper()
+	var pods corev1.PodList
+	if err := e.cl.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
+		t.Fatalf("listing pods: %v", err)
+	}
+	out := map[string]bool{}
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodSucceeded {
+			out[p.Name] = true
+		}
+	}
+	return out
 }
 
-func watchUpgrade(t *testing.T, e *env) *upgradeWatch {
+// safeJobWatch sees every version of every SafeJob and remembers what none
+// may show: a ledger reported invalid, a status write refused, a Forbid
+// schedule with two runs active.
+type safeJobWatch struct {
+	mu       sync.Mutex
+	problems []string
+}
+
+func watchSafeJobs(t *testing.T, e *env) *safeJobWatch {
 	t.Helper()
-	w := &upgradeWatch{succeeded: map[string]bool{}}
-	watchPods(t, e.c, func(_ context.Context, pod *corev1.Pod) {
-		if pod.Namespace == nsUpgrade && pod.Status.Phase == corev1.PodSucceeded {
-			w.mu.Lock()
-			w.succeeded[pod.Name] = true
-			w.mu.Unlock()
-		}
-	})
-	informers, err := cache.New(e.c.Config, cache.Options{Scheme: cluster.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	inf, err := informers.GetInformer(ctx, &batchv1alpha1.SafeJob{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	see := func(obj any) {
-		if sj, ok := obj.(*batchv1alpha1.SafeJob); ok {
-			w.see(sj)
-		}
-	}
-	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: see, UpdateFunc: func(_, obj any) { see(obj) }}); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = informers.Start(ctx) }()
-	if !informers.WaitForCacheSync(ctx) {
-		t.Fatal("SafeJob watch did not sync")
-	}
+	w := &safeJobWatch{}
+	watchObjects(t, e.c, &batchv1alpha1.SafeJob{}, func(_ context.Context, obj client.Object) { w.see(obj.(*batchv1alpha1.SafeJob)) })
 	return w
 }
 
-func (w *upgradeWatch) see(sj *batchv1alpha1.SafeJob) {
+func (w *safeJobWatch) see(sj *batchv1alpha1.SafeJob) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	bad := []*metav1.Condition{}
-	if c := meta.FindStatusCondition(sj.Status.Conditions, batchv1alpha1.ConditionLedgerValid); c != nil && c.Status == metav1.ConditionFalse {
-		bad = append(bad, c)
-	}
-	if c := meta.FindStatusCondition(sj.Status.Conditions, batchv1alpha1.ConditionStatusWriteFailure); c != nil && c.Status == metav1.ConditionTrue {
-		bad = append(bad, c)
-	}
-	for _, c := range bad {
-		w.problems = append(w.problems, fmt.Sprintf("%s/%s at resourceVersion %s: %s %s, %s: %s", sj.Namespace, sj.Name,
-			sj.ResourceVersion, c.Type, c.Status, c.Reason, c.Message))
+	for _, bad := range []metav1.Condition{{Type: batchv1alpha1.ConditionLedgerValid, Status: metav1.ConditionFalse},
+		{Type: batchv1alpha1.ConditionStatusWriteFailure, Status: metav1.ConditionTrue}} {
+		if c := meta.FindStatusCondition(sj.Status.Conditions, bad.Type); c != nil && c.Status == bad.Status {
+			w.problems = append(w.problems, fmt.Sprintf("%s/%s at resourceVersion %s: %s %s, %s: %s", sj.Namespace, sj.Name,
+				sj.ResourceVersion, c.Type, c.Status, c.Reason, c.Message))
+		}
 	}
 	if sj.Spec.ConcurrencyPolicy == batchv1alpha1.ForbidConcurrent && len(sj.Status.ActiveRuns) > 1 {
 		w.problems = append(w.problems, fmt.Sprintf("%s: %d runs active under Forbid", sj.Name, len(sj.Status.ActiveRuns)))
 	}
 }
 
-func (w *upgradeWatch) succeededPods() map[string]bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := map[string]bool{}
-	for name := range w.succeeded {
-		out[name] = true
-	}
-	return out
-}
-
 // check fails the test with every problem a version of a SafeJob showed.
-func (w *upgradeWatch) check(t *testing.T) {
+func (w *safeJobWatch) check(t *testing.T) {
 	t.Helper()
 	w.mu.Lock()
 	defer w.mu.Unlock()
