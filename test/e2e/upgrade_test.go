@@ -3,7 +3,6 @@ package e2e
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -94,7 +93,7 @@ func TestUpgradeAndRollback(t *testing.T) {
 		var flying []*batchv1alpha1.SafeJob
 		if op != nil {
 			stopOperator(t, op)
-			if flying = e.inFlight(t, finite); len(flying) == 0 {
+			if flying = e.inFlight(t, finite, b.what); len(flying) == 0 {
 				t.Errorf("every SafeJob but the schedule had finished before %s started", b.what)
 			}
 		}
@@ -105,7 +104,7 @@ func TestUpgradeAndRollback(t *testing.T) {
 			for _, sj := range append(finite, parent) {
 				k.create(t, sj)
 			}
-			flying = e.inFlight(t, finite)
+			flying = e.inFlight(t, finite, b.what)
 		}
 		waitUntil(t, 2*time.Minute, b.what+" to append to every ledger in flight", func() bool {
 			for _, sj := range flying {
@@ -222,19 +221,23 @@ func releaseManager(t *testing.T, commit string) string {
 	return bin
 }
 
-// stopOperator stops an operator as a rolling update does, with SIGTERM,
-// and fails the test if it had to be killed.
+// stopOperator stops an operator as a rolling update does: SIGTERM, and
+// SIGKILL after the grace period the manager's Deployment gives it, which
+// fails the test.
 func stopOperator(t *testing.T, p *cluster.Process) {
 	t.Helper()
-	p.Stop()
-	var exit *exec.ExitError
-	if err := p.Exited(); errors.As(err, &exit) && exit.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL {
-		t.Errorf("%s did not exit on SIGTERM and was killed", p.Name)
+	const grace = 30 * time.Second // terminationGracePeriodSeconds in config/manager
+	_ = syscall.Kill(-p.Pid(), syscall.SIGTERM)
+	select {
+	case <-p.Done():
+	case <-time.After(grace):
+		p.Kill()
+		t.Errorf("%s did not exit within %s of SIGTERM and was killed", p.Name, grace)
 	}
 }
 
 // inFlight returns the SafeJobs of finite not finished, as they are now.
-func (e *env) inFlight(t *testing.T, finite []*batchv1alpha1.SafeJob) []*batchv1alpha1.SafeJob {
+func (e *env) inFlight(t *testing.T, finite []*batchv1alpha1.SafeJob, what string) []*batchv1alpha1.SafeJob {
 	t.Helper()
 	var out []*batchv1alpha1.SafeJob
 	var say []string
@@ -244,7 +247,7 @@ func (e *env) inFlight(t *testing.T, finite []*batchv1alpha1.SafeJob) []*batchv1
 			say = append(say, fmt.Sprintf("%s %d/%d", got.Name, got.Status.Succeeded, ptr.Deref(got.Spec.Completions, 1)))
 		}
 	}
-	t.Logf("in flight: %s", strings.Join(say, ", "))
+	t.Logf("in flight as %s starts: %s", what, strings.Join(say, ", "))
 	return out
 }
 
