@@ -45,7 +45,9 @@ const nsUpgrade = "upgrade"
 // ledgers the other wrote: every SafeJob completes exactly, every pod the
 // audit log shows created was launched once by a ledger, no pod keeps the
 // ledger finalizer, no ledger is ever reported invalid or loses a fact, and
-// what this tree's build last wrote carries its ledger format.
+// what this tree's build last wrote carries its ledger format. The audit
+// log shows which build wrote each status (whole updates or merge
+// patches), so a switch that did not happen cannot pass.
 func TestUpgradeAndRollback(t *testing.T) {
 	t.Parallel() // its own cluster: runs beside the other tests
 	oldBin := releaseManager(t, upgradeFrom)
@@ -83,8 +85,9 @@ func TestUpgradeAndRollback(t *testing.T) {
 	parent.Spec.ConcurrencyPolicy = batchv1alpha1.ForbidConcurrent
 	parent.Spec.SuccessfulRunsHistoryLimit = ptr.To[int32](100)
 
-	// Each build runs until it has appended to every ledger in flight
-	// (another build's, but for the first); the last runs them to their end.
+	// Each build runs until it has appended to every ledger in flight, each
+	// written last by the build before it (but under the first); the last
+	// build runs them to their end.
 	builds := []build{{"the release", oldBin, false}, {"this build (upgrade)", managerBin, true},
 		{"the release (rollback)", oldBin, false}, {"this build (forward)", managerBin, true}}
 	var starts []time.Time
