@@ -326,17 +326,17 @@ const (
 	ReasonStatusRefused = "StatusRefused"
 	// ReasonCRDOutdated: the API server dropped a field the operator wrote;
 	// the installed CRD is older than the operator.
-	ReasonCRDOutdated = "CRDOutdated"
-	ReasonScheduled                = "Scheduled"
-	ReasonScheduleSuspended        = "ScheduleSuspended"
-	ReasonInvalidSchedule          = "InvalidSchedule"
-	ReasonWaitingForRun            = "WaitingForEarlierRun"
-	ReasonTooManyMissedTimes       = "TooManyMissedTimes"
-	ReasonTooManyActiveRuns        = "TooManyActiveRuns"
-	ReasonMissedSchedule           = "MissedSchedule"
-	ReasonNoMissedRuns             = "NoMissedRuns"
-	ReasonAdmitted                 = "Admitted"
-	ReasonQueued                   = "Queued"
+	ReasonCRDOutdated        = "CRDOutdated"
+	ReasonScheduled          = "Scheduled"
+	ReasonScheduleSuspended  = "ScheduleSuspended"
+	ReasonInvalidSchedule    = "InvalidSchedule"
+	ReasonWaitingForRun      = "WaitingForEarlierRun"
+	ReasonTooManyMissedTimes = "TooManyMissedTimes"
+	ReasonTooManyActiveRuns  = "TooManyActiveRuns"
+	ReasonMissedSchedule     = "MissedSchedule"
+	ReasonNoMissedRuns       = "NoMissedRuns"
+	ReasonAdmitted           = "Admitted"
+	ReasonQueued             = "Queued"
 )
 
 // EntryType is the kind of fact a ledger entry records.

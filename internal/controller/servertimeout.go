@@ -39,7 +39,7 @@ func (s serverTimeout) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	deadline, ok := ctx.Deadline()
 	if !ok || ctx.Value(serverDeadlineKey{}) == nil {
-		return s.next.RoundTrip(req)
+		return s.next.RoundTrip(req) //nolint:wrapcheck // a transport's own error, as the next one returned it
 	}
 	left := time.Until(deadline).Truncate(time.Millisecond)
 	if left <= 0 {

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -70,7 +71,14 @@ func TestNewerBuildsStatusKept(t *testing.T) {
 		}
 		return sj.Status.Ledger.Seq >= 2 && len(pods.Items) == 2, nil
 	})
-	got := readStatus(t, c, kept)
+	checkFieldsKept(t, readStatus(t, c, kept))
+	checkNewerLeftAlone(t, c, newer)
+}
+
+// checkFieldsKept checks a status that a newer build wrote and this build
+// wrote over: the newer build's fields are there, and this build's format.
+func checkFieldsKept(t *testing.T, got map[string]any) {
+	t.Helper()
 	if v, _, _ := unstructured.NestedInt64(got, "futureCounter"); v != 7 {
 		t.Errorf("status.futureCounter = %v after this build's writes, want 7 (status: %v)", v, got)
 	}
@@ -80,7 +88,14 @@ func TestNewerBuildsStatusKept(t *testing.T) {
 	if v, _, _ := unstructured.NestedInt64(got, "ledger", "format"); v != batchv1alpha1.LedgerFormat {
 		t.Errorf("status.ledger.format = %d, want %d", v, batchv1alpha1.LedgerFormat)
 	}
+}
 
+// checkNewerLeftAlone waits until this build marks the SafeJob whose
+// ledger is of a newer format LedgerFormatUnknown, and checks that it wrote
+// nothing else and created no pod.
+func checkNewerLeftAlone(t *testing.T, c newerCRDClient, newer *batchv1alpha1.SafeJob) {
+	t.Helper()
+	ctx := context.Background()
 	waitFor(t, 30*time.Second, "newer marked LedgerFormatUnknown", func() (bool, error) {
 		sj := &batchv1alpha1.SafeJob{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(newer), sj); err != nil {
@@ -97,7 +112,7 @@ func TestNewerBuildsStatusKept(t *testing.T) {
 		t.Errorf("the newer ledger was written: %+v", sj.Status.Ledger)
 	}
 	var pods corev1.PodList
-	if err := c.List(ctx, &pods, client.InNamespace(ns.Name), client.MatchingLabels{batchv1alpha1.SafeJobNameLabel: "newer"}); err != nil {
+	if err := c.List(ctx, &pods, client.InNamespace(newer.Namespace), client.MatchingLabels{batchv1alpha1.SafeJobNameLabel: "newer"}); err != nil {
 		t.Fatal(err)
 	}
 	if len(pods.Items) != 0 {
@@ -126,14 +141,14 @@ func newerCRDServer(t *testing.T) newerCRDClient {
 	}
 	status := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["status"]
 	status.Properties["futureCounter"] = apiextensionsv1.JSONSchemaProps{Type: "integer"}
-	ledger := status.Properties["ledger"]
-	format := ledger.Properties["format"]
+	ledgerSchema := status.Properties["ledger"]
+	format := ledgerSchema.Properties["format"]
 	format.Maximum = ptr.To(float64(newerFormat))
-	ledger.Properties["format"] = format
-	checkpoint := ledger.Properties["checkpoint"]
+	ledgerSchema.Properties["format"] = format
+	checkpoint := ledgerSchema.Properties["checkpoint"]
 	checkpoint.Properties["futureMark"] = apiextensionsv1.JSONSchemaProps{Type: "string"}
-	ledger.Properties["checkpoint"] = checkpoint
-	status.Properties["ledger"] = ledger
+	ledgerSchema.Properties["checkpoint"] = checkpoint
+	status.Properties["ledger"] = ledgerSchema
 	crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["status"] = status
 	assets, err := kubebuilderAssets()
 	if err != nil {
@@ -191,36 +206,29 @@ func TestRecreatedWhileStoppedReleasesPredecessorsPods(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, hold, false)
 	stop := startManager(t, h.ns, managerOptions{})
-	old := testutil.MakeSafeJob("again", h.ns).Completions(2).Parallelism(2).Obj()
+	old := testutil.MakeSafeJob("again", h.ns).Completions(3).Parallelism(3).Obj()
 	if err := k8s.Create(ctx, old); err != nil {
 		t.Fatal(err)
 	}
-	waitRunningPods(t, h.ns, 2)
+	waitRunningPods(t, h.ns, 3)
 	stop()
 	if err := k8s.Delete(ctx, old); err != nil {
 		t.Fatal(err)
 	}
-	again := testutil.MakeSafeJob("again", h.ns).Completions(2).Parallelism(2).Obj()
+	again := testutil.MakeSafeJob("again", h.ns).Completions(3).Parallelism(3).Obj()
 	if err := k8s.Create(ctx, again); err != nil {
 		t.Fatal(err)
 	}
 	startManager(t, h.ns, managerOptions{})
 	waitFor(t, 30*time.Second, "the old SafeJob's pods released, the new one's launches committed", func() (bool, error) {
-		var pods corev1.PodList
-		if err := k8s.List(ctx, &pods, client.InNamespace(h.ns)); err != nil {
+		if held, err := holdingFinalizer(ctx, h.ns, old.UID); err != nil || held > 0 {
 			return false, err
-		}
-		for i := range pods.Items {
-			if ref := metav1.GetControllerOf(&pods.Items[i]); ref != nil && ref.UID == old.UID &&
-				slices.Contains(pods.Items[i].Finalizers, batchv1alpha1.LedgerFinalizer) {
-				return false, nil
-			}
 		}
 		sj := &batchv1alpha1.SafeJob{}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(again), sj); err != nil {
 			return false, err
 		}
-		return sj.Status.Ledger.Seq >= 2, nil
+		return sj.Status.Ledger.Seq >= 3, nil
 	})
 	var pods corev1.PodList
 	if err := k8s.List(ctx, &pods, client.InNamespace(h.ns)); err != nil {
@@ -233,6 +241,23 @@ func TestRecreatedWhileStoppedReleasesPredecessorsPods(t *testing.T) {
 			t.Errorf("the new SafeJob's running pod %s lost its ledger finalizer", pod.Name)
 		}
 	}
+}
+
+// holdingFinalizer counts the pods in ns that the SafeJob of uid created
+// and that hold the ledger finalizer.
+func holdingFinalizer(ctx context.Context, ns string, uid types.UID) (int, error) {
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+		return 0, err
+	}
+	n := 0
+	for i := range pods.Items {
+		if ref := metav1.GetControllerOf(&pods.Items[i]); ref != nil && ref.UID == uid &&
+			slices.Contains(pods.Items[i].Finalizers, batchv1alpha1.LedgerFinalizer) {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // TestReplacedSafeJobDoesNotWaitForItsNames: a running SafeJob deleted and
