@@ -90,6 +90,17 @@ func TestChartDefaults(t *testing.T) {
 	if deploy == nil || pdb == nil {
 		t.Fatalf("the chart renders Deployment %v and PodDisruptionBudget %v, want both", deploy != nil, pdb != nil)
 	}
+	podLabels := checkDeploymentDefaults(t, deploy)
+	checkAntiAffinity(t, deploy, podLabels)
+	checkPodDisruptionBudget(t, pdb, podLabels)
+	checkOverrides(t, chart)
+}
+
+// checkDeploymentDefaults checks that the manager's Deployment runs two
+// replicas with leader election and 30 seconds of grace at shutdown, and
+// returns the labels of its pods (stopping the test when they have none).
+func checkDeploymentDefaults(t *testing.T, deploy *unstructured.Unstructured) map[string]string {
+	t.Helper()
 	if r, _, _ := unstructured.NestedFieldNoCopy(deploy.Object, "spec", "replicas"); fmt.Sprint(r) != "2" {
 		t.Errorf("replicas %v by default, want 2", r)
 	}
@@ -104,18 +115,32 @@ func TestChartDefaults(t *testing.T) {
 	if len(podLabels) == 0 {
 		t.Fatal("the manager's pods have no labels")
 	}
+	return podLabels
+}
+
+// checkAntiAffinity checks that the Deployment prefers, in a single term,
+// to put the manager's pods (labelled podLabels) on different nodes.
+func checkAntiAffinity(t *testing.T, deploy *unstructured.Unstructured, podLabels map[string]string) {
+	t.Helper()
 	terms, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "affinity", "podAntiAffinity",
 		"preferredDuringSchedulingIgnoredDuringExecution")
 	if len(terms) != 1 {
 		t.Errorf("preferred pod anti-affinity terms %v, want one", terms)
-	} else {
-		term := terms[0].(map[string]any)
-		key, _, _ := unstructured.NestedString(term, "podAffinityTerm", "topologyKey")
-		sel, _, _ := unstructured.NestedStringMap(term, "podAffinityTerm", "labelSelector", "matchLabels")
-		if key != "kubernetes.io/hostname" || len(sel) == 0 || !labels.SelectorFromSet(sel).Matches(labels.Set(podLabels)) {
-			t.Errorf("pod anti-affinity on %q selecting %v, want kubernetes.io/hostname and the manager's pods %v", key, sel, podLabels)
-		}
+		return
 	}
+	term := terms[0].(map[string]any)
+	key, _, _ := unstructured.NestedString(term, "podAffinityTerm", "topologyKey")
+	sel, _, _ := unstructured.NestedStringMap(term, "podAffinityTerm", "labelSelector", "matchLabels")
+	if key != "kubernetes.io/hostname" || len(sel) == 0 || !labels.SelectorFromSet(sel).Matches(labels.Set(podLabels)) {
+		t.Errorf("pod anti-affinity on %q selecting %v, want kubernetes.io/hostname and the manager's pods %v", key, sel, podLabels)
+	}
+}
+
+// checkPodDisruptionBudget checks that pdb is a policy/v1
+// PodDisruptionBudget in the release's namespace, of the manager's pods
+// (labelled podLabels), that lets a drain of one replica through.
+func checkPodDisruptionBudget(t *testing.T, pdb *unstructured.Unstructured, podLabels map[string]string) {
+	t.Helper()
 	if pdb.GetAPIVersion() != "policy/v1" || pdb.GetNamespace() != "release-ns" {
 		t.Errorf("PodDisruptionBudget %s in namespace %q, want policy/v1 in the release's", pdb.GetAPIVersion(), pdb.GetNamespace())
 	}
@@ -128,7 +153,13 @@ func TestChartDefaults(t *testing.T) {
 	if len(sel) == 0 || !labels.SelectorFromSet(sel).Matches(labels.Set(podLabels)) {
 		t.Errorf("PodDisruptionBudget selects %v, not the manager's pods %v", sel, podLabels)
 	}
+}
 
+// checkOverrides checks that the chart's values override its defaults:
+// replicas=1 renders one replica, podDisruptionBudget.enabled=false no
+// PodDisruptionBudget.
+func checkOverrides(t *testing.T, chart string) {
+	t.Helper()
 	one := renderChart(t, chart, map[string]any{"replicas": 1})
 	if r, _, _ := unstructured.NestedFieldNoCopy(one["Deployment"].Object, "spec", "replicas"); fmt.Sprint(r) != "1" {
 		t.Errorf("replicas=1 renders replicas %v", r)

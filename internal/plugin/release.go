@@ -76,26 +76,50 @@ func FindHeld(ctx context.Context, cl client.Reader, o ReleaseOptions) ([]Held, 
 	if err != nil {
 		return nil, err
 	}
-	names := map[string]bool{} // the SafeJobs of o.Name, by name and name label
-	if o.Name != "" {
-		names[o.Name], names[ledger.ShortName(o.Name, ledger.MaxNameLen)] = true, true
-		for k := range sjs {
-			if ref := batchv1alpha1.RunParent(&sjs[k]); ref != nil && ref.Name == o.Name {
-				names[sjs[k].Name], names[ledger.ShortName(sjs[k].Name, ledger.MaxNameLen)] = true, true
-			}
+	match := safeJobMatcher(sjs, o.Name)
+	held, err := heldPods(ctx, cl, o.Namespace, sjs, match)
+	if err != nil {
+		return nil, err
+	}
+	if o.Workloads {
+		wls, err := heldWorkloads(ctx, cl, o.Namespace, match)
+		if err != nil {
+			return nil, err
+		}
+		held = append(held, wls...)
+	}
+	return append(held, heldSafeJobs(sjs, match)...), nil
+}
+
+// safeJobMatcher returns whether a SafeJob name (or name label) is of the
+// SafeJob name or of its runs, listed in sjs; with name "" every name matches.
+func safeJobMatcher(sjs []batchv1alpha1.SafeJob, name string) func(string) bool {
+	if name == "" {
+		return func(string) bool { return true }
+	}
+	names := map[string]bool{} // the SafeJobs of name, by name and name label
+	names[name], names[ledger.ShortName(name, ledger.MaxNameLen)] = true, true
+	for k := range sjs {
+		if ref := batchv1alpha1.RunParent(&sjs[k]); ref != nil && ref.Name == name {
+			names[sjs[k].Name], names[ledger.ShortName(sjs[k].Name, ledger.MaxNameLen)] = true, true
 		}
 	}
-	match := func(name string) bool { return o.Name == "" || names[name] }
+	return func(n string) bool { return names[n] }
+}
+
+// heldPods lists the pods of namespace ns that hold the ledger finalizer
+// and are of a SafeJob match accepts, each with why its outcome is not in
+// the ledger of its SafeJob (found among sjs by UID, in the pod's namespace).
+func heldPods(ctx context.Context, cl client.Reader, ns string, sjs []batchv1alpha1.SafeJob, match func(string) bool) ([]Held, error) {
 	byUID := make(map[types.UID]*batchv1alpha1.SafeJob, len(sjs))
 	for k := range sjs {
 		byUID[sjs[k].UID] = &sjs[k]
 	}
-
-	var held []Held
 	var pods corev1.PodList
-	if err := cl.List(ctx, &pods, client.InNamespace(o.Namespace)); err != nil {
+	if err := cl.List(ctx, &pods, client.InNamespace(ns)); err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
+	var held []Held
 	for k := range pods.Items {
 		pod := &pods.Items[k]
 		if !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
@@ -112,27 +136,39 @@ func FindHeld(ctx context.Context, cl client.Reader, o ReleaseOptions) ([]Held, 
 		held = append(held, Held{Kind: KindPod, Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, SafeJob: name,
 			Unrecorded: unrecorded(pod, owner), obj: pod})
 	}
-	if o.Workloads {
-		var wls kueue.WorkloadList
-		if err := cl.List(ctx, &wls, client.InNamespace(o.Namespace)); err != nil {
-			return nil, fmt.Errorf("listing Workloads: %w", err)
-		}
-		for k := range wls.Items {
-			wl := &wls.Items[k]
-			ref := metav1.GetControllerOfNoCopy(wl)
-			if ref == nil || !batchv1alpha1.IsSafeJobRef(ref) || !match(ref.Name) || !slices.Contains(wl.Finalizers, WorkloadFinalizer) {
-				continue
-			}
-			held = append(held, Held{Kind: KindWorkload, Namespace: wl.Namespace, Name: wl.Name, UID: wl.UID, SafeJob: ref.Name, obj: wl})
-		}
+	return held, nil
+}
+
+// heldWorkloads lists the Workloads of namespace ns that hold the
+// resource-in-use finalizer and that a SafeJob match accepts controls.
+func heldWorkloads(ctx context.Context, cl client.Reader, ns string, match func(string) bool) ([]Held, error) {
+	var wls kueue.WorkloadList
+	if err := cl.List(ctx, &wls, client.InNamespace(ns)); err != nil {
+		return nil, fmt.Errorf("listing Workloads: %w", err)
 	}
+	var held []Held
+	for k := range wls.Items {
+		wl := &wls.Items[k]
+		ref := metav1.GetControllerOfNoCopy(wl)
+		if ref == nil || !batchv1alpha1.IsSafeJobRef(ref) || !match(ref.Name) || !slices.Contains(wl.Finalizers, WorkloadFinalizer) {
+			continue
+		}
+		held = append(held, Held{Kind: KindWorkload, Namespace: wl.Namespace, Name: wl.Name, UID: wl.UID, SafeJob: ref.Name, obj: wl})
+	}
+	return held, nil
+}
+
+// heldSafeJobs lists the SafeJobs of sjs that match accepts and that hold
+// the run finalizer.
+func heldSafeJobs(sjs []batchv1alpha1.SafeJob, match func(string) bool) []Held {
+	var held []Held
 	for k := range sjs {
 		sj := &sjs[k]
 		if match(sj.Name) && slices.Contains(sj.Finalizers, batchv1alpha1.RunFinalizer) {
 			held = append(held, Held{Kind: KindSafeJob, Namespace: sj.Namespace, Name: sj.Name, UID: sj.UID, obj: sj})
 		}
 	}
-	return held, nil
+	return held
 }
 
 // safeJobOf names the SafeJob whose pod this is, and its UID: its
@@ -216,6 +252,24 @@ func Release(ctx context.Context, cl client.Client, w io.Writer, o ReleaseOption
 	if err := PrintHeld(w, held, o.DryRun); err != nil {
 		return err
 	}
+	if err := checkNoOperator(ctx, cl, out, o); err != nil {
+		return err
+	}
+	if o.DryRun {
+		out.printf("Dry run: nothing changed.\n")
+		return out.err
+	}
+	if err := releaseHeld(ctx, cl, out, held); err != nil {
+		return err
+	}
+	return out.err
+}
+
+// checkNoOperator refuses (with an *OperatorAliveError, or the error of
+// telling) to release while an operator looks alive, or while it cannot
+// tell whether one runs, unless o.Force, in which case it writes a warning
+// to out instead. A dry run does not refuse: it notes that release would.
+func checkNoOperator(ctx context.Context, cl client.Client, out *errWriter, o ReleaseOptions) error {
 	alive, err := OperatorAlive(ctx, cl, o.OperatorNamespace, o.Now)
 	switch {
 	case err != nil && !o.Force:
@@ -223,21 +277,22 @@ func Release(ctx context.Context, cl client.Client, w io.Writer, o ReleaseOption
 	case err != nil:
 		out.printf("Warning: cannot tell whether an operator runs (%v); releasing anyway (--force).\n", err)
 	}
-	if alive != nil && !o.Force {
-		if o.DryRun {
-			out.printf("Note: %s; without --force, release would refuse.\n", (&OperatorAliveError{alive}).Error())
-			out.printf("Dry run: nothing changed.\n")
-			return out.err
-		}
+	switch {
+	case alive == nil:
+	case o.Force:
+		out.printf("Warning: an operator looks alive (%s); releasing anyway (--force).\n", alive)
+	case o.DryRun:
+		out.printf("Note: %s; without --force, release would refuse.\n", (&OperatorAliveError{alive}).Error())
+	default:
 		return &OperatorAliveError{alive}
 	}
-	if alive != nil {
-		out.printf("Warning: an operator looks alive (%s); releasing anyway (--force).\n", alive)
-	}
-	if o.DryRun {
-		out.printf("Dry run: nothing changed.\n")
-		return out.err
-	}
+	return nil
+}
+
+// releaseHeld removes each finalizer of held from the object of the UID it
+// was read with, and writes to out which objects it left alone (their name
+// is another object's now) and how many of each kind it released.
+func releaseHeld(ctx context.Context, cl client.Client, out *errWriter, held []Held) error {
 	counts := map[string]int{}
 	for _, h := range held {
 		var res released
@@ -262,7 +317,7 @@ func Release(ctx context.Context, cl client.Client, w io.Writer, o ReleaseOption
 		}
 	}
 	out.printf("Released %s.\n", heldCounts(counts))
-	return out.err
+	return nil
 }
 
 // PrintHeld writes what release gives up and what it removes.

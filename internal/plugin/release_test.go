@@ -234,32 +234,7 @@ func TestReleaseByName(t *testing.T) {
 // created again under the same name after release listed them keep their
 // finalizers: each patch carries the UID release read.
 func TestReleaseLeavesObjectOfAnotherUID(t *testing.T) {
-	recreated := map[string]bool{}
-	recreate := func(ctx context.Context, cl client.WithWatch, obj client.Object) error {
-		if recreated[obj.GetName()] {
-			return nil
-		}
-		recreated[obj.GetName()] = true
-		fresh, ok := obj.DeepCopyObject().(client.Object)
-		if !ok {
-			return errors.New("not an object")
-		}
-		if err := cl.Get(ctx, client.ObjectKeyFromObject(obj), fresh); err != nil {
-			return err
-		}
-		fins := fresh.GetFinalizers()
-		fresh.SetFinalizers(nil)
-		if err := cl.Update(ctx, fresh); err != nil {
-			return err
-		}
-		if err := cl.Delete(ctx, fresh); err != nil {
-			return err
-		}
-		fresh.SetFinalizers(fins)
-		fresh.SetUID("successor")
-		fresh.SetResourceVersion("")
-		return cl.Create(ctx, fresh)
-	}
+	recreate := recreator{}.recreate
 	cl := newFake(t, interceptor.Funcs{
 		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, _ client.Patch, _ ...client.PatchOption) error {
 			if obj.GetName() == "etl-1-0" {
@@ -294,6 +269,39 @@ func TestReleaseLeavesObjectOfAnotherUID(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
+}
+
+// recreator replaces objects by successors, each name once: as if another
+// object had taken the name of the one release read.
+type recreator map[string]bool
+
+// recreate deletes the object of obj's name and creates another of that
+// name with the same finalizers and UID "successor"; it does nothing for a
+// name it has recreated before.
+func (r recreator) recreate(ctx context.Context, cl client.WithWatch, obj client.Object) error {
+	if r[obj.GetName()] {
+		return nil
+	}
+	r[obj.GetName()] = true
+	fresh, ok := obj.DeepCopyObject().(client.Object)
+	if !ok {
+		return errors.New("not an object")
+	}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(obj), fresh); err != nil {
+		return err
+	}
+	fins := fresh.GetFinalizers()
+	fresh.SetFinalizers(nil)
+	if err := cl.Update(ctx, fresh); err != nil {
+		return err
+	}
+	if err := cl.Delete(ctx, fresh); err != nil {
+		return err
+	}
+	fresh.SetFinalizers(fins)
+	fresh.SetUID("successor")
+	fresh.SetResourceVersion("")
+	return cl.Create(ctx, fresh)
 }
 
 func lease(ns, holder string, renewed time.Time) *coordinationv1.Lease {

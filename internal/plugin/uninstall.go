@@ -73,7 +73,8 @@ func Running(sjs []batchv1alpha1.SafeJob) []*batchv1alpha1.SafeJob {
 }
 
 // ErrRunning is uninstall's refusal while SafeJobs run.
-var ErrRunning = errors.New("SafeJobs run (listed above): wait for them to finish, or pass --stop to stop the schedules and delete every SafeJob")
+var ErrRunning = errors.New("SafeJobs run (listed above): wait for them to finish, " +
+	"or pass --stop to stop the schedules and delete every SafeJob")
 
 // Uninstall removes SafeJob from a cluster whose operator runs: it
 // refuses while SafeJobs run unless o.Stop, which suspends the schedules
@@ -90,17 +91,10 @@ func Uninstall(ctx context.Context, cl client.Client, w io.Writer, o UninstallOp
 	if err != nil {
 		return err
 	}
-	if running := Running(sjs); len(running) > 0 && !o.Stop {
-		out.printf("%s run:\n", plural(len(running), "SafeJob"))
-		if err := printSafeJobs(w, running); err != nil {
-			return err
-		}
-		return ErrRunning
+	if err := refuseRunning(w, out, sjs, o.Stop); err != nil {
+		return err
 	}
-	if alive, err := OperatorAlive(ctx, cl, o.OperatorNamespace, o.Now); err == nil && alive == nil && len(sjs) > 0 {
-		out.printf("Note: no operator's Lease %s is fresh (an operator without leader election has none): "+
-			"the SafeJobs deleted wait for a running operator; if there is none, see kubectl safejob release.\n", LeaseName)
-	}
+	noteNoOperator(ctx, cl, out, o, sjs)
 	if o.Stop {
 		if err := suspendSchedules(ctx, cl, out, sjs); err != nil {
 			return err
@@ -129,6 +123,31 @@ func Uninstall(ctx context.Context, cl client.Client, w io.Writer, o UninstallOp
 	return out.err
 }
 
+// refuseRunning returns ErrRunning, after listing them to w, when SafeJobs
+// of sjs run and uninstall is not to stop them.
+func refuseRunning(w io.Writer, out *errWriter, sjs []batchv1alpha1.SafeJob, stop bool) error {
+	running := Running(sjs)
+	if len(running) == 0 || stop {
+		return nil
+	}
+	out.printf("%s run:\n", plural(len(running), "SafeJob"))
+	if err := printSafeJobs(w, running); err != nil {
+		return err
+	}
+	return ErrRunning
+}
+
+// noteNoOperator warns on out when there are SafeJobs sjs and it can tell
+// that no operator's Lease is fresh: the SafeJobs uninstall deletes then
+// wait for an operator. It says nothing when it cannot tell.
+func noteNoOperator(ctx context.Context, cl client.Client, out *errWriter, o UninstallOptions, sjs []batchv1alpha1.SafeJob) {
+	if alive, err := OperatorAlive(ctx, cl, o.OperatorNamespace, o.Now); err == nil && alive == nil && len(sjs) > 0 {
+		out.printf("Note: no operator's Lease %s is fresh (an operator without leader election has none): "+
+			"the SafeJobs deleted wait for a running operator; if there is none, see kubectl safejob release.\n", LeaseName)
+	}
+}
+
+// printSafeJobs writes a table of sjs to w, with what kind of SafeJob each is.
 func printSafeJobs(w io.Writer, sjs []*batchv1alpha1.SafeJob) error {
 	return writeTable(w, "NAMESPACE\tNAME\tKIND", func(row func(string, ...any)) {
 		for _, sj := range sjs {
@@ -237,33 +256,53 @@ func leftNow(ctx context.Context, cl client.Client, out *errWriter, workloads, a
 	if !all {
 		return l, names, nil
 	}
+	if l.pods, err = leftPods(ctx, cl, name); err != nil {
+		return l, nil, err
+	}
+	if workloads {
+		if l.workloads, err = leftWorkloads(ctx, cl, name); err != nil {
+			return l, nil, err
+		}
+	}
+	return l, names, nil
+}
+
+// leftPods counts the pods of SafeJobs that still hold the ledger
+// finalizer, passing each to name.
+func leftPods(ctx context.Context, cl client.Client, name func(kind string, obj metav1.Object)) (int, error) {
 	pods := &metav1.PartialObjectMetadataList{}
 	pods.SetGroupVersionKind(metav1.SchemeGroupVersion.WithKind("PodList"))
 	pods.APIVersion = "v1"
 	if err := cl.List(ctx, pods); err != nil {
-		return l, nil, fmt.Errorf("listing pods: %w", err)
+		return 0, fmt.Errorf("listing pods: %w", err)
 	}
+	n := 0
 	for k := range pods.Items {
 		// A pod that is no SafeJob's is not the operator's to let go.
 		if sj, _ := safeJobOf(&pods.Items[k]); sj != "" && slices.Contains(pods.Items[k].Finalizers, batchv1alpha1.LedgerFinalizer) {
-			l.pods++
+			n++
 			name(KindPod, &pods.Items[k])
 		}
 	}
-	if workloads {
-		var wls kueue.WorkloadList
-		if err := cl.List(ctx, &wls); err != nil {
-			return l, nil, fmt.Errorf("listing Workloads: %w", err)
-		}
-		for k := range wls.Items {
-			ref := metav1.GetControllerOfNoCopy(&wls.Items[k])
-			if ref != nil && batchv1alpha1.IsSafeJobRef(ref) && slices.Contains(wls.Items[k].Finalizers, WorkloadFinalizer) {
-				l.workloads++
-				name(KindWorkload, &wls.Items[k])
-			}
+	return n, nil
+}
+
+// leftWorkloads counts the Workloads a SafeJob controls that still hold
+// the resource-in-use finalizer, passing each to name.
+func leftWorkloads(ctx context.Context, cl client.Client, name func(kind string, obj metav1.Object)) (int, error) {
+	var wls kueue.WorkloadList
+	if err := cl.List(ctx, &wls); err != nil {
+		return 0, fmt.Errorf("listing Workloads: %w", err)
+	}
+	n := 0
+	for k := range wls.Items {
+		ref := metav1.GetControllerOfNoCopy(&wls.Items[k])
+		if ref != nil && batchv1alpha1.IsSafeJobRef(ref) && slices.Contains(wls.Items[k].Finalizers, WorkloadFinalizer) {
+			n++
+			name(KindWorkload, &wls.Items[k])
 		}
 	}
-	return l, names, nil
+	return n, nil
 }
 
 // waitReleased waits until no SafeJob is left and the operator has let go
@@ -281,7 +320,7 @@ func waitReleased(ctx context.Context, cl client.Client, out *errWriter, o Unins
 	if !all {
 		what = "Waiting for the runs and the other SafeJobs without a schedule to go before deleting the schedules"
 	}
-	err := wait.PollUntilContextTimeout(ctx, interval, max(time.Until(deadline), time.Millisecond), true, func(ctx context.Context) (bool, error) {
+	look := func(ctx context.Context) (bool, error) {
 		l, names, err := leftNow(ctx, cl, out, o.Workloads, all)
 		if err != nil {
 			return false, err
@@ -291,7 +330,8 @@ func waitReleased(ctx context.Context, cl client.Client, out *errWriter, o Unins
 		}
 		first, last, named = false, l, names
 		return l.none(), out.err
-	})
+	}
+	err := wait.PollUntilContextTimeout(ctx, interval, max(time.Until(deadline), time.Millisecond), true, look)
 	if err == nil {
 		if all {
 			out.printf("No SafeJob is left, and nothing holds a finalizer of SafeJob's.\n")

@@ -42,8 +42,10 @@ func runOf(parent *batchv1alpha1.SafeJob, name string) *batchv1alpha1.SafeJob {
 	return run
 }
 
-func operator(ns, name string) *appsv1.Deployment {
-	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+// operator is an operator's Deployment of the given name in the default
+// operator namespace, labelled as config/manager and the chart label it.
+func operator(name string) *appsv1.Deployment {
+	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: DefaultOperatorNamespace, Name: name,
 		Labels: map[string]string{operatorLabel: operatorLabelValue}}}
 }
 
@@ -87,14 +89,14 @@ func TestUninstallRefusesWhileSafeJobsRun(t *testing.T) {
 		{"none runs", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			objs := []client.Object{done.DeepCopy(), suspended.DeepCopy(), operator(DefaultOperatorNamespace, operatorDeployment)}
+			objs := []client.Object{done.DeepCopy(), suspended.DeepCopy(), operator(operatorDeployment)}
 			for _, sj := range tc.running {
 				objs = append(objs, sj.DeepCopy())
 			}
 			cl := newFake(t, interceptor.Funcs{}, objs...)
 			var out bytes.Buffer
 			err := Uninstall(context.Background(), cl, &out, uninstallOpts())
-			opDeployment := operator(DefaultOperatorNamespace, operatorDeployment)
+			opDeployment := operator(operatorDeployment)
 			if len(tc.running) > 0 {
 				if !errors.Is(err, ErrRunning) {
 					t.Fatalf("err %v, want ErrRunning", err)
@@ -139,7 +141,7 @@ func TestUninstallStopsSchedulesThenDeletesRunsFirst(t *testing.T) {
 			return cl.Delete(ctx, obj, opts...)
 		},
 	}, append(shipped(), nightly, hourly, runOf(nightly, "nightly-1"), runOf(hourly, "hourly-1"),
-		finished(runOf(hourly, "hourly-0")), safeJob("a", "etl", "e"), operator(DefaultOperatorNamespace, "manager"))...)
+		finished(runOf(hourly, "hourly-0")), safeJob("a", "etl", "e"), operator("manager"))...)
 	var out bytes.Buffer
 	o := uninstallOpts()
 	o.Stop, o.DeleteCRD = true, true
@@ -167,7 +169,7 @@ func TestUninstallStopsSchedulesThenDeletesRunsFirst(t *testing.T) {
 	if at("delete etl") < 0 || at("delete hourly-0") > at("delete hourly") {
 		t.Errorf("ops %v", ops)
 	}
-	for _, obj := range append(shipped(), operator(DefaultOperatorNamespace, "manager")) {
+	for _, obj := range append(shipped(), operator("manager")) {
 		if exists(t, cl, obj) {
 			t.Errorf("%T %s is left", obj, obj.GetName())
 		}
@@ -183,7 +185,7 @@ func TestUninstallWaitsForTheOperator(t *testing.T) {
 	etl := finished(safeJob("a", "etl", "e"))
 	held := podOf(etl, 0, corev1.PodRunning)
 	held.OwnerReferences = nil // its SafeJob is deleted; the operator has not let it go
-	cl := newFake(t, interceptor.Funcs{}, etl, held, operator(DefaultOperatorNamespace, operatorDeployment))
+	cl := newFake(t, interceptor.Funcs{}, etl, held, operator(operatorDeployment))
 	var out bytes.Buffer
 	o := uninstallOpts()
 	o.Timeout = 50 * time.Millisecond
@@ -194,7 +196,7 @@ func TestUninstallWaitsForTheOperator(t *testing.T) {
 	if !strings.Contains(out.String(), "Waiting for the operator to let go: 0 SafeJobs, 1 pod") {
 		t.Errorf("no progress shown:\n%s", out.String())
 	}
-	if !exists(t, cl, operator(DefaultOperatorNamespace, operatorDeployment)) {
+	if !exists(t, cl, operator(operatorDeployment)) {
 		t.Fatal("the operator was removed while a pod holds its finalizer")
 	}
 	held.Finalizers = nil
@@ -204,7 +206,7 @@ func TestUninstallWaitsForTheOperator(t *testing.T) {
 	if err := Uninstall(context.Background(), cl, &out, o); err != nil {
 		t.Fatal(err)
 	}
-	if exists(t, cl, operator(DefaultOperatorNamespace, operatorDeployment)) {
+	if exists(t, cl, operator(operatorDeployment)) {
 		t.Fatal("the operator is left")
 	}
 	out.Reset()
@@ -276,7 +278,7 @@ func TestUninstallKeepsParentsWhileRunsStay(t *testing.T) {
 	nightly := schedule("a", "nightly", "n")
 	run := runOf(nightly, "nightly-1")
 	run.Finalizers = []string{batchv1alpha1.RunFinalizer}
-	cl := newFake(t, interceptor.Funcs{}, nightly, run, operator(DefaultOperatorNamespace, operatorDeployment))
+	cl := newFake(t, interceptor.Funcs{}, nightly, run, operator(operatorDeployment))
 	var out bytes.Buffer
 	o := uninstallOpts()
 	o.Stop, o.Timeout = true, 50*time.Millisecond
@@ -284,7 +286,7 @@ func TestUninstallKeepsParentsWhileRunsStay(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "after 50ms, 1 SafeJob left (SafeJob a/nightly-1 (finalizers [batch.safejob.dev/run]))") {
 		t.Fatalf("err %v\n%s", err, out.String())
 	}
-	if !exists(t, cl, nightly.DeepCopy()) || !exists(t, cl, operator(DefaultOperatorNamespace, operatorDeployment)) {
+	if !exists(t, cl, nightly.DeepCopy()) || !exists(t, cl, operator(operatorDeployment)) {
 		t.Error("the parent or the operator was deleted while a run stays")
 	}
 }

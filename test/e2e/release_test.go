@@ -10,7 +10,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,49 +31,49 @@ func TestKubectlPluginRelease(t *testing.T) {
 	t.Parallel() // its own cluster: runs beside the other tests
 	e := newEnv(t, cluster.Options{})
 	e.startOperator()
-	ctx := context.Background()
 	p := buildPlugin(t, e)
-	for _, name := range []string{"busy-0", "busy-1", "busy-2"} {
-		if err := e.cl.Create(ctx, plainSafeJob(name, 1, 1, "1h")); err != nil {
-			t.Fatal(err)
-		}
+	createBusySafeJobs(t, e, 3, 1)
+	createEverySchedule(t, e)
+	holdsLedger := func(pod *corev1.Pod) bool {
+		return podRunning(pod) && slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer)
 	}
-	every := plainSafeJob("every", 1, 1, "1h")
-	every.Spec.Completions, every.Spec.Parallelism, every.Spec.Schedule = nil, nil, ptr.To("@every 2s")
-	if err := e.cl.Create(ctx, every); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, 2*time.Minute, "the busy pods and a run's pod running", func() bool {
-		var pods corev1.PodList
-		if e.cl.List(ctx, &pods, client.InNamespace(nsSafeJob)) != nil {
-			return false
-		}
-		busy, runs := 0, 0
-		for _, pod := range pods.Items {
-			if pod.Status.Phase == corev1.PodRunning && slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
-				if strings.HasPrefix(pod.Name, "busy-") {
-					busy++
-				} else if strings.HasPrefix(pod.Name, "every-") {
-					runs++
-				}
-			}
-		}
-		return busy == 3 && runs > 0
-	})
+	waitBusyAndRunPods(t, e, "the busy pods and a run's pod running", 3, holdsLedger, holdsLedger, nil)
 	e.stopOperators()
-	if err := e.cl.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsSafeJob}}); err != nil {
-		t.Fatal(err)
+	deleteSafeJobNamespace(t, e)
+	waitPodsDeleting(t, e)
+
+	checkReleaseRefusesWhileLeaseFresh(t, e, p)
+	checkReleaseDryRun(t, e, p)
+
+	out, errOut, code := p.run(t, "", "safejob", "release", "-A")
+	if code != 0 || !strings.Contains(out, "Released ") {
+		t.Fatalf("release: exit %d\n%s\n%s", code, out, errOut)
 	}
-	// The namespace controller deletes the pods first, and waits for them.
+	t.Logf("release:\n%s", out)
+	waitSafeJobNamespaceGone(t, e)
+	checkNothingOfSafeJobLeft(t, e, "release")
+	checkNothingToRelease(t, p, "release")
+}
+
+// waitPodsDeleting waits until every pod of the deleted namespace nsSafeJob
+// is deleting: the namespace controller deletes the pods first, and waits
+// for them.
+func waitPodsDeleting(t *testing.T, e *env) {
+	t.Helper()
 	waitUntil(t, time.Minute, "the namespace's pods to be deleting", func() bool {
 		var pods corev1.PodList
-		if e.cl.List(ctx, &pods, client.InNamespace(nsSafeJob)) != nil || len(pods.Items) == 0 {
+		if e.cl.List(context.Background(), &pods, client.InNamespace(nsSafeJob)) != nil || len(pods.Items) == 0 {
 			return false
 		}
 		return !slices.ContainsFunc(pods.Items, func(pod corev1.Pod) bool { return pod.DeletionTimestamp == nil })
 	})
+}
 
-	// An operator elsewhere whose Lease is fresh: release refuses.
+// checkReleaseRefusesWhileLeaseFresh creates the fresh Lease of an operator
+// elsewhere, checks that release refuses, naming it, and deletes the Lease.
+func checkReleaseRefusesWhileLeaseFresh(t *testing.T, e *env, p *kubectlPlugin) {
+	t.Helper()
+	ctx := context.Background()
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: nsBatch, Name: plugin.LeaseName},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("elsewhere"), LeaseDurationSeconds: ptr.To[int32](3600),
 			RenewTime: &metav1.MicroTime{Time: time.Now()}}}
@@ -88,10 +87,15 @@ func TestKubectlPluginRelease(t *testing.T) {
 	if err := e.cl.Delete(ctx, lease); err != nil {
 		t.Fatal(err)
 	}
+}
 
-	// The operator is stopped: what holds SafeJob's finalizers stays as it is.
+// checkReleaseDryRun checks, with the operator stopped, that release
+// --dry-run lists the pods whose outcomes release gives up and what it
+// would release, and that what holds SafeJob's finalizers stays as it is.
+func checkReleaseDryRun(t *testing.T, e *env, p *kubectlPlugin) {
+	t.Helper()
 	holding, runs := podsWithLedgerFinalizer(t, e), runsWithFinalizer(t, e)
-	out, errOut, code = p.run(t, "", "safejob", "release", "-A", "--dry-run")
+	out, errOut, code := p.run(t, "", "safejob", "release", "-A", "--dry-run")
 	// The pods were running when the operator stopped: whether KWOK has
 	// ended them since, their outcomes are not recorded.
 	want := fmt.Sprintf("Would release the finalizers of %d pods, %d SafeJob", len(holding), runs)
@@ -102,22 +106,6 @@ func TestKubectlPluginRelease(t *testing.T) {
 	t.Logf("release --dry-run:\n%s", out)
 	if after := podsWithLedgerFinalizer(t, e); !slices.Equal(after, holding) || runsWithFinalizer(t, e) != runs {
 		t.Fatalf("a dry run released pods or runs: %v hold the ledger finalizer, before it %v", after, holding)
-	}
-
-	out, errOut, code = p.run(t, "", "safejob", "release", "-A")
-	if code != 0 || !strings.Contains(out, "Released ") {
-		t.Fatalf("release: exit %d\n%s\n%s", code, out, errOut)
-	}
-	t.Logf("release:\n%s", out)
-	waitUntil(t, time.Minute, "namespace safejob to be deleted", func() bool {
-		return apierrors.IsNotFound(e.cl.Get(ctx, client.ObjectKey{Name: nsSafeJob}, &corev1.Namespace{}))
-	})
-	if left := safeJobsLeft(t, e); len(left) > 0 {
-		t.Errorf("SafeJobs left: %v", left)
-	}
-	out, errOut, code = p.run(t, "", "safejob", "release", "-A")
-	if code != 0 || !strings.Contains(out, "nothing to release") {
-		t.Errorf("release again: exit %d\n%s\n%s", code, out, errOut)
 	}
 }
 
@@ -136,21 +124,4 @@ func runsWithFinalizer(t *testing.T, e *env) int {
 		}
 	}
 	return n
-}
-
-// podsWithLedgerFinalizer names the pods of every namespace that hold the
-// ledger finalizer.
-func podsWithLedgerFinalizer(t *testing.T, e *env) []string {
-	t.Helper()
-	var pods corev1.PodList
-	if err := e.cl.List(context.Background(), &pods); err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, pod := range pods.Items {
-		if slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
-			names = append(names, pod.Namespace+"/"+pod.Name)
-		}
-	}
-	return names
 }

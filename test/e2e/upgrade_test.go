@@ -90,6 +90,43 @@ func TestUpgradeAndRollback(t *testing.T) {
 	// build runs them to their end.
 	builds := []build{{"the release", oldBin, false}, {"this build (upgrade)", managerBin, true},
 		{"the release (rollback)", oldBin, false}, {"this build (forward)", managerBin, true}}
+	starts := e.runBuilds(t, k, builds, finite, parent)
+	forward := starts[len(starts)-1]
+
+	waitUntil(t, 4*time.Minute, "every SafeJob but the schedule to finish", func() bool {
+		for _, sj := range finite {
+			if !safeJobFinished(e.getSafeJob(t, sj)) {
+				return false
+			}
+		}
+		return true
+	})
+	final := e.suspendAfterRun(t, parent, forward)
+	succeeded := succeededPods(t, e, nsUpgrade)
+	for _, sj := range finite {
+		e.checkExact(t, e.getSafeJob(t, sj), succeeded)
+	}
+	e.checkQueuedOnce(t, e.getSafeJob(t, finite[2]))
+	e.checkRunsExact(t, final)
+	e.checkWrites(t, builds, starts)
+	gone := tearDown(e, final)
+	ran, missed := checkRuns(t, e, final, gone)
+	seen.check(t)
+	for _, w := range ledgers {
+		w.Check(t)
+	}
+	t.Logf("%d runs of the schedule, each created once; %d scheduled times missed, each counted", ran, missed)
+}
+
+// runBuilds runs the operator's builds one after the other, each stopped
+// as a rolling update stops it once it has appended to every ledger in
+// flight (each written last by the build before it). The first build
+// creates the SafeJobs finite and the schedule parent; every build after it
+// must find some of finite still in flight. It returns when each build
+// started; the last is left running.
+func (e *env) runBuilds(t *testing.T, k *kueueEnv, builds []build, finite []*batchv1alpha1.SafeJob,
+	parent *batchv1alpha1.SafeJob) []time.Time {
+	t.Helper()
 	var starts []time.Time
 	var op *cluster.Process
 	for i, b := range builds {
@@ -109,32 +146,35 @@ func TestUpgradeAndRollback(t *testing.T) {
 			}
 			flying = e.inFlight(t, finite, b.what)
 		}
-		waitUntil(t, 2*time.Minute, b.what+" to append to every ledger in flight", func() bool {
-			for _, sj := range flying {
-				if e.getSafeJob(t, sj).Status.Ledger.Seq <= sj.Status.Ledger.Seq {
-					return false
-				}
-			}
-			return true
-		})
+		e.waitLedgersAppended(t, b.what, flying)
 	}
-	forward := starts[len(starts)-1]
+	return starts
+}
 
-	waitUntil(t, 4*time.Minute, "every SafeJob but the schedule to finish", func() bool {
-		for _, sj := range finite {
-			if !safeJobFinished(e.getSafeJob(t, sj)) {
+// waitLedgersAppended waits until the build what has appended to the
+// ledger of every SafeJob of flying, as each was read before it started.
+func (e *env) waitLedgersAppended(t *testing.T, what string, flying []*batchv1alpha1.SafeJob) {
+	t.Helper()
+	waitUntil(t, 2*time.Minute, what+" to append to every ledger in flight", func() bool {
+		for _, sj := range flying {
+			if e.getSafeJob(t, sj).Status.Ledger.Seq <= sj.Status.Ledger.Seq {
 				return false
 			}
 		}
 		return true
 	})
-	// The schedule is suspended once this build has scheduled a run: its
-	// final ledger then holds every run it created.
+}
+
+// suspendAfterRun suspends the schedule parent once the build started at
+// forward has scheduled a run, so that its final ledger holds every run it
+// created, and returns it once it says it is suspended and no run is active.
+func (e *env) suspendAfterRun(t *testing.T, parent *batchv1alpha1.SafeJob, forward time.Time) *batchv1alpha1.SafeJob {
+	t.Helper()
 	waitUntil(t, 2*time.Minute, "this build to schedule a run", func() bool {
 		p := e.getSafeJob(t, parent)
 		return p.Status.LastScheduleTime != nil && p.Status.LastScheduleTime.After(forward)
 	})
-	if err := e.cl.Patch(ctx, parent, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"suspend":true}}`))); err != nil {
+	if err := e.cl.Patch(context.Background(), parent, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"suspend":true}}`))); err != nil {
 		t.Fatalf("suspending %s: %v", parent.Name, err)
 	}
 	var final batchv1alpha1.SafeJob
@@ -143,20 +183,7 @@ func TestUpgradeAndRollback(t *testing.T) {
 		c := meta.FindStatusCondition(final.Status.Conditions, batchv1alpha1.ConditionScheduling)
 		return c != nil && c.Reason == batchv1alpha1.ReasonScheduleSuspended && len(final.Status.ActiveRuns) == 0
 	})
-	succeeded := succeededPods(t, e, nsUpgrade)
-	for _, sj := range finite {
-		e.checkExact(t, e.getSafeJob(t, sj), succeeded)
-	}
-	e.checkQueuedOnce(t, e.getSafeJob(t, finite[2]))
-	e.checkRunsExact(t, &final)
-	e.checkWrites(t, builds, starts)
-	gone := tearDown(e, &final)
-	ran, missed := checkRuns(t, e, &final, gone)
-	seen.check(t)
-	for _, w := range ledgers {
-		w.Check(t)
-	}
-	t.Logf("%d runs of the schedule, each created once; %d scheduled times missed, each counted", ran, missed)
+	return &final
 }
 
 // upgradeSafeJobs are the SafeJobs that are not scheduled, their pods
@@ -353,7 +380,20 @@ func (e *env) checkWrites(t *testing.T, builds []build, starts []time.Time) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	counts := make([]struct{ update, patch int }, len(builds))
+	counts, last := writesByBuild(writes, len(builds), starts)
+	checkWriteWays(t, builds, counts)
+	e.checkFinalLedgers(t, last)
+}
+
+// writeCounts are how many SafeJob statuses a build wrote by whole updates
+// and by merge patches.
+type writeCounts struct{ update, patch int }
+
+// writesByBuild counts the successful status writes of each of n builds,
+// build i being the one started at starts[i] and running until the next
+// started, and names (namespace/name) the SafeJobs the last build patched.
+func writesByBuild(writes []testutil.Request, n int, starts []time.Time) ([]writeCounts, map[string]bool) {
+	counts := make([]writeCounts, n)
 	last := map[string]bool{} // written by the last build, by namespace/name
 	for _, w := range writes {
 		i := len(starts) - 1
@@ -366,9 +406,16 @@ func (e *env) checkWrites(t *testing.T, builds []build, starts []time.Time) {
 			counts[i].update++
 		case w.Verb == "patch":
 			counts[i].patch++
-			last[w.Namespace+"/"+w.Name] = last[w.Namespace+"/"+w.Name] || i == len(builds)-1
+			last[w.Namespace+"/"+w.Name] = last[w.Namespace+"/"+w.Name] || i == n-1
 		}
 	}
+	return counts, last
+}
+
+// checkWriteWays checks that each build wrote SafeJob statuses, and only
+// its own way: by merge patches when it patches, else by whole updates.
+func checkWriteWays(t *testing.T, builds []build, counts []writeCounts) {
+	t.Helper()
 	for i, b := range builds {
 		own, other := counts[i].update, counts[i].patch
 		if b.patches {
@@ -379,6 +426,13 @@ func (e *env) checkWrites(t *testing.T, builds []build, starts []time.Time) {
 		}
 		t.Logf("%s wrote SafeJob statuses by %d updates and %d patches", b.what, counts[i].update, counts[i].patch)
 	}
+}
+
+// checkFinalLedgers checks that no SafeJob's ledger is reported invalid at
+// the end, and that every SafeJob the last build wrote (last, by
+// namespace/name) carries this tree's ledger format.
+func (e *env) checkFinalLedgers(t *testing.T, last map[string]bool) {
+	t.Helper()
 	for _, ns := range []string{nsSafeJob, nsUpgrade} {
 		var sjs batchv1alpha1.SafeJobList
 		if err := e.cl.List(context.Background(), &sjs, client.InNamespace(ns)); err != nil {
