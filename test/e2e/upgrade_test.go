@@ -29,9 +29,11 @@ import (
 	"github.com/safejob/safejob/test/testutil"
 )
 
-// upgradeFrom is the release an upgrade starts from and a rollback returns
-// to. Move it forward to the new release's commit at each release.
-const upgradeFrom = "ec04264"
+// upgradeFrom is the commit of the release an upgrade starts from and a
+// rollback returns to (v0.1.0), in full: its built manager is cached under
+// this name, and found there without the commit's history. Move it forward
+// to the new release's commit at each release.
+const upgradeFrom = "ec0426441d8d555be387f98dc88a48728b30d651"
 
 // nsUpgrade holds the SafeJobs that are not scheduled; the schedule and its
 // runs are alone in nsSafeJob, where checkRuns counts every pod as a run's.
@@ -210,6 +212,14 @@ func upgradeSafeJobs() []*batchv1alpha1.SafeJob {
 // (a shallow clone) the test is skipped, but not in CI, which must run it.
 func releaseManager(t *testing.T, commit string) string {
 	t.Helper()
+	base, err := os.UserCacheDir()
+	if err != nil {
+		t.Fatalf("finding the cache directory: %v", err)
+	}
+	cacheDir := cmp.Or(os.Getenv("SAFEJOB_CACHE"), filepath.Join(base, "safejob")) // as hack/ scripts find it
+	if bin := filepath.Join(cacheDir, "manager-"+commit); fileExists(bin) {
+		return bin // built before, from this full commit
+	}
 	out, err := exec.Command("git", "-C", root, "rev-parse", "--verify", "--quiet", commit+"^{commit}").Output()
 	if err != nil {
 		msg := fmt.Sprintf("commit %s of the release to upgrade from is not in this clone (a shallow clone?): %v", commit, err)
@@ -219,13 +229,8 @@ func releaseManager(t *testing.T, commit string) string {
 		t.Skip(msg)
 	}
 	full := strings.TrimSpace(string(out))
-	base, err := os.UserCacheDir()
-	if err != nil {
-		t.Fatalf("finding the cache directory: %v", err)
-	}
-	cacheDir := cmp.Or(os.Getenv("SAFEJOB_CACHE"), filepath.Join(base, "safejob")) // as hack/ scripts find it
 	bin := filepath.Join(cacheDir, "manager-"+full)
-	if _, err := os.Stat(bin); err == nil {
+	if fileExists(bin) {
 		return bin
 	}
 	src := t.TempDir()
@@ -249,6 +254,12 @@ func releaseManager(t *testing.T, commit string) string {
 		t.Fatalf("caching the manager of %s: %v", full, err)
 	}
 	return bin
+}
+
+// fileExists reports whether path names a file that can be read.
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // stopOperator stops an operator as a rolling update does: SIGTERM, and
