@@ -239,13 +239,5 @@ func (r *SafeJobReconciler) writeStatus(ctx context.Context, sj *batchv1alpha1.S
 func (r *SafeJobReconciler) markLedgerInvalid(ctx context.Context, sj *batchv1alpha1.SafeJob, cause error) error {
 	log.FromContext(ctx).Error(cause, "Ledger is invalid; taking no action")
 	msg := ledger.Truncate(fmt.Sprintf("status.ledger is invalid, no action taken: %v", cause), maxCopiedMessage)
-	status := *sj.Status.DeepCopy()
-	ledger.SetCondition(&status.Conditions, batchv1alpha1.ConditionLedgerValid, metav1.ConditionFalse,
-		batchv1alpha1.ReasonLedgerCorrupt, msg, r.Clock.Now())
-	updated, err := r.commit(ctx, sj, status, nil)
-	if err != nil || updated == nil {
-		return err
-	}
-	r.Recorder.Eventf(updated, nil, corev1.EventTypeWarning, batchv1alpha1.ReasonLedgerCorrupt, "Reconcile", "%s", msg)
-	return nil
+	return r.markInvalid(ctx, sj, batchv1alpha1.ReasonLedgerCorrupt, msg)
 }
