@@ -6,7 +6,7 @@
 #   known: etcd kube-apiserver kube-controller-manager kube-scheduler kubectl
 set -euo pipefail
 
-K8S_VERSION="${K8S_VERSION:-v1.35.4}"
+K8S_VERSION="${K8S_VERSION:-v1.37.2}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.5}"
 STAGING_VERSION="v0.${K8S_VERSION#v1.}"
 CACHE="${SAFEJOB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/safejob}"
@@ -45,15 +45,10 @@ require k8s.io/kubernetes ${K8S_VERSION}
 MOD
 	# Every staging module k8s.io/kubernetes replaces with ./staging/... must
 	# be pointed at its published version.
-	local staging
-	staging=$(curl -fsSL "${GOPROXY_URL:-https://proxy.golang.org}/k8s.io/kubernetes/@v/${K8S_VERSION}.mod" 2>/dev/null |
-		sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\1#p') || true
-	if [ -z "${staging}" ]; then
-		# Fallback without curl: read the module's go.mod from the module cache.
-		local dir
-		dir=$(cd "${mod}" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
-		staging=$(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\1#p' "${dir}")
-	fi
+	local staging dir
+	dir=$(cd "${work}" && GOFLAGS= go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+	[ -n "${dir}" ] || { log "cannot download k8s.io/kubernetes@${K8S_VERSION}"; exit 1; }
+	staging=$(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\1#p' "${dir}")
 	for s in ${staging}; do
 		echo "replace ${s} => ${s} ${STAGING_VERSION}" >>"${mod}/go.mod"
 	done
