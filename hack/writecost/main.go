@@ -44,6 +44,7 @@ import (
 	"github.com/safejob/safejob/internal/ledger/jobs"
 	podrelease "github.com/safejob/safejob/internal/release"
 	"github.com/safejob/safejob/test/cluster"
+	"github.com/safejob/safejob/test/testutil"
 )
 
 func main() {
@@ -137,10 +138,11 @@ func run(c config, sizes, crdDir, variants string) error {
 // object in turn, so that what else the machine does falls on all of them;
 // it prints the median of the rounds.
 func runVariant(name string, crd *apiextensionsv1.CustomResourceDefinition, vc config) error {
-	env := &envtest.Environment{CRDs: []*apiextensionsv1.CustomResourceDefinition{crd}}
-	cfg, err := env.Start()
+	env, cfg, err := testutil.StartControlPlane(func() *envtest.Environment {
+		return &envtest.Environment{CRDs: []*apiextensionsv1.CustomResourceDefinition{crd}}
+	})
 	if err != nil {
-		return fmt.Errorf("starting kube-apiserver and etcd: %w", err)
+		return err
 	}
 	defer func() { _ = env.Stop() }()
 	cfg.QPS, cfg.Burst = -1, 0

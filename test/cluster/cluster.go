@@ -36,7 +36,7 @@ import (
 )
 
 //go:embed stages.yaml
-var podStages []byte
+var kwokStages []byte
 
 // Options shape the cluster.
 type Options struct {
@@ -126,7 +126,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			c.Stop()
 		}
 	}()
-	c.step("Building Kubernetes %s binaries (cached after the first time)", "v1.35.4")
+	c.step("Building Kubernetes %s binaries (cached after the first time)", testutil.K8sVersion())
 	if c.BinDir, err = c.hack("k8s-binaries.sh", "etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl"); err != nil {
 		return nil, err
 	}
@@ -155,7 +155,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	if opts.Kueue {
-		c.step("Building and starting Kueue %s (cached after the first time)", "v0.16.6")
+		c.step("Building and starting Kueue %s (cached after the first time)", testutil.KueueVersion())
 		bin, err := c.hack("kueue.sh")
 		if err != nil {
 			return nil, err
@@ -199,24 +199,27 @@ func (c *Cluster) startControlPlane() error {
 		}
 		crds = append(crds, dir)
 	}
-	c.env = &envtest.Environment{
-		CRDDirectoryPaths:     crds,
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: c.BinDir,
-	}
-	c.env.ControlPlane.GetAPIServer().Configure().
-		Set("disable-admission-plugins", "ServiceAccount,TaintNodesByCondition").
-		// As OpenShift has it: setting blockOwnerDeletion on a reference
-		// needs update on the owner's finalizers.
-		Set("enable-admission-plugins", "OwnerReferencesPermissionEnforcement").
-		Set("audit-policy-file", policy).
-		Set("audit-log-path", c.AuditLog).
-		Set("audit-log-maxsize", testutil.AuditLogMaxSizeMB).
-		Set("bind-address", "127.0.0.1")
-	cfg, err := c.env.Start()
+	env, cfg, err := testutil.StartControlPlane(func() *envtest.Environment {
+		env := &envtest.Environment{
+			CRDDirectoryPaths:     crds,
+			ErrorIfCRDPathMissing: true,
+			BinaryAssetsDirectory: c.BinDir,
+		}
+		env.ControlPlane.GetAPIServer().Configure().
+			Set("disable-admission-plugins", "ServiceAccount,TaintNodesByCondition").
+			// As OpenShift has it: setting blockOwnerDeletion on a reference
+			// needs update on the owner's finalizers.
+			Set("enable-admission-plugins", "OwnerReferencesPermissionEnforcement").
+			Set("audit-policy-file", policy).
+			Set("audit-log-path", c.AuditLog).
+			Set("audit-log-maxsize", testutil.AuditLogMaxSizeMB).
+			Set("bind-address", "127.0.0.1")
+		return env
+	})
 	if err != nil {
-		return fmt.Errorf("starting etcd and kube-apiserver: %w", err)
+		return err
 	}
+	c.env = env
 	cfg.QPS, cfg.Burst = 500, 1000
 	c.Config = cfg
 	if err := c.adopt(context.Background()); err != nil {
@@ -283,9 +286,9 @@ func (c *Cluster) startKwok(bin string) error {
 // a configuration that plays that many pod stages at once.
 func kwokConfig(podWorkers int) []byte {
 	if podWorkers <= 0 {
-		return podStages
+		return kwokStages
 	}
-	return fmt.Appendf(slices.Clone(podStages), "---\napiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\n"+
+	return fmt.Appendf(slices.Clone(kwokStages), "---\napiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\n"+
 		"options:\n  podPlayStageParallelism: %d\n", podWorkers)
 }
 

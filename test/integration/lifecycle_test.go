@@ -154,8 +154,9 @@ func newerCRDServer(t *testing.T) newerCRDClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := &envtest.Environment{CRDs: []*apiextensionsv1.CustomResourceDefinition{crd}, BinaryAssetsDirectory: assets}
-	c, err := env.Start()
+	env, c, err := testutil.StartControlPlane(func() *envtest.Environment {
+		return &envtest.Environment{CRDs: []*apiextensionsv1.CustomResourceDefinition{crd}, BinaryAssetsDirectory: assets}
+	})
 	if err != nil {
 		t.Fatalf("starting an API server: %v", err)
 	}

@@ -26,7 +26,7 @@ func TestLedgerScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	got := waitFinished(t, client.ObjectKeyFromObject(sj), 10*time.Minute)
+	got := waitFinishedProgressing(t, client.ObjectKeyFromObject(sj), 2*time.Minute)
 	t.Logf("5000 completions in %s", time.Since(start).Round(time.Second))
 	if !conditionTrue(got, batchv1alpha1.ConditionComplete) || got.Status.Succeeded != 5000 {
 		t.Fatalf("want Complete with 5000 succeeded, got %d and %+v", got.Status.Succeeded, got.Status.Conditions)

@@ -88,19 +88,23 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases"), kueueCRDs},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: assets,
-	}
-	env.ControlPlane.GetAPIServer().Configure().
-		Set("audit-policy-file", policy).
-		Set("audit-log-path", logPath).
-		Set("audit-log-maxsize", testutil.AuditLogMaxSizeMB)
-	if cfg, err = env.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "starting envtest: %v\n", err)
+	env, startedCfg, err := testutil.StartControlPlane(func() *envtest.Environment {
+		env := &envtest.Environment{
+			CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases"), kueueCRDs},
+			ErrorIfCRDPathMissing: true,
+			BinaryAssetsDirectory: assets,
+		}
+		env.ControlPlane.GetAPIServer().Configure().
+			Set("audit-policy-file", policy).
+			Set("audit-log-path", logPath).
+			Set("audit-log-maxsize", testutil.AuditLogMaxSizeMB)
+		return env
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	cfg = startedCfg
 	defer func() { _ = env.Stop() }()
 	cfg.QPS, cfg.Burst = 1000, 2000
 	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
@@ -302,6 +306,32 @@ func waitFinished(t *testing.T, key client.ObjectKey, timeout time.Duration) *ba
 		return conditionTrue(sj, batchv1alpha1.ConditionComplete) || conditionTrue(sj, batchv1alpha1.ConditionFailed), nil
 	})
 	return sj
+}
+
+// waitFinishedProgressing waits until the SafeJob finishes for as long as
+// it makes progress: it fails only when no completion or failure has been
+// recorded for stall, so that a slow machine slows the test down and only a
+// stuck SafeJob fails it.
+func waitFinishedProgressing(t *testing.T, key client.ObjectKey, stall time.Duration) *batchv1alpha1.SafeJob {
+	t.Helper()
+	sj := &batchv1alpha1.SafeJob{}
+	done, since := int32(-1), time.Now()
+	for {
+		if err := k8s.Get(context.Background(), key, sj); err != nil {
+			t.Fatalf("waiting for SafeJob %s to finish: %v", key.Name, err)
+		}
+		if conditionTrue(sj, batchv1alpha1.ConditionComplete) || conditionTrue(sj, batchv1alpha1.ConditionFailed) {
+			return sj
+		}
+		if n := sj.Status.Succeeded + sj.Status.Failed; n != done {
+			done, since = n, time.Now()
+		}
+		if time.Since(since) > stall {
+			t.Fatalf("SafeJob %s recorded nothing for %s (%d succeeded, %d failed, %d active)",
+				key.Name, stall, sj.Status.Succeeded, sj.Status.Failed, sj.Status.Active)
+		}
+		time.Sleep(200 * time.Millisecond) // polling interval of the status, not a wait for an outcome
+	}
 }
 
 func conditionTrue(sj *batchv1alpha1.SafeJob, t string) bool {
