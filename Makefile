@@ -5,10 +5,10 @@ IMG ?= safejob-controller:latest
 GOARCH ?= $(shell go env GOARCH)
 CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/safejob
 TOOLS ?= $(CACHE)/tools
-K8S_VERSION ?= v1.35.4
+K8S_VERSION ?= v1.37.2
 export K8S_VERSION
 
-CONTROLLER_TOOLS_VERSION ?= v0.20.1
+CONTROLLER_TOOLS_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
 CONTROLLER_GEN ?= $(TOOLS)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 GOLANGCI_LINT ?= $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)

@@ -5,7 +5,7 @@
 # reads, so the manager is built inside a throw-away module that requires
 # the pinned version.
 set -euo pipefail
-KUEUE_VERSION="${KUEUE_VERSION:-v0.16.6}"
+KUEUE_VERSION="${KUEUE_VERSION:-v0.19.2}"
 CACHE="${SAFEJOB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/safejob}"
 bin="${CACHE}/tools/kueue-${KUEUE_VERSION}"
 if [ ! -x "${bin}" ]; then

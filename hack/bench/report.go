@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/safejob/safejob/test/testutil"
 )
 
 // summary is the median over the repeats of one workload under one mode.
@@ -164,8 +166,8 @@ func report(o options, ws []workload, results, failedRuns []result, chart string
 	if o.reportOnly {
 		fmt.Fprintf(&b, "Command: `go run ./hack/bench %s`: no run, a report of the raw results of the runs below.\n\n",
 			strings.Join(o.args, " "))
-		fmt.Fprintf(&b, "Machine: %s. Versions: Go %s, Kubernetes v1.35.4 (built from source), KWOK v0.7.0, SafeJob as each run "+
-			"names.\n\n", machine(), strings.TrimPrefix(runtime.Version(), "go"))
+		fmt.Fprintf(&b, "Machine: %s. Versions: Go %s, Kubernetes %s (built from source), KWOK %s, SafeJob as each run "+
+			"names.\n\n", machine(), strings.TrimPrefix(runtime.Version(), "go"), testutil.K8sVersion(), testutil.KWOKVersion())
 	} else {
 		spent := fmt.Sprintf("%s in all", took.Round(time.Second))
 		if len(o.done) > 0 {
@@ -173,8 +175,8 @@ func report(o options, ws []workload, results, failedRuns []result, chart string
 		}
 		fmt.Fprintf(&b, "Command: `go run ./hack/bench %s` (with -repeats %d -scale %g -qps %d -pod-duration %s), %s.\n\n",
 			strings.Join(o.args, " "), o.repeats, o.scale, o.raisedQPS, o.podDuration, spent)
-		fmt.Fprintf(&b, "Machine: %s. Versions: Go %s, Kubernetes v1.35.4 (built from source), KWOK v0.7.0, SafeJob %s.\n\n",
-			machine(), strings.TrimPrefix(runtime.Version(), "go"), o.rev)
+		fmt.Fprintf(&b, "Machine: %s. Versions: Go %s, Kubernetes %s (built from source), KWOK %s, SafeJob %s.\n\n",
+			machine(), strings.TrimPrefix(runtime.Version(), "go"), testutil.K8sVersion(), testutil.KWOKVersion(), o.rev)
 	}
 	if len(o.earlier) > 0 {
 		fmt.Fprintf(&b, "Merged (`-merge`) with the raw results of runs made apart, each on the same machine and harness: %s.\n\n",

@@ -424,7 +424,7 @@ func (r *SafeJobReconciler) writeWorkloadStatus(ctx context.Context, sj *batchv1
 
 // KueueServed reports whether the cluster serves Kueue's Workload API.
 func KueueServed(mapper meta.RESTMapper) (bool, error) {
-	_, err := mapper.RESTMapping(kueue.GroupVersion.WithKind("Workload").GroupKind(), kueue.GroupVersion.Version)
+	_, err := mapper.RESTMapping(kueue.SchemeGroupVersion.WithKind("Workload").GroupKind(), kueue.SchemeGroupVersion.Version)
 	switch {
 	case err == nil:
 		return true, nil

@@ -81,12 +81,12 @@ func OperatorAlive(ctx context.Context, cl client.Reader, ns string, now time.Ti
 // WorkloadsServed reports whether the API server serves Kueue's Workloads
 // (kueue.x-k8s.io/v1beta2), the version the operator makes.
 func WorkloadsServed(d discovery.DiscoveryInterface) (bool, error) {
-	res, err := d.ServerResourcesForGroupVersion(kueue.GroupVersion.String())
+	res, err := d.ServerResourcesForGroupVersion(kueue.SchemeGroupVersion.String())
 	if apierrors.IsNotFound(err) || discovery.IsGroupDiscoveryFailedError(err) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("asking the API server whether it serves %s: %w", kueue.GroupVersion, err)
+		return false, fmt.Errorf("asking the API server whether it serves %s: %w", kueue.SchemeGroupVersion, err)
 	}
 	for _, r := range res.APIResources {
 		if r.Kind == "Workload" {

@@ -18,7 +18,7 @@ import (
 	"time"
 )
 
-// kueueMetricsCertDir is where Kueue v0.16.6 reads its metrics certificate
+// kueueMetricsCertDir is where the Kueue manager reads its metrics certificate
 // when its internal certificate management is off (a fixed path).
 const kueueMetricsCertDir = "/etc/kueue/metrics/certs"
 
@@ -141,7 +141,7 @@ func ensureKueueMetricsCert(from string) error {
 		return nil
 	}
 	if err := os.MkdirAll(kueueMetricsCertDir, 0o755); err != nil {
-		return fmt.Errorf("kueue v0.16.6 reads %s/tls.{crt,key} and it cannot be created (run as root or create it): %w",
+		return fmt.Errorf("the Kueue manager reads %s/tls.{crt,key} and it cannot be created (run as root or create it): %w",
 			kueueMetricsCertDir, err)
 	}
 	lock, err := os.OpenFile(filepath.Join(kueueMetricsCertDir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)

@@ -8,15 +8,15 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// TestKwokConfig checks KWOK's --config: the pod stages alone by default,
-// and with pod workers set, the same stages followed by a KwokConfiguration
+// TestKwokConfig checks KWOK's --config: the stages alone by default,
+// and with pod workers set, the same followed by a KwokConfiguration
 // that plays that many pod stages at once.
 func TestKwokConfig(t *testing.T) {
-	if got := kwokConfig(0); !bytes.Equal(got, podStages) {
-		t.Fatalf("kwokConfig(0) is not the pod stages alone")
+	if got := kwokConfig(0); !bytes.Equal(got, kwokStages) {
+		t.Fatalf("kwokConfig(0) is not the stages alone")
 	}
 	got := kwokConfig(32)
-	if !bytes.HasPrefix(got, podStages) {
+	if !bytes.HasPrefix(got, kwokStages) {
 		t.Fatalf("kwokConfig(32) does not start with the pod stages")
 	}
 	docs := strings.Split(string(got), "\n---\n")

@@ -64,7 +64,7 @@ func ConnectMultiKueue(ctx context.Context, manager *Cluster, workers map[string
 		&kueue.MultiKueueConfig{ObjectMeta: metav1.ObjectMeta{Name: MultiKueueCheck}, Spec: kueue.MultiKueueConfigSpec{Clusters: names}},
 		&kueue.AdmissionCheck{ObjectMeta: metav1.ObjectMeta{Name: MultiKueueCheck}, Spec: kueue.AdmissionCheckSpec{
 			ControllerName: kueue.MultiKueueControllerName,
-			Parameters: &kueue.AdmissionCheckParametersReference{APIGroup: kueue.GroupVersion.Group, Kind: "MultiKueueConfig",
+			Parameters: &kueue.AdmissionCheckParametersReference{APIGroup: kueue.SchemeGroupVersion.Group, Kind: "MultiKueueConfig",
 				Name: MultiKueueCheck}}})
 	for _, obj := range objs {
 		if err := mcl.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {

@@ -1,24 +1,32 @@
 package testutil
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 )
 
-// KueueCRDDir returns the directory of the CRDs of the Kueue module the
-// project requires (sigs.k8s.io/kueue in go.mod), from the module cache.
+// KueueCRDDir returns the directory of the CRDs of the Kueue release the
+// tests run (KueueVersion), from the module cache: the CRDs must be the
+// manager's own, which need not be the release whose API SafeJob compiles
+// against (go.mod).
 func KueueCRDDir(root string) (string, error) {
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kueue")
+	mod := "sigs.k8s.io/kueue@" + KueueVersion()
+	cmd := exec.Command("go", "mod", "download", "-json", mod)
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOFLAGS=")
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("locating the Kueue module: %w", err)
+		return "", fmt.Errorf("downloading %s: %w", mod, err)
 	}
-	dir := strings.TrimSpace(string(out))
-	if dir == "" {
-		return "", fmt.Errorf("the Kueue module is not downloaded (run go mod download)")
+	var info struct{ Dir string }
+	if err := json.Unmarshal(out, &info); err != nil {
+		return "", fmt.Errorf("reading what go mod download says of %s: %w", mod, err)
 	}
-	return filepath.Join(dir, "config", "components", "crd", "bases"), nil
+	if info.Dir == "" {
+		return "", fmt.Errorf("go mod download names no directory for %s", mod)
+	}
+	return filepath.Join(info.Dir, "config", "components", "crd", "bases"), nil
 }
