@@ -74,6 +74,26 @@ cluster-assets: envtest-assets ## Build the rest of the local cluster and tools 
 test: manifests generate fmt vet cluster-assets ## Run unit, integration (real API server) and end-to-end (local cluster) tests.
 	KUBEBUILDER_ASSETS="$$(hack/k8s-binaries.sh etcd kube-apiserver)" go test ./... -count=1 -timeout 40m
 
+# The older releases SafeJob supports; `make test` runs the newest.
+COMPAT_K8S_VERSIONS ?= v1.35.4 v1.36.5
+COMPAT_KUEUE_VERSIONS ?= v0.16.6
+
+.PHONY: test-compat
+test-compat: manifests generate ## Run the integration and parity suites on each older Kubernetes, the Kueue e2e cases on each older Kueue; prints each run's time (not in CI).
+	@set -e; for v in $(COMPAT_K8S_VERSIONS); do \
+		start=$$(date +%s); echo "==> Kubernetes $$v: building its binaries (cached)"; \
+		assets=$$(K8S_VERSION=$$v hack/k8s-binaries.sh etcd kube-apiserver kube-scheduler kube-controller-manager kubectl); \
+		K8S_VERSION=$$v KUBEBUILDER_ASSETS=$$assets go test ./test/integration/ -count=1 -timeout 40m; \
+		K8S_VERSION=$$v KUBEBUILDER_ASSETS=$$assets go test ./test/e2e/ -run 'TestParity' -count=1 -timeout 40m; \
+		echo "==> Kubernetes $$v: integration and parity passed in $$(( $$(date +%s) - start )) s"; \
+	done; \
+	for k in $(COMPAT_KUEUE_VERSIONS); do \
+		start=$$(date +%s); KUEUE_VERSION=$$k hack/kueue.sh >/dev/null; \
+		KUEUE_VERSION=$$k KUBEBUILDER_ASSETS="$$(hack/k8s-binaries.sh etcd kube-apiserver)" \
+			go test ./test/integration/ ./test/e2e/ -run 'Kueue' -count=1 -timeout 40m; \
+		echo "==> Kueue $$k: Kueue cases passed in $$(( $$(date +%s) - start )) s"; \
+	done
+
 .PHONY: test-unit
 test-unit: ## Run the tests that need no cluster.
 	go test ./api/... ./internal/... -count=1
