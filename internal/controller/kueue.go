@@ -164,7 +164,7 @@ func (r *SafeJobReconciler) ownWorkload(ctx context.Context, sj *batchv1alpha1.S
 
 // prebuiltWorkload is the name of the Workload MultiKueue made for a worker
 // cluster's copy of a SafeJob, "" for any other SafeJob.
-func prebuiltWorkload(sj *batchv1alpha1.SafeJob) string { return sj.Labels[jobs.PrebuiltWorkloadLabel] }
+func prebuiltWorkload(sj *batchv1alpha1.SafeJob) string { return jobs.PrebuiltWorkloadName(sj) }
 
 // adoptPrebuilt makes the SafeJob the controller of the Workload MultiKueue
 // made for it, as Kueue's job integrations adopt a prebuilt Workload: a

@@ -124,7 +124,8 @@ func (r *SafeJobReconciler) dispatchedRun(ctx context.Context, sj *batchv1alpha1
 
 // prebuiltHandler brings a worker cluster's copy of a SafeJob back when the
 // Workload MultiKueue made for it appears or changes before the copy
-// controls it: the SafeJobs of its namespace labelled with its name.
+// controls it: the SafeJobs of its namespace that name it, by label or
+// annotation (prebuiltWorkloadIndex).
 type prebuiltHandler struct {
 	cache client.Reader
 }
@@ -136,7 +137,7 @@ func (h *prebuiltHandler) enqueue(ctx context.Context, obj client.Object, q queu
 	}
 	var list batchv1alpha1.SafeJobList
 	if err := h.cache.List(ctx, &list, client.InNamespace(wl.Namespace),
-		client.MatchingLabels{jobs.PrebuiltWorkloadLabel: wl.Name}); err != nil {
+		client.MatchingFields{prebuiltWorkloadIndex: wl.Name}); err != nil {
 		log.FromContext(ctx).Error(err, "Listing SafeJobs for a prebuilt Workload", "workload", klog.KObj(wl))
 		return
 	}

@@ -38,6 +38,11 @@ import (
 // read.
 const controllerUIDIndex = "metadata.ownerReferences.controllerSafeJobUID"
 
+// prebuiltWorkloadIndex indexes SafeJobs by the Workload MultiKueue made for
+// them (jobs.PrebuiltWorkloadName): a label or an annotation, depending on
+// the Kueue version, so a label selector cannot find them.
+const prebuiltWorkloadIndex = "metadata.prebuiltWorkloadName"
+
 // settled reports a pod that has ended and no longer holds the ledger
 // finalizer: its outcome is committed, or someone else stripped the
 // finalizer, and the pod handler then keeps its last state.
@@ -138,6 +143,15 @@ func (r *SafeJobReconciler) indexPods(mgr manager.Manager) error {
 func indexController(obj client.Object) []string {
 	if ref := metav1.GetControllerOf(obj); ref != nil && batchv1alpha1.IsSafeJobRef(ref) {
 		return []string{string(ref.UID)}
+	}
+	return nil
+}
+
+// indexPrebuiltWorkload indexes a worker cluster's copy of a SafeJob under
+// the Workload MultiKueue made for it.
+func indexPrebuiltWorkload(obj client.Object) []string {
+	if name := jobs.PrebuiltWorkloadName(obj); name != "" {
+		return []string{name}
 	}
 	return nil
 }
@@ -399,6 +413,9 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 	if r.Kueue {
 		if err := indexer.IndexField(context.Background(), &kueue.Workload{}, controllerUIDIndex, indexController); err != nil {
 			return fmt.Errorf("indexing Workloads by owner: %w", err)
+		}
+		if err := indexer.IndexField(context.Background(), &batchv1alpha1.SafeJob{}, prebuiltWorkloadIndex, indexPrebuiltWorkload); err != nil {
+			return fmt.Errorf("indexing SafeJobs by prebuilt Workload: %w", err)
 		}
 		b = b.Owns(&kueue.Workload{}).Watches(&kueue.Workload{}, &prebuiltHandler{cache: mgr.GetCache()})
 	}

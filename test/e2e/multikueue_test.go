@@ -23,11 +23,11 @@ import (
 )
 
 // TestMultiKueue dispatches SafeJobs from a manager cluster to a worker
-// cluster through the real Kueue's MultiKueue (v0.16.6, its generic adapter
-// for custom jobs), each cluster with its own SafeJob operator, set up as
-// docs/multikueue.md tells an admin (cluster.ConnectMultiKueue): MultiKueue
-// reaches the worker with a token of a ServiceAccount bound to exactly
-// config/multikueue/worker's role.
+// cluster through the real Kueue's MultiKueue (testutil.KueueVersion, its
+// generic adapter for custom jobs), each cluster with its own SafeJob
+// operator, set up as docs/multikueue.md tells an admin
+// (cluster.ConnectMultiKueue): MultiKueue reaches the worker with a token of
+// a ServiceAccount bound to exactly config/multikueue/worker's role.
 func TestMultiKueue(t *testing.T) {
 	t.Parallel() // its own cluster: runs beside the other tests
 	worker := &kueueEnv{env: newEnv(t, cluster.Options{Kueue: true}), ctx: context.Background()}
@@ -42,11 +42,8 @@ func TestMultiKueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if t.Failed() {
-			manager.logOperators()
-			worker.logOperators()
-			t.Logf("manager's Kueue:\n%s", manager.c.Process("kueue").Tail(40))
-		}
+		logManagerOnFailure(t, manager)
+		logWorkerOnFailure(t, "worker", worker)
 	})
 	t.Run("dispatched", func(t *testing.T) { testDispatched(t, manager, worker) })
 	t.Run("manager's Kueue restarted mid-run", func(t *testing.T) { testKueueRestarted(t, manager, worker) })
@@ -288,16 +285,22 @@ func partitionableMultiKueue(t *testing.T, names ...string) (*kueueEnv, map[stri
 // logManagerOnFailure logs, when the test failed, the manager's Workloads,
 // its operator's log and its Kueue's.
 func logManagerOnFailure(t *testing.T, manager *kueueEnv) {
+	logWorkerOnFailure(t, "manager", manager)
+}
+
+// logWorkerOnFailure logs, when the test failed, the Workloads of the
+// cluster called name, its operator's log and its Kueue's.
+func logWorkerOnFailure(t *testing.T, name string, e *kueueEnv) {
 	if !t.Failed() {
 		return
 	}
 	var wls kueue.WorkloadList
-	if err := manager.cl.List(manager.ctx, &wls, client.InNamespace(nsSafeJob)); err == nil {
+	if err := e.cl.List(e.ctx, &wls, client.InNamespace(nsSafeJob)); err == nil {
 		for _, wl := range wls.Items {
-			t.Logf("manager's Workload %s: active %v admission %v checks %+v conditions %+v", wl.Name, ptr.Deref(wl.Spec.Active, true),
+			t.Logf("%s's Workload %s: active %v admission %v checks %+v conditions %+v", name, wl.Name, ptr.Deref(wl.Spec.Active, true),
 				wl.Status.Admission != nil, wl.Status.AdmissionChecks, wl.Status.Conditions)
 		}
 	}
-	manager.logOperators()
-	t.Logf("manager's Kueue:\n%s", manager.c.Process("kueue").Tail(60))
+	e.logOperators()
+	t.Logf("%s's Kueue:\n%s", name, e.c.Process("kueue").Tail(60))
 }

@@ -91,18 +91,14 @@ func TestMultiKueueWorker(t *testing.T) {
 	h := newHarness(t, succeed, false)
 	startManager(t, h.ns, managerOptions{})
 	makeFlavor(t, "on-demand-mkw", nil)
-	copyOf := func(name, workload string) *batchv1alpha1.SafeJob {
-		sj := queuedSafeJob(name, h.ns, 4, 2)
-		sj.Labels[jobs.PrebuiltWorkloadLabel] = workload
-		sj.Labels[kueue.MultiKueueOriginLabel] = "manager"
-		return sj
-	}
 	// The copy first, its Workload after: it waits, then adopts it. It is
 	// the copy of a run of a schedule: the run finalizer and the parent's
-	// annotations come with it, and no parent of that UID is here.
-	sj := copyOf("remote", "safejob-remote-0a1b2")
+	// annotations come with it, and no parent of that UID is here. Kueue
+	// from v0.18 names the Workload in an annotation (copyOf).
+	sj := copyOf("remote", h.ns, "safejob-remote-0a1b2", true)
 	sj.Finalizers = []string{batchv1alpha1.RunFinalizer}
-	sj.Annotations = map[string]string{batchv1alpha1.ParentLabel: "nightly", batchv1alpha1.ParentUIDAnnotation: "the-managers-parent-uid"}
+	sj.Annotations[batchv1alpha1.ParentLabel] = "nightly"
+	sj.Annotations[batchv1alpha1.ParentUIDAnnotation] = "the-managers-parent-uid"
 	if err := k8s.Create(context.Background(), sj); err != nil {
 		t.Fatal(err)
 	}
@@ -157,9 +153,8 @@ func TestMultiKueueWorkerStranger(t *testing.T) {
 	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(foreign), foreign); err != nil {
 		t.Fatal(err)
 	}
-	stranger := queuedSafeJob("stranger", h.ns, 4, 2)
-	stranger.Labels[jobs.PrebuiltWorkloadLabel] = foreign.Name
-	stranger.Labels[kueue.MultiKueueOriginLabel] = "manager"
+	// Kueue before v0.18 names the Workload in a label (copyOf).
+	stranger := copyOf("stranger", h.ns, foreign.Name, false)
 	if err := k8s.Create(context.Background(), stranger); err != nil {
 		t.Fatal(err)
 	}
@@ -183,6 +178,21 @@ func TestMultiKueueWorkerStranger(t *testing.T) {
 	}
 }
 
+// copyOf is a worker cluster's copy of a SafeJob as MultiKueue makes it:
+// the origin label and the name of its Workload, in an annotation as Kueue
+// writes it from v0.18 or in a label as earlier releases do.
+func copyOf(name, ns, workload string, annotated bool) *batchv1alpha1.SafeJob {
+	sj := queuedSafeJob(name, ns, 4, 2)
+	sj.Labels[kueue.MultiKueueOriginLabel] = "manager"
+	sj.Annotations = map[string]string{}
+	if annotated {
+		sj.Annotations[jobs.PrebuiltWorkloadKey] = workload
+	} else {
+		sj.Labels[jobs.PrebuiltWorkloadKey] = workload
+	}
+	return sj
+}
+
 // prebuiltWorkload creates a Workload as MultiKueue creates one on a worker:
 // the manager's name, labels and spec, no owner; owner, when it is not a
 // copy, becomes its controller.
@@ -194,7 +204,7 @@ func prebuiltWorkload(t *testing.T, owner *batchv1alpha1.SafeJob, name string) *
 		Spec: kueue.WorkloadSpec{QueueName: "team-a", Active: ptr.To(true), PodSets: []kueue.PodSet{{
 			Name: kueue.DefaultPodSetName, Count: 2, Template: owner.Spec.Template}}},
 	}
-	if _, isCopy := owner.Labels[jobs.PrebuiltWorkloadLabel]; !isCopy {
+	if jobs.PrebuiltWorkloadName(owner) == "" {
 		live := getSafeJob(t, owner)
 		wl.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(live, batchv1alpha1.GroupVersion.WithKind("SafeJob"))}
 	}

@@ -124,7 +124,7 @@ func (w *LedgerWatch) see(sj *batchv1alpha1.SafeJob) {
 	}
 	// A worker cluster's copy of a dispatched run was made by MultiKueue
 	// from the manager's run: its parent and I8 are the manager's.
-	_, isCopy := sj.Labels[jobs.PrebuiltWorkloadLabel]
+	isCopy := jobs.PrebuiltWorkloadName(sj) != ""
 	if parent := sj.Annotations[batchv1alpha1.ParentLabel]; parent != "" && !isCopy && !w.runs[sj.Name] {
 		w.runs[sj.Name] = true
 		w.seeRun(parent, sj)

@@ -12,13 +12,26 @@ import (
 
 // Keys of Kueue's MultiKueue.
 const (
-	// PrebuiltWorkloadLabel names, on a worker cluster's copy of a SafeJob,
+	// PrebuiltWorkloadKey names, on a worker cluster's copy of a SafeJob,
 	// the Workload MultiKueue created for it: the copy runs under that
-	// Workload and never creates its own.
-	PrebuiltWorkloadLabel = "kueue.x-k8s.io/prebuilt-workload-name"
+	// Workload and never creates its own. Kueue up to v0.17 writes it as a
+	// label; from v0.18 (gate WorkloadIdentifierAnnotations, on by default)
+	// as an annotation of the same key.
+	PrebuiltWorkloadKey = "kueue.x-k8s.io/prebuilt-workload-name"
 	// ReasonWaitingForPrebuilt: the copy's Workload is not there yet.
 	ReasonWaitingForPrebuilt = "WaitingForPrebuiltWorkload"
 )
+
+// PrebuiltWorkloadName is the name of the Workload MultiKueue made for a
+// worker cluster's copy of a SafeJob, "" for any other object. It reads the
+// annotation first and the label second, as Kueue's own job integrations
+// do, so a copy made by any supported Kueue is recognised.
+func PrebuiltWorkloadName(obj metav1.Object) string {
+	if name := obj.GetAnnotations()[PrebuiltWorkloadKey]; name != "" {
+		return name
+	}
+	return obj.GetLabels()[PrebuiltWorkloadKey]
+}
 
 // DecideDispatched decides the Workload of a SafeJob on a manager cluster
 // (spec.managedBy kueue.x-k8s.io/multikueue): SafeJob queues it, and
