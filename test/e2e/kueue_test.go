@@ -25,8 +25,8 @@ import (
 	"github.com/safejob/safejob/test/testutil"
 )
 
-// TestKueue runs SafeJobs through the real Kueue manager (v0.16.6) on the
-// local cluster: quota, preemption, a missing LocalQueue, flavors and a
+// TestKueue runs SafeJobs through the real Kueue manager
+// (testutil.KueueVersion) on the local cluster: quota, preemption, a missing LocalQueue, flavors and a
 // queued schedule with its teardown.
 func TestKueue(t *testing.T) {
 	t.Parallel() // its own cluster: runs beside the other tests

@@ -377,7 +377,7 @@ func TestQueueLabelFrozenWhileAdmitted(t *testing.T) {
 	waitWorkload(t, waiting, "moved to the new queue", func(wl *kueue.Workload) bool { return wl.Spec.QueueName == "team-b" })
 }
 
-// TestKueueWorkloadFinishedEarly: Kueue v0.16.6 can finish a Workload as an
+// TestKueueWorkloadFinishedEarly: Kueue (v0.16.6 to v0.19.2) can finish a Workload as an
 // orphan (OwnerNotFound) when its cache has not seen the SafeJob yet. The
 // SafeJob stops its pods, counts nothing as failed, and queues again with a
 // new Workload.
