@@ -89,10 +89,10 @@ type result struct {
 	// that succeeded, fewer successes than completions, or a pod created
 	// that no watch or list ever showed.
 	Inexact string `json:",omitempty"`
-	// Recovered counts the pods and successes the watch had not delivered
-	// by the end and a final list of every pod found (recoverMissed);
-	// Unseen the pods the API server created that neither ever showed
-	// (created and deleted between the two).
+	// Recovered counts the pods, successes and releases the watch had not
+	// delivered by the end and a final list of every pod found
+	// (recoverMissed); Unseen the pods the API server created that neither
+	// ever showed (created and deleted between the two).
 	Recovered, Unseen int
 	// LargestStatusBytes is the largest status of a job the watch showed,
 	// as JSON: a SafeJob's ledger is in it.
@@ -102,6 +102,13 @@ type result struct {
 	PeakActivePods int
 	Quota          int `json:",omitempty"`
 	MakespanSec    float64
+	// LastReleasedSec is when the last pod let go of its controller's
+	// tracking finalizer (ended and released, or deleted), seconds since
+	// the first create: the built-in controller releases every pod before
+	// it marks its Job Complete, SafeJob after, so MakespanSec alone ends
+	// the two at different points. 0 in results from before it was
+	// measured.
+	LastReleasedSec float64 `json:",omitempty"`
 	// SubmittedSec is when the last job's create returned.
 	SubmittedSec   float64
 	PerSecond      float64
@@ -454,10 +461,12 @@ func runAll(o options, ws []workload) (results, failed []result) {
 					o.saveProgress(results, failed)
 					continue
 				}
-				fmt.Printf("==> %s %-24s repeat %d: %d completions in %.1fs (%.1f/s), first pod p50 %.2fs p99 %.2fs, "+
-					"%.2f writes/completion, CPU %.1fs, RSS %.0f MiB, %d extra pods; %d succeeded reported for %d pods seen succeeding\n",
-					w.Name, m.Name, r, res.Completions, res.MakespanSec, res.PerSecond, res.FirstPodP50Sec, res.FirstPodP99Sec,
-					res.WritesPerCompl, res.CPUSec, res.PeakRSSMiB, res.ExtraPods, res.Reported, res.PodsSucceeded)
+				fmt.Printf("==> %s %-24s repeat %d: %d completions in %.1fs (%.1f/s; last pod released at %.1fs), "+
+					"first pod p50 %.2fs p99 %.2fs, %.2f writes/completion, CPU %.1fs, RSS %.0f MiB, %d extra pods; "+
+					"%d succeeded reported for %d pods seen succeeding\n",
+					w.Name, m.Name, r, res.Completions, res.MakespanSec, res.PerSecond, res.LastReleasedSec,
+					res.FirstPodP50Sec, res.FirstPodP99Sec, res.WritesPerCompl, res.CPUSec, res.PeakRSSMiB, res.ExtraPods,
+					res.Reported, res.PodsSucceeded)
 				fmt.Printf("    machine %.0f%% busy, %.0f context switches per completion; "+
 					"CPU s: apiserver %.1f, etcd %.1f, scheduler %.1f, kwok %.1f; "+
 					"watches closed for falling behind: %v; pod watches ended, by client: %v; "+
@@ -644,7 +653,7 @@ func runOne(o options, w workload, m mode, repeat int) (result, error) {
 	counted := operator()
 	res.Reconciles, res.StatusWrites = counted.reconciles, counted.statusWrites
 	res.ExtraPodWatchers = o.extraPodWatchers
-	if res.PodWatchesEnded, err = testutil.WatchesEnded(c.AuditLog, "pods", start, end); err != nil {
+	if res.PodWatchesEnded, err = testutil.WatchesEnded(c.AuditLog, "pods", start, end.last()); err != nil {
 		return result{}, fmt.Errorf("reading pod watches from the audit log: %w", err)
 	}
 	res.ClusterCPUSec = clusterCPU(c)
@@ -670,17 +679,23 @@ func prepare(ctx context.Context, cl client.Client, w workload) error {
 	return nil
 }
 
-// finish waits for the end of the run, stops the profiles, recovers what
-// the pod watch missed and reads the API server's settled write counts.
+// finish waits for the end of the run (every job Complete, then every pod
+// released), stops the profiles, recovers what the pod watch missed and
+// reads the API server's settled write counts.
 func finish(ctx context.Context, w workload, m mode, rec *recorder, cl client.Client, cfg *rest.Config,
-	start time.Time, stopProfile func()) (time.Time, map[string]int, error) {
+	start time.Time, stopProfile func()) (runEnd, map[string]int, error) {
 	end, err := waitDone(ctx, w, m, rec, start)
 	stopProfile()
 	if err != nil {
-		return time.Time{}, nil, fmt.Errorf("%w; %s", err, stalled(cl, m))
+		return runEnd{}, nil, fmt.Errorf("%w; %s", err, stalled(cl, m))
 	}
 	if err := rec.recoverMissed(ctx, cl); err != nil {
-		return time.Time{}, nil, err
+		return runEnd{}, nil, err
+	}
+	// The final list may have found pods the watch had not shown: released
+	// (timed by their finish, maybe the latest) or still held, to wait for.
+	if end.released, err = waitReleased(ctx, rec, start); err != nil {
+		return runEnd{}, nil, err
 	}
 	after, err := settledWrites(ctx, cfg)
 	return end, after, err
@@ -1075,23 +1090,60 @@ func jobObject(name string, w workload, m mode, tmpl corev1.PodTemplateSpec) cli
 	return sj
 }
 
+// runEnd is when a run ended: when its last job became Complete (the
+// limit: its last pod succeeded), and when its last pod was let go of by
+// its controller. The built-in controller lets go of every pod before it
+// marks its Job Complete, SafeJob after: each end alone favours one.
+type runEnd struct{ complete, released time.Time }
+
+// last is the later of the two ends.
+func (e runEnd) last() time.Time {
+	if e.released.After(e.complete) {
+		return e.released
+	}
+	return e.complete
+}
+
 // waitDone waits until every job reports itself complete (the limit: until
-// every pod succeeded).
-func waitDone(ctx context.Context, w workload, m mode, rec *recorder, start time.Time) (time.Time, error) {
+// every pod succeeded), and then, within the same ctx, until the controller
+// has let go of every pod seen; it returns when each happened.
+func waitDone(ctx context.Context, w workload, m mode, rec *recorder, start time.Time) (runEnd, error) {
+	var end runEnd
 	for {
 		var done int
-		var last time.Time
 		if m.Controller == ctrlLimit {
-			done, last = rec.succeededCount()/int(w.Completions), time.Now()
+			done, end.complete = rec.succeededCount()/int(w.Completions), time.Now()
 		} else {
-			done, last = rec.completeJobs()
+			done, end.complete = rec.completeJobs()
 		}
 		if done >= w.Jobs {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return runEnd{}, fmt.Errorf("%d of %d jobs complete, %s: %w", done, w.Jobs, rec.progress(start), ctx.Err())
+		case <-time.After(50 * time.Millisecond): // polling interval of the in-memory count
+		}
+	}
+	var err error
+	if end.released, err = waitReleased(ctx, rec, start); err != nil {
+		return runEnd{}, err
+	}
+	return end, nil
+}
+
+// waitReleased waits until the controller has let go of every pod seen,
+// and returns when it let go of the last.
+func waitReleased(ctx context.Context, rec *recorder, start time.Time) (time.Time, error) {
+	for {
+		held, last := rec.unreleased()
+		if held == 0 {
 			return last, nil
 		}
 		select {
 		case <-ctx.Done():
-			return time.Time{}, fmt.Errorf("%d of %d jobs complete, %s: %w", done, w.Jobs, rec.progress(start), ctx.Err())
+			return time.Time{}, fmt.Errorf("every job complete, but %d of %d pods seen %s, %s: %w",
+				held, rec.seenCount(), rec.holding(), rec.progress(start), ctx.Err())
 		case <-time.After(50 * time.Millisecond): // polling interval of the in-memory count
 		}
 	}
@@ -1119,6 +1171,11 @@ type recorder struct {
 	// scheduled and running hold when each pod was first seen bound to a
 	// node and Running.
 	scheduled, running map[string]time.Time
+	// finalizer is the one the controller keeps on each pod until it has
+	// counted the pod's end ("" for the limit: none), and released holds
+	// when each pod was first seen let go of: ended without it, or deleted.
+	finalizer string
+	released  map[string]time.Time
 	// active counts the pods the watch showed that it has not shown to end
 	// (counted), and peakActive its most: under a queue, never above its
 	// quota.
@@ -1143,11 +1200,19 @@ func startPodWatcher(ctx context.Context, cfg *rest.Config) error {
 	return nil
 }
 
-func startRecorder(ctx context.Context, cfg *rest.Config, controller string) (*recorder, error) {
+// newRecorder is a recorder of the pods of controller's jobs.
+func newRecorder(controller string) *recorder {
 	r := &recorder{firstPod: map[string]time.Time{}, seen: map[string]time.Time{}, succeeded: map[string]time.Time{},
-		scheduled: map[string]time.Time{}, running: map[string]time.Time{}, counted: map[string]bool{}}
+		scheduled: map[string]time.Time{}, running: map[string]time.Time{}, counted: map[string]bool{},
+		released: map[string]time.Time{}}
 	r.ownerLabel = map[string]string{ctrlBuiltin: "batch.kubernetes.io/job-name", ctrlSafeJob: batchv1alpha1.SafeJobNameLabel,
 		ctrlLimit: "bench/job"}[controller]
+	r.finalizer = map[string]string{ctrlBuiltin: batchv1.JobTrackingFinalizer, ctrlSafeJob: batchv1alpha1.LedgerFinalizer}[controller]
+	return r
+}
+
+func startRecorder(ctx context.Context, cfg *rest.Config, controller string) (*recorder, error) {
+	r := newRecorder(controller)
 	informers, err := cache.New(cfg, cache.Options{Scheme: cluster.Scheme(), DefaultNamespaces: map[string]cache.Config{ns: {}}})
 	if err != nil {
 		return nil, fmt.Errorf("creating the watch cache: %w", err)
@@ -1164,7 +1229,7 @@ func startRecorder(ctx context.Context, cfg *rest.Config, controller string) (*r
 				obj = tomb.Obj
 			}
 			if pod, ok := obj.(*corev1.Pod); ok {
-				r.see(pod)
+				r.seeAt(pod, time.Now(), deleted)
 			}
 		},
 	}); err != nil {
@@ -1260,25 +1325,29 @@ func statusBytes(obj any) int {
 func (r *recorder) completeJobs() (int, time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var last time.Time
-	for _, t := range r.complete {
-		if t.After(last) {
-			last = t
-		}
-	}
-	return len(r.complete), last
+	return len(r.complete), latest(r.complete)
 }
 
 func (r *recorder) see(pod *corev1.Pod) {
-	r.seeAt(pod, time.Now(), false)
+	r.seeAt(pod, time.Now(), watched)
 }
+
+// sighting is how the recorder came to see a pod.
+type sighting int
+
+const (
+	watched sighting = iota // a watch event: added or updated
+	deleted                 // a watch event: deleted
+	listed                  // the final list of every pod (recoverMissed)
+)
 
 // recoverMissed lists every pod once the run is over, page by page from
 // the API server (not a cache), and records what the watch had not
-// delivered: a pod it never showed, or a success it missed. A watch the API
-// server closes under load re-lists, and events may still be on their way
-// at the end; either would count a success the controller saw as missing.
-// A recovered success is timed by the pod's containers' finish time.
+// delivered: a pod it never showed, or a success or release it missed. A
+// watch the API server closes under load re-lists, and events may still be
+// on their way at the end; either would count a success the controller saw
+// as missing. A recovered success or release is timed by the pod's
+// containers' finish time.
 func (r *recorder) recoverMissed(ctx context.Context, cl client.Client) error {
 	cont := ""
 	for {
@@ -1287,7 +1356,7 @@ func (r *recorder) recoverMissed(ctx context.Context, cl client.Client) error {
 			return fmt.Errorf("listing pods at the end: %w", err)
 		}
 		for i := range pods.Items {
-			r.seeAt(&pods.Items[i], finishedAt(&pods.Items[i]), true)
+			r.seeAt(&pods.Items[i], finishedAt(&pods.Items[i]), listed)
 		}
 		if cont = pods.Continue; cont == "" {
 			return nil
@@ -1309,15 +1378,16 @@ func finishedAt(pod *corev1.Pod) time.Time {
 	return last
 }
 
-// seeAt records a pod seen at now; recovered marks the final list's finds,
-// counted once per pod.
-func (r *recorder) seeAt(pod *corev1.Pod, now time.Time, recovered bool) {
+// seeAt records a pod seen at now, as how says; the final list's finds
+// are counted once per pod.
+func (r *recorder) seeAt(pod *corev1.Pod, now time.Time, how sighting) {
 	r.mu.Lock()
 	uid := string(pod.UID)
+	recovered := how == listed
 	ended := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-	missed := false
+	missed := r.release(pod, now, ended, how)
 	if _, ok := r.seen[uid]; !ok {
-		r.seen[uid], missed = now, recovered
+		r.seen[uid], missed = now, missed || recovered
 		r.first(pod, now, recovered || ended)
 	}
 	r.steps(pod, now, recovered)
@@ -1328,7 +1398,7 @@ func (r *recorder) seeAt(pod *corev1.Pod, now time.Time, recovered bool) {
 	newSuccess := false
 	if _, done := r.succeeded[uid]; !done && pod.Status.Phase == corev1.PodSucceeded {
 		r.succeeded[uid] = now
-		newSuccess, missed = !recovered, recovered
+		newSuccess, missed = !recovered, missed || recovered
 	}
 	if missed {
 		r.recovered++
@@ -1338,6 +1408,54 @@ func (r *recorder) seeAt(pod *corev1.Pod, now time.Time, recovered bool) {
 	if newSuccess && cb != nil {
 		cb(pod)
 	}
+}
+
+// release records when a pod was first seen let go of by its controller:
+// ended and no longer holding the controller's finalizer, or deleted. It
+// reports whether the final list found what the watch had not shown.
+func (r *recorder) release(pod *corev1.Pod, now time.Time, ended bool, how sighting) bool {
+	uid := string(pod.UID)
+	if _, done := r.released[uid]; done {
+		return false
+	}
+	if how != deleted && (!ended || slices.Contains(pod.Finalizers, r.finalizer)) {
+		return false
+	}
+	r.released[uid] = now
+	return how == listed
+}
+
+// unreleased is the number of pods seen that their controller has not let
+// go of, and when it let go of the last of the others.
+func (r *recorder) unreleased() (int, time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.seen) - len(r.released), latest(r.released)
+}
+
+// holding says what an unreleased pod is still doing, for an error.
+func (r *recorder) holding() string {
+	if r.finalizer == "" {
+		return "not ended"
+	}
+	return "still holding the finalizer " + r.finalizer
+}
+
+func (r *recorder) seenCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.seen)
+}
+
+// latest is the latest of times (zero for none).
+func latest(times map[string]time.Time) time.Time {
+	var last time.Time
+	for _, t := range times {
+		if t.After(last) {
+			last = t
+		}
+	}
+	return last
 }
 
 // first records a pod seen for the first time: its job's first pod, and
@@ -1478,13 +1596,16 @@ func (r *recorder) runLimit(ctx context.Context, cl client.Client, w workload, t
 	return out, nil
 }
 
-func measure(w workload, m mode, repeat int, start, end time.Time, created map[string]time.Time, rec *recorder,
+func measure(w workload, m mode, repeat int, start time.Time, end runEnd, created map[string]time.Time, rec *recorder,
 	before, after map[string]int, cpu, rss float64) result {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	res := result{Workload: w.Name, Base: w.Base, Size: w.Size, Mode: m.Name, Repeat: repeat, Completions: w.total(),
-		PodsCreated: len(rec.seen),
-		MakespanSec: end.Sub(start).Seconds(), CPUSec: cpu, PeakRSSMiB: rss, WritesByRes: map[string]int{}, ReadsByRes: map[string]int{}}
+		PodsCreated: len(rec.seen), MakespanSec: end.complete.Sub(start).Seconds(), CPUSec: cpu, PeakRSSMiB: rss,
+		WritesByRes: map[string]int{}, ReadsByRes: map[string]int{}}
+	if !end.released.IsZero() {
+		res.LastReleasedSec = max(0, end.released.Sub(start).Seconds())
+	}
 	res.PerSecond = float64(res.Completions) / res.MakespanSec
 	for _, t := range created {
 		res.SubmittedSec = max(res.SubmittedSec, t.Sub(start).Seconds())

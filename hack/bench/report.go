@@ -15,6 +15,9 @@ import (
 	"strings"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/test/testutil"
 )
 
@@ -24,8 +27,9 @@ type summary struct {
 	makespan, perSec, p50, p99, writes, cpu, rss float64
 	apiCPU, allCPU, busy                         float64
 	// half and last are when half the pods and the last pod had succeeded,
-	// seconds after the first create.
-	half, last float64
+	// seconds after the first create; released when the last pod was let
+	// go of by its controller (0: no run measured it).
+	half, last, released float64
 	// reconciles is the operator's reconcile passes per completion (0 for
 	// another controller, or a run from before it was counted).
 	reconciles float64
@@ -40,6 +44,18 @@ type summary struct {
 	byRes        map[string]int
 	// conflicts is byRes' writes refused for a stale resourceVersion.
 	conflicts map[string]int
+}
+
+// releasedP50 is the median over a mode's runs of when the last pod was
+// released, over the runs that measured it.
+func releasedP50(results []result, w, m string) float64 {
+	var xs []float64
+	for _, r := range results {
+		if r.Workload == w && r.Mode == m && r.LastReleasedSec > 0 {
+			xs = append(xs, r.LastReleasedSec)
+		}
+	}
+	return median(xs)
 }
 
 func median(xs []float64) float64 {
@@ -94,7 +110,7 @@ func summarise(results []result, w, m string) (summary, bool) {
 	s.makespan, s.perSec, s.p50, s.p99 = median(mk), median(ps), median(p50), median(p99)
 	s.writes, s.cpu, s.rss = median(wr), median(cpu), median(rss)
 	s.apiCPU, s.allCPU, s.busy = median(api), median(all), median(busy)
-	s.half, s.last, s.reconciles = median(half), median(last), median(rec)
+	s.half, s.last, s.released, s.reconciles = median(half), median(last), releasedP50(results, w, m), median(rec)
 	s.cpuBy = map[string]float64{}
 	for name, ms := range cpuBy {
 		s.cpuBy[name] = median(ms)
@@ -186,7 +202,13 @@ func report(o options, ws []workload, results, failedRuns []result, chart string
 		o.raisedQPS, 2*o.raisedQPS)
 	fmt.Fprintf(&b, "queue, Kueue's manager too, whose Job integration does part of the built-in's work), and so does\n")
 	fmt.Fprintf(&b, "kube-controller-manager's pod GC in both of those modes and in the limit's runs%s\n\n", repeatsSaid(results))
-	fmt.Fprintf(&b, "Columns: makespan from the first create to the last job `Complete`; first-pod latency from a job's\n")
+	fmt.Fprintf(&b, "Columns: makespan from the first create to the last job `Complete`; last pod released from the first\n")
+	fmt.Fprintf(&b, "create until the last pod was let go of by its controller (medians): ended and no longer holding the\n")
+	fmt.Fprintf(&b, "finalizer the controller keeps on it until it has counted its end (`%s`\n", batchv1.JobTrackingFinalizer)
+	fmt.Fprintf(&b, "for the built-in, `%s` for SafeJob; the limit's pods carry none), or deleted;\n", batchv1alpha1.LedgerFinalizer)
+	fmt.Fprintf(&b, "\"-\" for runs from before it was measured. The built-in controller lets go of every pod before it\n")
+	fmt.Fprintf(&b, "marks its Job `Complete`, SafeJob marks a SafeJob `Complete` and lets go of its pods after, so either\n")
+	fmt.Fprintf(&b, "end alone favours one of them: both are given, completions/s from the makespan; first-pod latency from a job's\n")
 	fmt.Fprintf(&b, "create to its first pod; writes per completion from the API server's `apiserver_request_total`\n")
 	fmt.Fprintf(&b, "(POST, PUT, PATCH, DELETE; every client: controllers, scheduler, KWOK, the submitting client);\n")
 	fmt.Fprintf(&b, "CPU and peak RSS of the controller process (`/proc`; for the built-in controller the whole\n")
@@ -203,18 +225,18 @@ func report(o options, ws []workload, results, failedRuns []result, chart string
 	b.WriteString(targetsSection(ws, results, failedRuns))
 	for _, w := range ws {
 		fmt.Fprintf(&b, "## %s: %s\n\n", w.Name, w.Desc)
-		fmt.Fprintf(&b, "| mode | runs | makespan s | completions/s | half / last pod succeeded s | first pod p50 / p99 s "+
-			"| writes/completion | CPU s | peak RSS MiB | apiserver CPU ms/completion | all CPU ms/completion | machine busy "+
-			"| extra pods | completions without a pod |\n")
-		fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(&b, "| mode | runs | makespan s | last pod released s | completions/s | half / last pod succeeded s "+
+			"| first pod p50 / p99 s | writes/completion | CPU s | peak RSS MiB | apiserver CPU ms/completion "+
+			"| all CPU ms/completion | machine busy | extra pods | completions without a pod |\n")
+		fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, m := range modeOrder {
 			s, ok := summarise(results, w.Name, m)
 			if !ok {
 				continue
 			}
-			fmt.Fprintf(&b, "| %s | %d | %.1f | %.1f | %.1f / %.1f | %.2f / %.2f | %.2f | %.1f | %.0f | %.1f | %.1f | %.0f%% | %d | %d |\n",
-				m, s.runs, s.makespan, s.perSec, s.half, s.last, s.p50, s.p99, s.writes, s.cpu, s.rss, s.apiCPU, s.allCPU, s.busy,
-				s.extra, s.noPod)
+			fmt.Fprintf(&b, "| %s | %d | %.1f | %s | %.1f | %.1f / %.1f | %.2f / %.2f | %.2f | %.1f | %.0f | %.1f | %.1f "+
+				"| %.0f%% | %d | %d |\n", m, s.runs, s.makespan, orDash("%.1f", s.released), s.perSec, s.half, s.last, s.p50, s.p99,
+				s.writes, s.cpu, s.rss, s.apiCPU, s.allCPU, s.busy, s.extra, s.noPod)
 		}
 		b.WriteString("\n")
 		b.WriteString(verdict(results, w.Name))
@@ -277,9 +299,13 @@ func verdict(results []result, w string) string {
 	b.WriteString(statusWriteKinds(sj))
 	fmt.Fprintf(&b, "- half the pods succeeded: SafeJob at %.1f s, built-in at %.1f s (target: SafeJob no later); "+
 		"the last pod: %.1f s and %.1f s\n", sj.half, bi.half, sj.last, bi.last)
+	if sj.released > 0 && bi.released > 0 {
+		fmt.Fprintf(&b, "- the last pod released by its controller: SafeJob at %.1f s, built-in at %.1f s "+
+			"(the last job `Complete`: %.1f s and %.1f s)\n", sj.released, bi.released, sj.makespan, bi.makespan)
+	}
 	for _, m := range modeOrder {
 		if s, ok := summarise(results, w, m); ok && s.recovered > 0 {
-			fmt.Fprintf(&b, "- %s: the pod watch had missed %d pods or successes by the end (worst repeat); the final list of "+
+			fmt.Fprintf(&b, "- %s: the pod watch had missed %d pods, successes or releases by the end (worst repeat); the final list of "+
 				"every pod recovered them, and the counts above include them\n", m, s.recovered)
 		}
 		if s, ok := summarise(results, w, m); ok && s.noPod > 0 {
@@ -305,6 +331,14 @@ func largestStatus(results []result, w, m string) int {
 		}
 	}
 	return largest
+}
+
+// orDash formats v, or "-" for 0: not measured.
+func orDash(format string, v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf(format, v)
 }
 
 func kib(n int) string { return fmt.Sprintf("%.1f KiB", float64(n)/1024) }

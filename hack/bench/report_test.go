@@ -62,8 +62,8 @@ func TestReportShowsCPUByProcess(t *testing.T) {
 // watch never showed and a success it missed, each counted once, timed by
 // the pod's finish; what the watch had already seen is not counted again.
 func TestRecorderRecoversWhatTheWatchMissed(t *testing.T) {
-	r := &recorder{ownerLabel: "job", firstPod: map[string]time.Time{}, seen: map[string]time.Time{},
-		succeeded: map[string]time.Time{}, scheduled: map[string]time.Time{}, running: map[string]time.Time{}, counted: map[string]bool{}}
+	r := newRecorder(ctrlLimit)
+	r.ownerLabel = "job"
 	finished := time.Date(2026, 1, 1, 0, 0, 5, 0, time.UTC)
 	pod := func(uid string, phase corev1.PodPhase) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), Labels: map[string]string{"job": "j-" + uid}},
@@ -77,7 +77,7 @@ func TestRecorderRecoversWhatTheWatchMissed(t *testing.T) {
 	r.see(pod("a", corev1.PodRunning))   // seen running; its success is missed
 	r.see(pod("b", corev1.PodSucceeded)) // seen whole
 	for _, p := range []*corev1.Pod{pod("a", corev1.PodSucceeded), pod("b", corev1.PodSucceeded), pod("c", corev1.PodSucceeded)} {
-		r.seeAt(p, finishedAt(p), true)
+		r.seeAt(p, finishedAt(p), listed)
 	}
 	if r.peakActive != 1 || r.active != 0 {
 		t.Errorf("active %d, peak %d; want 0 and 1: a ran, then b was seen ended", r.active, r.peakActive)
@@ -224,10 +224,14 @@ func TestMeasureJudgesExactness(t *testing.T) {
 		rec.seen[uid], rec.succeeded[uid] = now, now
 	}
 	w := workload{Name: "W", Jobs: 1, Completions: 3, Parallelism: 3}
-	res := measure(w, mode{Name: modeBuiltin, Controller: ctrlBuiltin}, 1, now, now.Add(time.Second), nil, rec,
+	end := runEnd{complete: now.Add(time.Second), released: now.Add(3 * time.Second)}
+	res := measure(w, mode{Name: modeBuiltin, Controller: ctrlBuiltin}, 1, now, end, nil, rec,
 		map[string]int{}, map[string]int{"created:pods": 2}, 0, 0)
 	if want := "1 completions counted without a pod that succeeded, 1 of 3 completions lost"; res.Inexact != want {
 		t.Errorf("judged %q, want %q", res.Inexact, want)
+	}
+	if res.MakespanSec != 1 || res.LastReleasedSec != 3 {
+		t.Errorf("makespan %.1f s, last pod released %.1f s; want 1 and 3", res.MakespanSec, res.LastReleasedSec)
 	}
 }
 
