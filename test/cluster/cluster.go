@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -52,9 +53,15 @@ type Options struct {
 	ControllerManagerQPS int
 	// ControllerManagerVerbosity is kube-controller-manager's -v (default 0).
 	ControllerManagerVerbosity int
+	// ControllerManagerProxy, when set, makes kube-controller-manager reach
+	// kube-apiserver through a proxy that delays and cuts its connections
+	// (StartProxy): the built-in controllers meet the network fault a
+	// SafeJob operator behind the same proxy meets.
+	ControllerManagerProxy *ProxyFault
 	// Progress receives one line per step (default: discarded).
 	Progress io.Writer
-	// Kueue installs Kueue's CRDs and runs the Kueue manager (pinned v0.16.6).
+	// Kueue installs Kueue's CRDs and runs the Kueue manager
+	// (testutil.KueueVersion).
 	Kueue bool
 	// KueueQPS sets the Kueue manager's client rate, burst twice it
 	// (default: its own default, 20 and burst 30).
@@ -91,6 +98,7 @@ type Cluster struct {
 	opts     Options
 	env      *envtest.Environment
 	procs    []*Process
+	proxies  []*Proxy
 	kueueBin string
 }
 
@@ -137,12 +145,16 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.startControlPlane(); err != nil {
 		return nil, err
 	}
+	kcmConfig, err := c.controllerManagerKubeconfig()
+	if err != nil {
+		return nil, err
+	}
 	for _, p := range []struct {
 		name string
 		args []string
 	}{
 		{"kube-scheduler", c.schedulerArgs()},
-		{"kube-controller-manager", c.controllerManagerArgs()},
+		{"kube-controller-manager", c.controllerManagerArgs(kcmConfig)},
 	} {
 		if err := c.run(filepath.Join(c.BinDir, p.name), p.name, p.args...); err != nil {
 			return nil, err
@@ -252,8 +264,35 @@ func (c *Cluster) schedulerArgs() []string {
 		"--secure-port=0", "--kube-api-qps=500", "--kube-api-burst=1000"}
 }
 
-func (c *Cluster) controllerManagerArgs() []string {
-	args := []string{"--kubeconfig=" + c.Kubeconfig, "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
+// controllerManagerKubeconfig is the kubeconfig kube-controller-manager
+// uses: the admin's, or, with Options.ControllerManagerProxy, one whose
+// server is a proxy in front of kube-apiserver.
+func (c *Cluster) controllerManagerKubeconfig() (string, error) {
+	f := c.opts.ControllerManagerProxy
+	if f == nil {
+		return c.Kubeconfig, nil
+	}
+	cfg, err := clientcmd.LoadFromFile(c.Kubeconfig)
+	if err != nil {
+		return "", fmt.Errorf("reading the admin kubeconfig: %w", err)
+	}
+	for _, kc := range cfg.Clusters {
+		p, err := StartProxy(strings.TrimPrefix(kc.Server, "https://"), f.MinDelay, f.MaxDelay, f.CutEvery)
+		if err != nil {
+			return "", fmt.Errorf("starting kube-controller-manager's proxy: %w", err)
+		}
+		c.proxies = append(c.proxies, p)
+		kc.Server = "https://" + p.Addr
+	}
+	path := filepath.Join(c.opts.Dir, "kubeconfig-controller-manager")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return "", fmt.Errorf("writing kube-controller-manager's kubeconfig: %w", err)
+	}
+	return path, nil
+}
+
+func (c *Cluster) controllerManagerArgs(kubeconfig string) []string {
+	args := []string{"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
 		"--controllers=pod-garbage-collector-controller,garbage-collector-controller,ttl-after-finished-controller," +
 			"job-controller,cronjob-controller,namespace-controller",
 		"--terminated-pod-gc-threshold=" + strconv.Itoa(c.opts.PodGCThreshold),
@@ -413,6 +452,10 @@ func (c *Cluster) Stop() {
 		p.Stop()
 	}
 	c.procs = nil
+	for _, p := range c.proxies {
+		p.Close()
+	}
+	c.proxies = nil
 	if c.env != nil {
 		_ = c.env.Stop()
 		c.env = nil

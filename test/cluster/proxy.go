@@ -26,6 +26,12 @@ type Proxy struct {
 	wg       sync.WaitGroup
 }
 
+// ProxyFault is what a proxy does to the connections through it
+// (StartProxy).
+type ProxyFault struct {
+	MinDelay, MaxDelay, CutEvery time.Duration
+}
+
 // StartProxy forwards 127.0.0.1:<free port> to target, each chunk delayed by
 // a random duration in [minDelay, maxDelay]; at random times, on average
 // every cutEvery (if > 0), one random open connection is closed.
