@@ -49,10 +49,16 @@ type summary struct {
 // releasedP50 is the median over a mode's runs of when the last pod was
 // released, over the runs that measured it.
 func releasedP50(results []result, w, m string) float64 {
+	return measuredP50(results, w, m, func(r *result) float64 { return r.LastReleasedSec })
+}
+
+// measuredP50 is the median of a figure over a mode's runs, over the runs
+// that measured it (a zero figure is one not measured).
+func measuredP50(results []result, w, m string, figure func(*result) float64) float64 {
 	var xs []float64
-	for _, r := range results {
-		if r.Workload == w && r.Mode == m && r.LastReleasedSec > 0 {
-			xs = append(xs, r.LastReleasedSec)
+	for i := range results {
+		if r := &results[i]; r.Workload == w && r.Mode == m && figure(r) > 0 {
+			xs = append(xs, figure(r))
 		}
 	}
 	return median(xs)

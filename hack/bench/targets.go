@@ -372,13 +372,7 @@ func halfRow(w workload, results []result, sj, bi summary) targetRow {
 // create returned: the bench creates the jobs 32 at a time, so this is how
 // long the API server took to take them in.
 func submittedP50(results []result, w, m string) float64 {
-	var xs []float64
-	for _, r := range results {
-		if r.Workload == w && r.Mode == m && r.SubmittedSec > 0 {
-			xs = append(xs, r.SubmittedSec)
-		}
-	}
-	return median(xs)
+	return measuredP50(results, w, m, func(r *result) float64 { return r.SubmittedSec })
 }
 
 // stepsP50 is the median over a mode's runs of each run's median time from
