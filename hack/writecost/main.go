@@ -142,7 +142,7 @@ func runVariant(name string, crd *apiextensionsv1.CustomResourceDefinition, vc c
 		return &envtest.Environment{CRDs: []*apiextensionsv1.CustomResourceDefinition{crd}}
 	})
 	if err != nil {
-		return err
+		return fmt.Errorf("starting a control plane for %s: %w", name, err)
 	}
 	defer func() { _ = env.Stop() }()
 	cfg.QPS, cfg.Burst = -1, 0

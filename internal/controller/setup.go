@@ -411,11 +411,8 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 		For(&batchv1alpha1.SafeJob{}).
 		Watches(&batchv1alpha1.SafeJob{}, &runHandler{cache: mgr.GetCache()})
 	if r.Kueue {
-		if err := indexer.IndexField(context.Background(), &kueue.Workload{}, controllerUIDIndex, indexController); err != nil {
-			return fmt.Errorf("indexing Workloads by owner: %w", err)
-		}
-		if err := indexer.IndexField(context.Background(), &batchv1alpha1.SafeJob{}, prebuiltWorkloadIndex, indexPrebuiltWorkload); err != nil {
-			return fmt.Errorf("indexing SafeJobs by prebuilt Workload: %w", err)
+		if err := indexKueue(indexer); err != nil {
+			return err
 		}
 		b = b.Owns(&kueue.Workload{}).Watches(&kueue.Workload{}, &prebuiltHandler{cache: mgr.GetCache()})
 	}
@@ -433,6 +430,18 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("building controller: %w", err)
+	}
+	return nil
+}
+
+// indexKueue adds the indexes queueing needs: Workloads by the SafeJob that
+// controls them, and worker copies of SafeJobs by their prebuilt Workload.
+func indexKueue(indexer client.FieldIndexer) error {
+	if err := indexer.IndexField(context.Background(), &kueue.Workload{}, controllerUIDIndex, indexController); err != nil {
+		return fmt.Errorf("indexing Workloads by owner: %w", err)
+	}
+	if err := indexer.IndexField(context.Background(), &batchv1alpha1.SafeJob{}, prebuiltWorkloadIndex, indexPrebuiltWorkload); err != nil {
+		return fmt.Errorf("indexing SafeJobs by prebuilt Workload: %w", err)
 	}
 	return nil
 }

@@ -145,20 +145,8 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.startControlPlane(); err != nil {
 		return nil, err
 	}
-	kcmConfig, err := c.controllerManagerKubeconfig()
-	if err != nil {
+	if err := c.startControllers(); err != nil {
 		return nil, err
-	}
-	for _, p := range []struct {
-		name string
-		args []string
-	}{
-		{"kube-scheduler", c.schedulerArgs()},
-		{"kube-controller-manager", c.controllerManagerArgs(kcmConfig)},
-	} {
-		if err := c.run(filepath.Join(c.BinDir, p.name), p.name, p.args...); err != nil {
-			return nil, err
-		}
 	}
 	if err := c.startKwok(kwok); err != nil {
 		return nil, err
@@ -262,6 +250,26 @@ func (c *Cluster) startControlPlane() error {
 func (c *Cluster) schedulerArgs() []string {
 	return []string{"--kubeconfig=" + c.Kubeconfig, "--leader-elect=false", "--bind-address=127.0.0.1",
 		"--secure-port=0", "--kube-api-qps=500", "--kube-api-burst=1000"}
+}
+
+// startControllers runs kube-scheduler and kube-controller-manager.
+func (c *Cluster) startControllers() error {
+	kcmConfig, err := c.controllerManagerKubeconfig()
+	if err != nil {
+		return err
+	}
+	for _, p := range []struct {
+		name string
+		args []string
+	}{
+		{"kube-scheduler", c.schedulerArgs()},
+		{"kube-controller-manager", c.controllerManagerArgs(kcmConfig)},
+	} {
+		if err := c.run(filepath.Join(c.BinDir, p.name), p.name, p.args...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // controllerManagerKubeconfig is the kubeconfig kube-controller-manager

@@ -29,8 +29,8 @@ func TestStartControlPlaneRetriesATakenPort(t *testing.T) {
 		env := &envtest.Environment{BinaryAssetsDirectory: assets}
 		if made == 1 {
 			api := env.ControlPlane.GetAPIServer()
-			api.SecureServing.Address = "127.0.0.1"
-			api.SecureServing.Port = strconv.Itoa(taken.Addr().(*net.TCPAddr).Port)
+			api.Address = "127.0.0.1"
+			api.Port = strconv.Itoa(taken.Addr().(*net.TCPAddr).Port)
 		}
 		return env
 	})
