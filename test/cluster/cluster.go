@@ -27,7 +27,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -276,25 +275,14 @@ func (c *Cluster) startControllers() error {
 // uses: the admin's, or, with Options.ControllerManagerProxy, one whose
 // server is a proxy in front of kube-apiserver.
 func (c *Cluster) controllerManagerKubeconfig() (string, error) {
-	f := c.opts.ControllerManagerProxy
-	if f == nil {
+	if c.opts.ControllerManagerProxy == nil {
 		return c.Kubeconfig, nil
 	}
-	cfg, err := clientcmd.LoadFromFile(c.Kubeconfig)
-	if err != nil {
-		return "", fmt.Errorf("reading the admin kubeconfig: %w", err)
-	}
-	for _, kc := range cfg.Clusters {
-		p, err := StartProxy(strings.TrimPrefix(kc.Server, "https://"), f.MinDelay, f.MaxDelay, f.CutEvery)
-		if err != nil {
-			return "", fmt.Errorf("starting kube-controller-manager's proxy: %w", err)
-		}
-		c.proxies = append(c.proxies, p)
-		kc.Server = "https://" + p.Addr
-	}
 	path := filepath.Join(c.opts.Dir, "kubeconfig-controller-manager")
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		return "", fmt.Errorf("writing kube-controller-manager's kubeconfig: %w", err)
+	proxies, err := ProxiedKubeconfig(c.Kubeconfig, path, *c.opts.ControllerManagerProxy)
+	c.proxies = append(c.proxies, proxies...)
+	if err != nil {
+		return "", fmt.Errorf("kube-controller-manager's proxy: %w", err)
 	}
 	return path, nil
 }

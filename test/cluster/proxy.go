@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Proxy is a loopback TCP proxy that delays every chunk of traffic by a
@@ -30,6 +33,29 @@ type Proxy struct {
 // (StartProxy).
 type ProxyFault struct {
 	MinDelay, MaxDelay, CutEvery time.Duration
+}
+
+// ProxiedKubeconfig writes to dst the kubeconfig src with each cluster's
+// server replaced by a proxy in front of it that does what f says; the
+// caller closes the proxies, those started before an error too.
+func ProxiedKubeconfig(src, dst string, f ProxyFault) ([]*Proxy, error) {
+	cfg, err := clientcmd.LoadFromFile(src)
+	if err != nil {
+		return nil, fmt.Errorf("reading kubeconfig %s: %w", src, err)
+	}
+	var proxies []*Proxy
+	for _, kc := range cfg.Clusters {
+		p, err := StartProxy(strings.TrimPrefix(kc.Server, "https://"), f.MinDelay, f.MaxDelay, f.CutEvery)
+		if err != nil {
+			return proxies, err
+		}
+		proxies = append(proxies, p)
+		kc.Server = "https://" + p.Addr
+	}
+	if err := clientcmd.WriteToFile(*cfg, dst); err != nil {
+		return proxies, fmt.Errorf("writing kubeconfig %s: %w", dst, err)
+	}
+	return proxies, nil
 }
 
 // StartProxy forwards 127.0.0.1:<free port> to target, each chunk delayed by

@@ -23,7 +23,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -127,20 +126,13 @@ func newEnv(t *testing.T, opts cluster.Options) *env {
 // connection-cutting proxy.
 func (e *env) throughProxy(minDelay, maxDelay, cutEvery time.Duration) {
 	e.t.Helper()
-	cfg, err := clientcmd.LoadFromFile(e.c.Kubeconfig)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for _, kc := range cfg.Clusters {
-		p, err := cluster.StartProxy(strings.TrimPrefix(kc.Server, "https://"), minDelay, maxDelay, cutEvery)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		e.t.Cleanup(p.Close)
-		kc.Server = "https://" + p.Addr
-	}
 	e.kubeconfig = filepath.Join(e.dir, "kubeconfig-proxy")
-	if err := clientcmd.WriteToFile(*cfg, e.kubeconfig); err != nil {
+	proxies, err := cluster.ProxiedKubeconfig(e.c.Kubeconfig, e.kubeconfig,
+		cluster.ProxyFault{MinDelay: minDelay, MaxDelay: maxDelay, CutEvery: cutEvery})
+	for _, p := range proxies {
+		e.t.Cleanup(p.Close)
+	}
+	if err != nil {
 		e.t.Fatal(err)
 	}
 }
