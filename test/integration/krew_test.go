@@ -22,15 +22,8 @@ func TestKrewManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tool := func(script string, args ...string) string {
-		out, err := exec.Command(filepath.Join(root, "hack", script), args...).Output()
-		if err != nil {
-			t.Fatalf("%s: %v", script, err)
-		}
-		return strings.TrimSpace(string(out))
-	}
-	krew := tool("krew.sh")
-	kubectl := filepath.Join(tool("k8s-binaries.sh", "kubectl"), "kubectl")
+	krew := hackTool(t, "krew.sh")
+	kubectl := filepath.Join(hackTool(t, "k8s-binaries.sh", "kubectl"), "kubectl")
 	platform := runtime.GOOS + "/" + runtime.GOARCH
 	var manifests [2][]byte
 	var dirs [2]string

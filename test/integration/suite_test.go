@@ -47,6 +47,8 @@ var (
 	scheme   = runtime.NewScheme()
 	k8s      client.Client
 	auditLog string
+	// controlPlane is the suite's API server and etcd (for kubeconfigs).
+	controlPlane *envtest.Environment
 )
 
 func TestMain(m *testing.M) {
@@ -104,7 +106,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	cfg = startedCfg
+	cfg, controlPlane = startedCfg, env
 	defer func() { _ = env.Stop() }()
 	cfg.QPS, cfg.Burst = 1000, 2000
 	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
@@ -414,4 +416,15 @@ func openLaunches(t *testing.T, sj *batchv1alpha1.SafeJob) int {
 		t.Fatalf("%s: ledger does not replay: %v", sj.Name, err)
 	}
 	return len(st.Open)
+}
+
+// hackTool runs one of the repository's hack/ scripts that build a pinned
+// tool, and returns what it prints: the tool's path or directory.
+func hackTool(t *testing.T, script string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(filepath.Join("..", "..", "hack", script), args...).Output()
+	if err != nil {
+		t.Fatalf("%s: %v", script, err)
+	}
+	return strings.TrimSpace(string(out))
 }
