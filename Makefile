@@ -136,15 +136,14 @@ build: manifests generate fmt vet ## Build the manager binary.
 	go build -buildvcs=auto -o bin/manager ./cmd # records the commit, which the benchmark report names
 
 .PHONY: run
-run: build ## Run SafeJob: against $$KUBECONFIG (or ~/.kube/config) if there is one, else on a local cluster with the samples (MULTIKUEUE=1: a manager and a worker cluster).
-	@if [ -n "$${KUBECONFIG:-}" ] || [ -f "$$HOME/.kube/config" ]; then \
-		echo "Running the operator against $${KUBECONFIG:-$$HOME/.kube/config}"; \
-		exec bin/manager --health-probe-bind-address=127.0.0.1:8081; \
-	else \
-		go build -o bin/localcluster ./hack/localcluster && exec bin/localcluster $(if $(MULTIKUEUE),-multikueue) run; \
-	fi
+run: build kubectl ## Run SafeJob on a local cluster with the samples (MULTIKUEUE=1: a manager and a worker cluster); `make run KUBECONFIG=path`: install it on that cluster and run it there.
+	@go build -o bin/localcluster ./hack/localcluster
+	@RUN_KUBECONFIG=$(if $(filter command line,$(origin KUBECONFIG)),$(KUBECONFIG)) KUBECTL=$(KUBECTL) MANAGER=bin/manager \
+		LOCALCLUSTER=bin/localcluster MULTIKUEUE=$(MULTIKUEUE) exec hack/run.sh $(RUN_ARGS)
 # (Built, then run: `go run` exits 1 when Ctrl-C interrupts it, whatever its
-# program does, and make would report an error.)
+# program does, and make would report an error.) Only a kubeconfig named on
+# make's command line counts: one in the environment or ~/.kube/config may
+# point at a cluster that matters.
 
 .PHONY: cluster
 cluster: ## Start the local cluster only (Ctrl-C stops it).

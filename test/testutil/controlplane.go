@@ -26,7 +26,7 @@ func StartControlPlane(newEnv func() *envtest.Environment) (*envtest.Environment
 	var errs []error
 	for range startAttempts {
 		env := newEnv()
-		out := &syncBuffer{}
+		out := &SyncBuffer{}
 		etcd := env.ControlPlane.Etcd
 		if etcd == nil {
 			etcd = &envtest.Etcd{}
@@ -37,7 +37,7 @@ func StartControlPlane(newEnv func() *envtest.Environment) (*envtest.Environment
 		api.Out, api.Err = teeTo(api.Out, out), teeTo(api.Err, out)
 		cfg, err := env.Start()
 		if err == nil {
-			out.close() // only a start's output is kept
+			out.Close() // only a start's output is kept
 			return env, cfg, nil
 		}
 		_ = env.Stop()
@@ -65,15 +65,15 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// syncBuffer is a buffer that two processes' output copiers write at once;
+// SyncBuffer is a buffer that two processes' output copiers write at once;
 // once closed, it drops what it is given.
-type syncBuffer struct {
+type SyncBuffer struct {
 	mu     sync.Mutex
 	buf    bytes.Buffer
 	closed bool
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -82,14 +82,14 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) close() {
+func (b *SyncBuffer) Close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.closed = true
 	b.buf = bytes.Buffer{}
 }
 
-func (b *syncBuffer) String() string {
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
