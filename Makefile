@@ -10,8 +10,10 @@ export K8S_VERSION
 
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
+CRD_REF_DOCS_VERSION ?= v0.3.0
 CONTROLLER_GEN ?= $(TOOLS)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 GOLANGCI_LINT ?= $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+CRD_REF_DOCS ?= $(TOOLS)/crd-ref-docs-$(CRD_REF_DOCS_VERSION)
 KUBECTL ?= $(CACHE)/k8s-$(K8S_VERSION)/kubectl
 # The admission policies that ship with the CRD (config/policy, without its kustomization).
 POLICIES = $(wildcard config/policy/*-*.yaml)
@@ -54,9 +56,14 @@ lint: golangci-lint ## Run golangci-lint.
 chart: manifests kubectl ## Generate the Helm chart dist/chart from config/default.
 	$(KUBECTL) kustomize config/default | go run ./hack/chart -out dist/chart
 
+.PHONY: api-docs
+api-docs: crd-ref-docs ## Generate the API reference docs/reference/api.md from the Go types.
+	$(CRD_REF_DOCS) --source-path=./api --config=hack/api-docs/config.yaml --renderer=markdown \
+		--output-path=docs/reference/api.md --log-level=ERROR
+
 .PHONY: verify
-verify: manifests generate fmt chart ## Regenerate everything and fail if the tree changed.
-	@git diff --exit-code --stat -- . || { echo "Generated files are out of date: run 'make manifests generate fmt' and commit."; exit 1; }
+verify: manifests generate fmt chart api-docs ## Regenerate everything and fail if the tree changed.
+	@git diff --exit-code --stat -- . || { echo "Generated files are out of date: run 'make manifests generate fmt chart api-docs' and commit."; exit 1; }
 
 .PHONY: envtest-assets
 envtest-assets: ## Build etcd and kube-apiserver (pinned, cached) for the integration tests.
@@ -70,8 +77,10 @@ cluster-assets: envtest-assets ## Build the rest of the local cluster and tools 
 	@hack/helm.sh >/dev/null
 	@hack/krew.sh >/dev/null
 
+# In CI (CI=true, as .ci/run sets it) the tests also check that every
+# generated file is committed as generated (make verify).
 .PHONY: test
-test: manifests generate fmt vet cluster-assets ## Run unit, integration (real API server) and end-to-end (local cluster) tests.
+test: manifests generate fmt vet cluster-assets $(if $(filter true,$(CI)),verify) ## Run unit, integration (real API server) and end-to-end (local cluster) tests.
 	KUBEBUILDER_ASSETS="$$(hack/k8s-binaries.sh etcd kube-apiserver)" go test ./... -count=1 -timeout 40m
 
 # The older releases SafeJob supports; `make test` runs the newest.
@@ -204,6 +213,11 @@ undeploy: kubectl ## Remove SafeJob from the cluster, safely (STOP=1: stop runni
 controller-gen: $(CONTROLLER_GEN)
 $(CONTROLLER_GEN):
 	hack/go-install.sh $@ sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
+
+.PHONY: crd-ref-docs
+crd-ref-docs: $(CRD_REF_DOCS)
+$(CRD_REF_DOCS):
+	hack/go-install.sh $@ github.com/elastic/crd-ref-docs@$(CRD_REF_DOCS_VERSION)
 
 .PHONY: golangci-lint
 golangci-lint: $(GOLANGCI_LINT)
