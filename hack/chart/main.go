@@ -51,7 +51,8 @@ func run(in io.Reader, out string) error {
 	if err != nil {
 		return err
 	}
-	files := map[string]string{"Chart.yaml": chartYAML, "values.yaml": valuesYAML(replicas), ".helmignore": "*.orig\n"}
+	files := map[string]string{"Chart.yaml": chartYAML, "values.yaml": valuesYAML(replicas), ".helmignore": "*.orig\n",
+		"README.md": chartREADME, "values.schema.json": valuesSchema, "templates/NOTES.txt": notesTXT}
 	for _, obj := range objs {
 		name, body, err := render(obj)
 		if err != nil {
@@ -207,7 +208,7 @@ func templateDeployment(obj *unstructured.Unstructured) error {
 // deploymentTemplates replace the Deployment's placeholders; a block
 // template's lines are indented as the placeholder's line.
 var deploymentTemplates = map[string]string{
-	"__IMAGE__":       `"{{ .Values.image.repository }}:{{ .Values.image.tag }}"`,
+	"__IMAGE__":       `"{{ .Values.image.repository }}:{{ .Values.image.tag | default (printf "v%s" .Chart.AppVersion) }}"`,
 	"__PULL_POLICY__": `{{ .Values.image.pullPolicy }}`,
 	"__REPLICAS__":    `{{ .Values.replicas }}`,
 	"__RESOURCES__":   "\n{{- toYaml .Values.resources | nindent INDENT }}",
@@ -248,10 +249,11 @@ appVersion: "0.1.0"
 // valuesYAML is values.yaml, replicas defaulting to the Deployment's.
 func valuesYAML(replicas int64) string {
 	var b bytes.Buffer
-	b.WriteString(`# The operator's image: make image writes it as an OCI layout tarball.
+	b.WriteString(`# The operator's image: make image builds it (an OCI layout tarball) for
+# you to push to your registry. An empty tag is v and the chart's appVersion.
 image:
   repository: safejob-controller
-  tag: latest
+  tag: ""
   pullPolicy: IfNotPresent
 # Replicas of the operator; with leaderElect one leads and the others wait
 # to take over. The pods prefer different nodes.

@@ -179,7 +179,7 @@ func readFile(t *testing.T, path string) string {
 }
 
 // renderChart renders the chart's templates with Go's text/template and
-// the two helm functions they use (toYaml, nindent), values.yaml's values with
+// the helm functions they use (toYaml, nindent, default), values.yaml's values with
 // set's top-level keys replacing them, in namespace release-ns; it returns
 // the objects by kind (the last of each).
 func renderChart(t *testing.T, chart string, set map[string]any) map[string]*unstructured.Unstructured {
@@ -200,8 +200,19 @@ func renderChart(t *testing.T, chart string, set map[string]any) map[string]*uns
 			pad := strings.Repeat(" ", n)
 			return "\n" + pad + strings.ReplaceAll(s, "\n", "\n"+pad)
 		},
+		"default": func(d, v any) any {
+			if v == nil || v == "" {
+				return d
+			}
+			return v
+		},
 	}
-	data := map[string]any{"Values": values, "Release": map[string]any{"Namespace": "release-ns", "Service": "Helm"}}
+	chartMeta := map[string]any{}
+	if err := yaml.Unmarshal([]byte(readFile(t, filepath.Join(chart, "Chart.yaml"))), &chartMeta); err != nil {
+		t.Fatal(err)
+	}
+	data := map[string]any{"Values": values, "Release": map[string]any{"Namespace": "release-ns", "Service": "Helm"},
+		"Chart": map[string]any{"AppVersion": chartMeta["appVersion"]}}
 	files, err := filepath.Glob(filepath.Join(chart, "templates", "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no templates in %s: %v", chart, err)
@@ -226,4 +237,74 @@ func renderChart(t *testing.T, chart string, set map[string]any) map[string]*uns
 		byKind[obj.GetKind()] = obj
 	}
 	return byKind
+}
+
+// TestChartImageTag: the image's tag is v and the chart's appVersion unless
+// image.tag names one.
+func TestChartImageTag(t *testing.T) {
+	chart := filepath.Join("..", "..", "dist", "chart")
+	image := func(set map[string]any) any {
+		containers, _, _ := unstructured.NestedSlice(renderChart(t, chart, set)["Deployment"].Object, "spec", "template", "spec", "containers")
+		return containers[0].(map[string]any)["image"]
+	}
+	if got := image(nil); got != "safejob-controller:v0.1.0" {
+		t.Errorf("image %v by default, want safejob-controller:v0.1.0 (the appVersion)", got)
+	}
+	set := map[string]any{"image": map[string]any{"repository": "r/safejob", "tag": "v9", "pullPolicy": "Always"}}
+	if got := image(set); got != "r/safejob:v9" {
+		t.Errorf("image %v with image.tag=v9, want r/safejob:v9", got)
+	}
+}
+
+// TestChartDocumentsValues: every value of values.yaml, to two levels, is
+// in the chart's README table and in values.schema.json, and the schema
+// names no value values.yaml lacks.
+func TestChartDocumentsValues(t *testing.T) {
+	chart := filepath.Join("..", "..", "dist", "chart")
+	values := map[string]any{}
+	if err := yaml.Unmarshal([]byte(readFile(t, filepath.Join(chart, "values.yaml"))), &values); err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties map[string]struct {
+			Properties map[string]any `json:"properties"`
+		} `json:"properties"`
+	}
+	if err := yaml.Unmarshal([]byte(readFile(t, filepath.Join(chart, "values.schema.json"))), &schema); err != nil {
+		t.Fatal(err)
+	}
+	readme := readFile(t, filepath.Join(chart, "README.md"))
+	inValues := map[string]bool{}
+	for k, v := range values {
+		inValues[k] = true
+		paths := []string{k}
+		if m, ok := v.(map[string]any); ok && k != "resources" {
+			paths = nil
+			for sub := range m {
+				inValues[k+"."+sub] = true
+				paths = append(paths, k+"."+sub)
+				if _, ok := schema.Properties[k].Properties[sub]; !ok {
+					t.Errorf("values.schema.json lacks %s.%s", k, sub)
+				}
+			}
+		}
+		if _, ok := schema.Properties[k]; !ok {
+			t.Errorf("values.schema.json lacks %s", k)
+		}
+		for _, p := range paths {
+			if !strings.Contains(readme, "| `"+p+"` |") {
+				t.Errorf("the chart's README has no row for %s", p)
+			}
+		}
+	}
+	for k, p := range schema.Properties {
+		if !inValues[k] {
+			t.Errorf("values.schema.json names %s, which values.yaml does not have", k)
+		}
+		for sub := range p.Properties {
+			if !inValues[k+"."+sub] {
+				t.Errorf("values.schema.json names %s.%s, which values.yaml does not have", k, sub)
+			}
+		}
+	}
 }

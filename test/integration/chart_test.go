@@ -9,7 +9,12 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/safejob/safejob/test/testutil"
@@ -30,7 +35,7 @@ func TestHelmChart(t *testing.T) {
 	helm := strings.TrimSpace(string(helmOut))
 	ns := newNamespace(t) // a name of its own, so that the test can run again on the same API server
 	rendered, err := exec.Command(helm, "template", "safejob", filepath.Join(root, "dist", "chart"), "--namespace", ns,
-		"--include-crds", "--set", "replicas=3", "--set", "image.repository=registry.example/safejob", "--set", "image.tag=v9",
+		"--include-crds", "--set", "replicas=3", "--set", "image.repository=example/safejob", "--set", "image.tag=v9",
 		"--set", "metrics.enabled=false", "--set-json", `extraArgs=["--concurrent-reconciles=8"]`).CombinedOutput()
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, rendered)
@@ -41,6 +46,9 @@ func TestHelmChart(t *testing.T) {
 	}
 	checkRendered(t, objs, ns)
 	checkDefaults(t, helm, filepath.Join(root, "dist", "chart"))
+	checkLintAndSchema(t, helm, filepath.Join(root, "dist", "chart"))
+	checkNotes(t, helm, filepath.Join(root, "dist", "chart"))
+	checkPodSecurity(t, objs)
 	ctx := context.Background()
 	for _, obj := range objs {
 		// Server-side apply: the CRD and the admission policies are already
@@ -58,7 +66,7 @@ func checkDeployment(t *testing.T, obj *unstructured.Unstructured) {
 	}
 	containers, _, _ := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "containers")
 	c := containers[0].(map[string]any)
-	if c["image"] != "registry.example/safejob:v9" {
+	if c["image"] != "example/safejob:v9" {
 		t.Errorf("image %v", c["image"])
 	}
 	var args []string
@@ -138,6 +146,79 @@ func checkDefaults(t *testing.T, helm, chart string) {
 		}
 		if want := map[bool]int{true: 1, false: 0}[pdb]; pdbs != want {
 			t.Errorf("podDisruptionBudget.enabled=%t renders %d PodDisruptionBudgets, want %d", pdb, pdbs, want)
+		}
+	}
+}
+
+// checkLintAndSchema runs helm lint --strict on the chart, and checks that
+// values.schema.json refuses bad values, naming them.
+func checkLintAndSchema(t *testing.T, helm, chart string) {
+	t.Helper()
+	if out, err := exec.Command(helm, "lint", "--strict", chart).CombinedOutput(); err != nil {
+		t.Errorf("helm lint --strict: %v\n%s", err, out)
+	}
+	for set, want := range map[string]string{
+		"replicas=0":                 "/replicas",
+		"image.pullPolicy=Sometimes": "/image/pullPolicy",
+		"metrics.enable=true":        "'enable' not allowed",
+		"extraArgs[0]=leader-elect":  "/extraArgs/0",
+	} {
+		out, err := exec.Command(helm, "template", "safejob", chart, "--set", set).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), want) {
+			t.Errorf("helm template --set %s: %v, want an error naming %q:\n%s", set, err, want, out)
+		}
+	}
+}
+
+// checkNotes checks what helm install prints: how to see the operator run,
+// and to uninstall it with the plugin first.
+func checkNotes(t *testing.T, helm, chart string) {
+	t.Helper()
+	// A client dry run writes nothing, but still refuses the policies the
+	// suite installed, of the same names, unless it may take them over.
+	out, err := exec.Command(helm, "install", "safejob", chart, "--dry-run=client", "--namespace", "ops",
+		"--kubeconfig", adminKubeconfig(t), "--take-ownership", "--set", "leaderElect=false").CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm install --dry-run=client: %v\n%s", err, out)
+	}
+	notes := string(out[strings.Index(string(out), "NOTES:"):])
+	for _, want := range []string{"kubectl -n ops rollout status deployment/safejob-controller-manager", "kubectl safejob uninstall",
+		"kubectl label namespace ops pod-security.kubernetes.io/enforce=restricted", "WARNING: 2 replicas without leaderElect"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("the install notes lack %q:\n%s", want, notes)
+		}
+	}
+}
+
+// checkPodSecurity creates (dry run) the manager's pod, as its Deployment
+// makes it, in a namespace that enforces the restricted Pod Security
+// Standard: the API server admits it.
+func checkPodSecurity(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "restricted-", Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}}
+	if err := k8s.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range objs {
+		if obj.GetKind() != "Deployment" {
+			continue
+		}
+		deploy := &appsv1.Deployment{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, deploy); err != nil {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "manager", Namespace: ns.Name, Labels: deploy.Spec.Template.Labels},
+			Spec: deploy.Spec.Template.Spec}
+		if err := k8s.Create(ctx, pod, client.DryRunAll); err != nil {
+			t.Errorf("the manager's pod in a restricted namespace: %v", err)
+		}
+		// Probe the check: a pod that runs as root is refused there.
+		root := pod.DeepCopy()
+		root.Spec.SecurityContext.RunAsNonRoot = ptr.To(false)
+		if err := k8s.Create(ctx, root, client.DryRunAll); err == nil {
+			t.Error("a root pod was admitted to the restricted namespace: the check proves nothing")
 		}
 	}
 }

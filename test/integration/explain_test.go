@@ -1,13 +1,10 @@
 package integration
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
 // TestKubectlExplain runs the pinned kubectl explain against the CRD as
@@ -16,18 +13,7 @@ import (
 func TestKubectlExplain(t *testing.T) {
 	t.Parallel()
 	kubectl := filepath.Join(hackTool(t, "k8s-binaries.sh", "kubectl"), "kubectl")
-	user, err := controlPlane.AddUser(envtest.User{Name: "explain", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := adminKubeconfig(t)
 	for field, want := range map[string]string{
 		"safejob.spec":                                     "spec is the desired work.",
 		"sj.spec.parallelism":                              "the most pods that run at once",

@@ -428,3 +428,22 @@ func hackTool(t *testing.T, script string, args ...string) string {
 	}
 	return strings.TrimSpace(string(out))
 }
+
+// adminKubeconfig writes a kubeconfig of a cluster admin of the suite's API
+// server, for the tools the tests run (kubectl, helm), and returns its path.
+func adminKubeconfig(t *testing.T) string {
+	t.Helper()
+	user, err := controlPlane.AddUser(envtest.User{Name: "admin-" + t.Name(), Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
