@@ -11,9 +11,12 @@ export K8S_VERSION
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
 CRD_REF_DOCS_VERSION ?= v0.3.0
+# Prometheus v3.16.0: its Go module is versioned v0.316.0.
+PROMETHEUS_VERSION ?= v0.316.0
 CONTROLLER_GEN ?= $(TOOLS)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 GOLANGCI_LINT ?= $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 CRD_REF_DOCS ?= $(TOOLS)/crd-ref-docs-$(CRD_REF_DOCS_VERSION)
+PROMTOOL ?= $(TOOLS)/promtool-$(PROMETHEUS_VERSION)
 KUBECTL ?= $(CACHE)/k8s-$(K8S_VERSION)/kubectl
 # The admission policies that ship with the CRD (config/policy, without its kustomization).
 POLICIES = $(wildcard config/policy/*-*.yaml)
@@ -53,8 +56,8 @@ lint: golangci-lint ## Run golangci-lint.
 	$(GOLANGCI_LINT) run
 
 .PHONY: chart
-chart: manifests kubectl ## Generate the Helm chart dist/chart from config/default.
-	$(KUBECTL) kustomize config/default | go run ./hack/chart -out dist/chart
+chart: manifests kubectl ## Generate the Helm chart dist/chart from config/default and config/prometheus.
+	{ $(KUBECTL) kustomize config/default; echo ---; $(KUBECTL) kustomize config/prometheus; } | go run ./hack/chart -out dist/chart
 
 .PHONY: api-docs
 api-docs: crd-ref-docs ## Generate the API reference docs/reference/api.md from the Go types.
@@ -80,7 +83,7 @@ cluster-assets: envtest-assets ## Build the rest of the local cluster and tools 
 # In CI (CI=true, as .ci/run sets it) the tests also check that every
 # generated file is committed as generated (make verify).
 .PHONY: test
-test: manifests generate fmt vet cluster-assets $(if $(filter true,$(CI)),verify) ## Run unit, integration (real API server) and end-to-end (local cluster) tests.
+test: manifests generate fmt vet cluster-assets test-rules $(if $(filter true,$(CI)),verify) ## Run unit, integration (real API server) and end-to-end (local cluster) tests.
 	KUBEBUILDER_ASSETS="$$(hack/k8s-binaries.sh etcd kube-apiserver)" go test ./... -count=1 -timeout 40m
 
 # The older releases SafeJob supports; `make test` runs the newest.
@@ -102,6 +105,14 @@ test-compat: manifests generate ## Run the integration and parity suites on each
 			go test ./test/integration/ ./test/e2e/ -run 'Kueue' -count=1 -timeout 40m; \
 		echo "==> Kueue $$k: Kueue cases passed in $$(( $$(date +%s) - start )) s"; \
 	done
+
+.PHONY: test-rules
+test-rules: promtool ## Check the alerts of config/prometheus with promtool and run their unit tests (hack/prometheus/rules_test.yaml).
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+		go run ./hack/prometheus -in config/prometheus/rules.yaml -out "$$tmp/rules.yaml"; \
+		cp hack/prometheus/rules_test.yaml "$$tmp/"; \
+		$(PROMTOOL) check rules "$$tmp/rules.yaml"; \
+		$(PROMTOOL) test rules "$$tmp/rules_test.yaml"
 
 .PHONY: test-unit
 test-unit: ## Run the tests that need no cluster.
@@ -218,6 +229,11 @@ $(CONTROLLER_GEN):
 crd-ref-docs: $(CRD_REF_DOCS)
 $(CRD_REF_DOCS):
 	hack/go-install.sh $@ github.com/elastic/crd-ref-docs@$(CRD_REF_DOCS_VERSION)
+
+.PHONY: promtool
+promtool: $(PROMTOOL)
+$(PROMTOOL):
+	hack/go-install.sh $@ github.com/prometheus/prometheus/cmd/promtool@$(PROMETHEUS_VERSION)
 
 .PHONY: golangci-lint
 golangci-lint: $(GOLANGCI_LINT)

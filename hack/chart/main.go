@@ -1,13 +1,15 @@
 // Command chart writes the Helm chart dist/chart from the manifests of
-// config/default, so that the two never drift (`make verify` regenerates
-// it and fails on a difference):
+// config/default and config/prometheus, so that the two never drift (`make
+// verify` regenerates it and fails on a difference):
 //
-//	kubectl kustomize config/default | go run ./hack/chart -out dist/chart
+//	{ kubectl kustomize config/default; echo ---; kubectl kustomize config/prometheus; } |
+//		go run ./hack/chart -out dist/chart
 //
 // The CRD goes to crds/ as it is; every other object becomes a template in
 // the release namespace, with the Deployment's image, replicas, resources
-// and flags, the metrics Service and the PodDisruptionBudget taken from
-// values.yaml. The default of replicas is the Deployment's in config/default.
+// and flags, the metrics Service, the PodDisruptionBudget and the
+// monitoring objects of config/prometheus taken from values.yaml. The
+// default of replicas is the Deployment's in config/default.
 package main
 
 import (
@@ -120,7 +122,7 @@ func deploymentReplicas(objs []*unstructured.Unstructured) (int64, error) {
 	return replicas[0], nil
 }
 
-const generated = "# Generated from config/default by hack/chart (make chart); do not edit.\n"
+const generated = "# Generated from config/ by hack/chart (make chart); do not edit.\n"
 
 // render returns the chart file of an object and its text.
 func render(obj *unstructured.Unstructured) (string, string, error) {
@@ -154,7 +156,9 @@ func render(obj *unstructured.Unstructured) (string, string, error) {
 	if err != nil {
 		return "", "", fmt.Errorf("writing the object: %w", err)
 	}
-	text := string(body)
+	// Text that reads as a template action (an alert's {{ $value }}, a
+	// dashboard's {{ legend }}) is written out as it is.
+	text := strings.ReplaceAll(string(body), "{{", `{{ "{{" }}`)
 	text = strings.ReplaceAll(text, "__NAMESPACE__", "{{ .Release.Namespace }}")
 	text = strings.ReplaceAll(text, "__MANAGED_BY__", "{{ .Release.Service }}")
 	for placeholder, tmpl := range deploymentTemplates {
@@ -166,9 +170,34 @@ func render(obj *unstructured.Unstructured) (string, string, error) {
 	if kind == "PodDisruptionBudget" {
 		text = "{{- if .Values.podDisruptionBudget.enabled }}\n" + text + "{{- end }}\n"
 	}
+	if value := monitoringValue(obj); value != "" {
+		text = strings.Replace(text, "\n  labels:\n", "\n  labels:{{- with .Values.metrics."+value+".labels }}{{ toYaml . | nindent 4 }}{{- end }}\n", 1)
+		text = "{{- if and .Values.metrics.enabled .Values.metrics." + value + ".enabled }}\n" + text + "{{- end }}\n"
+	}
 	file := fmt.Sprintf("templates/%s-%s.yaml", strings.ToLower(kind), strings.TrimPrefix(name, "safejob-"))
 	return file, generated + text, nil
 }
+
+// monitoringValue names the values under metrics that turn on an object of
+// config/prometheus and give it more labels (for the selectors of the
+// Prometheus or the Grafana that is to pick it up); "" for another object.
+func monitoringValue(obj *unstructured.Unstructured) string {
+	switch obj.GetKind() {
+	case "ServiceMonitor":
+		return "serviceMonitor"
+	case "PrometheusRule":
+		return "prometheusRule"
+	case "ConfigMap":
+		if _, ok := obj.GetLabels()[grafanaDashboardLabel]; ok {
+			return "dashboard"
+		}
+	}
+	return ""
+}
+
+// grafanaDashboardLabel marks a ConfigMap that holds a Grafana dashboard,
+// for the dashboard sidecar of Grafana's chart.
+const grafanaDashboardLabel = "grafana_dashboard"
 
 // releaseNamespaceSubjects binds a role binding's subjects of the
 // operator's namespace in the release's.
@@ -266,8 +295,22 @@ podDisruptionBudget:
   enabled: true
 # HTTPS metrics on port 8443, served to callers bound to the
 # safejob-metrics-reader ClusterRole; the metrics Service comes with it.
+# With the Prometheus Operator, serviceMonitor scrapes them (bind
+# Prometheus's ServiceAccount to safejob-metrics-reader), prometheusRule
+# adds SafeJob's alerts, and dashboard a Grafana dashboard in a ConfigMap
+# labelled grafana_dashboard for Grafana's sidecar. Their labels are added
+# to each object's, e.g. release: <your kube-prometheus-stack release>.
 metrics:
   enabled: true
+  serviceMonitor:
+    enabled: false
+    labels: {}
+  prometheusRule:
+    enabled: false
+    labels: {}
+  dashboard:
+    enabled: false
+    labels: {}
 resources:
   limits:
     cpu: "1"

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"text/template"
@@ -239,6 +240,51 @@ func renderChart(t *testing.T, chart string, set map[string]any) map[string]*uns
 	return byKind
 }
 
+// TestChartMonitoring: the ServiceMonitor, the alerts and the dashboard are
+// off by default; turned on, each carries the labels it is given, and the
+// alerts' and the dashboard's own {{ }} come out as config/prometheus has
+// them, not read as the chart's templates.
+func TestChartMonitoring(t *testing.T) {
+	chart := filepath.Join("..", "..", "dist", "chart")
+	kinds := []string{"ServiceMonitor", "PrometheusRule", "ConfigMap"}
+	for _, kind := range kinds {
+		if objs := renderChart(t, chart, nil); objs[kind] != nil {
+			t.Errorf("a %s by default", kind)
+		}
+	}
+	on := map[string]any{"enabled": true, "labels": map[string]any{"release": "monitoring"}}
+	metrics := map[string]any{"enabled": true, "serviceMonitor": on, "prometheusRule": on, "dashboard": on}
+	objs := renderChart(t, chart, map[string]any{"metrics": metrics})
+	for _, kind := range kinds {
+		obj := objs[kind]
+		if obj == nil {
+			t.Errorf("no %s with metrics.*.enabled", kind)
+			continue
+		}
+		if obj.GetLabels()["release"] != "monitoring" || obj.GetLabels()["app.kubernetes.io/name"] != "safejob" || obj.GetNamespace() != "release-ns" {
+			t.Errorf("%s: labels %v in %q, want release=monitoring beside its own, in the release's namespace", kind, obj.GetLabels(), obj.GetNamespace())
+		}
+	}
+	if cm := objs["ConfigMap"]; cm != nil {
+		got, _, _ := unstructured.NestedString(cm.Object, "data", "safejob.json")
+		if want := readFile(t, filepath.Join("..", "..", "config", "prometheus", "dashboard.json")); got != want {
+			t.Errorf("the chart's dashboard differs from config/prometheus/dashboard.json")
+		}
+	}
+	if rule := objs["PrometheusRule"]; rule != nil {
+		body, _ := yaml.Marshal(rule.Object)
+		if !strings.Contains(string(body), "{{ $value | humanizePercentage }}") {
+			t.Errorf("the alerts' annotations lost their templates:\n%s", body)
+		}
+	}
+	metrics["enabled"] = false
+	for kind := range renderChart(t, chart, map[string]any{"metrics": metrics}) {
+		if slices.Contains(kinds, kind) {
+			t.Errorf("a %s without metrics.enabled", kind)
+		}
+	}
+}
+
 // TestChartImageTag: the image's tag is v and the chart's appVersion unless
 // image.tag names one.
 func TestChartImageTag(t *testing.T) {
@@ -256,55 +302,62 @@ func TestChartImageTag(t *testing.T) {
 	}
 }
 
-// TestChartDocumentsValues: every value of values.yaml, to two levels, is
-// in the chart's README table and in values.schema.json, and the schema
-// names no value values.yaml lacks.
+// TestChartDocumentsValues: every value of values.yaml is in
+// values.schema.json, and each that is set as a whole (not a map of more
+// values) has a row in the chart's README; the schema names no value that
+// values.yaml lacks.
 func TestChartDocumentsValues(t *testing.T) {
 	chart := filepath.Join("..", "..", "dist", "chart")
 	values := map[string]any{}
 	if err := yaml.Unmarshal([]byte(readFile(t, filepath.Join(chart, "values.yaml"))), &values); err != nil {
 		t.Fatal(err)
 	}
-	var schema struct {
-		Properties map[string]struct {
-			Properties map[string]any `json:"properties"`
-		} `json:"properties"`
-	}
-	if err := yaml.Unmarshal([]byte(readFile(t, filepath.Join(chart, "values.schema.json"))), &schema); err != nil {
+	schema := &schemaNode{}
+	if err := yaml.Unmarshal([]byte(readFile(t, filepath.Join(chart, "values.schema.json"))), schema); err != nil {
 		t.Fatal(err)
 	}
 	readme := readFile(t, filepath.Join(chart, "README.md"))
-	inValues := map[string]bool{}
-	for k, v := range values {
-		inValues[k] = true
-		paths := []string{k}
-		if m, ok := v.(map[string]any); ok && k != "resources" {
-			paths = nil
-			for sub := range m {
-				inValues[k+"."+sub] = true
-				paths = append(paths, k+"."+sub)
-				if _, ok := schema.Properties[k].Properties[sub]; !ok {
-					t.Errorf("values.schema.json lacks %s.%s", k, sub)
-				}
+	var walk func(path string, values map[string]any, node *schemaNode)
+	walk = func(path string, values map[string]any, node *schemaNode) {
+		node = schema.resolve(t, node)
+		for k, v := range values {
+			sub, ok := node.Properties[k]
+			if !ok {
+				t.Errorf("values.schema.json lacks %s%s", path, k)
+				continue
+			}
+			// A map of values, not one value as a whole (resources, labels).
+			if m, ok := v.(map[string]any); ok && len(schema.resolve(t, sub).Properties) > 0 {
+				walk(path+k+".", m, sub)
+			} else if !strings.Contains(readme, "| `"+path+k+"` |") {
+				t.Errorf("the chart's README has no row for %s%s", path, k)
 			}
 		}
-		if _, ok := schema.Properties[k]; !ok {
-			t.Errorf("values.schema.json lacks %s", k)
-		}
-		for _, p := range paths {
-			if !strings.Contains(readme, "| `"+p+"` |") {
-				t.Errorf("the chart's README has no row for %s", p)
-			}
-		}
-	}
-	for k, p := range schema.Properties {
-		if !inValues[k] {
-			t.Errorf("values.schema.json names %s, which values.yaml does not have", k)
-		}
-		for sub := range p.Properties {
-			if !inValues[k+"."+sub] {
-				t.Errorf("values.schema.json names %s.%s, which values.yaml does not have", k, sub)
+		for k := range node.Properties {
+			if _, ok := values[k]; !ok {
+				t.Errorf("values.schema.json names %s%s, which values.yaml does not have", path, k)
 			}
 		}
 	}
+	walk("", values, schema)
+}
+
+// schemaNode is the part of a JSON schema that names values.
+type schemaNode struct {
+	Ref         string                 `json:"$ref"`
+	Properties  map[string]*schemaNode `json:"properties"`
+	Definitions map[string]*schemaNode `json:"definitions"`
+}
+
+// resolve follows a node's reference to one of the root's definitions.
+func (root *schemaNode) resolve(t *testing.T, n *schemaNode) *schemaNode {
+	t.Helper()
+	if n.Ref == "" {
+		return n
+	}
+	def, ok := root.Definitions[strings.TrimPrefix(n.Ref, "#/definitions/")]
+	if !ok {
+		t.Fatalf("values.schema.json refers to %s, which it does not define", n.Ref)
+	}
+	return def
 }

@@ -62,6 +62,9 @@ type Metrics struct {
 	// was seen of it), crd_outdated (the installed CRD drops what this build
 	// writes), invalid (the API server refuses the status this build writes).
 	LedgersRefused *prometheus.CounterVec
+	// held reports, when scraped, the pods the ledger finalizer holds
+	// (safejob_finalizer_held_pods, safejob_finalizer_held_oldest_seconds).
+	held *heldPods
 }
 
 // refused counts a reconcile that wrote nothing to a SafeJob for reason.
@@ -147,14 +150,21 @@ func NewMetrics() *Metrics {
 			Name: "safejob_ledgers_refused_total",
 			Help: "Reconciles that wrote nothing to a SafeJob for a lasting reason: format_unknown, rolled_back, crd_outdated, invalid.",
 		}, []string{"reason"}),
+		held: newHeldPods(),
 	}
+}
+
+// collectors are all the metrics, in the order docs/reference/metrics.md
+// lists them.
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.Reconciles, m.ReconcileDuration, m.Conflicts, m.StatusWrites, m.LedgerAppends, m.CommitObserve,
+		m.PodsCreated, m.CreatesExpired, m.PodFailures, m.JobsFinished, m.ReleasesWaiting, m.held,
+		m.LaunchWindowHeld, m.LaunchWindowWaiting, m.LaunchWindowHeldOutcomes, m.LaunchWindowSize, m.EventsDropped, m.LedgersRefused}
 }
 
 // Register adds the metrics to a registry.
 func (m *Metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.Reconciles, m.Conflicts, m.PodsCreated, m.CreatesExpired, m.LedgerAppends, m.CommitObserve,
-		m.JobsFinished, m.PodFailures, m.ReconcileDuration, m.StatusWrites, m.ReleasesWaiting,
-		m.LaunchWindowHeld, m.LaunchWindowWaiting, m.LaunchWindowHeldOutcomes, m.LaunchWindowSize, m.EventsDropped, m.LedgersRefused} {
+	for _, c := range m.collectors() {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("registering metric: %w", err)
 		}

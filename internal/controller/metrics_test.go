@@ -2,10 +2,13 @@ package controller
 
 import (
 	"errors"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -73,4 +76,56 @@ safejob_reconciles_total{result="success"} 1
 	if err := m.Register(reg); err == nil {
 		t.Error("registering twice succeeded")
 	}
+}
+
+// TestMetricsReference keeps docs/reference/metrics.md's table of SafeJob's
+// own metrics the same as the metrics the manager registers: name, type
+// and labels, in the same order.
+func TestMetricsReference(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/reference/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	section, _, _ := strings.Cut(string(doc), "## From controller-runtime")
+	row := regexp.MustCompile("(?m)^\\| `(safejob_[a-z_]+)` \\| ([a-z]+) \\|([^|]*)\\|")
+	var documented []string
+	for _, m := range row.FindAllStringSubmatch(section, -1) {
+		labels := strings.ReplaceAll(strings.ReplaceAll(strings.TrimSpace(m[3]), "`", ""), " ", "")
+		documented = append(documented, m[1]+" "+m[2]+" {"+labels+"}")
+	}
+	desc := regexp.MustCompile(`fqName: "([^"]+)".*variableLabels: \{([^}]*)\}`)
+	var registered []string
+	for _, c := range NewMetrics().collectors() {
+		kind := metricType(t, c)
+		descs := make(chan *prometheus.Desc, 4)
+		c.Describe(descs)
+		close(descs)
+		for d := range descs {
+			m := desc.FindStringSubmatch(d.String())
+			if m == nil {
+				t.Fatalf("cannot read %s", d)
+			}
+			registered = append(registered, m[1]+" "+kind+" {"+strings.ReplaceAll(m[2], " ", "")+"}")
+		}
+	}
+	if diff := cmp.Diff(registered, documented); diff != "" {
+		t.Errorf("docs/reference/metrics.md lists other metrics than NewMetrics (-registered,+documented):\n%s", diff)
+	}
+}
+
+// metricType is the Prometheus type of one of the manager's collectors.
+func metricType(t *testing.T, c prometheus.Collector) string {
+	t.Helper()
+	switch c.(type) {
+	case *prometheus.CounterVec:
+		return "counter"
+	case *prometheus.HistogramVec, prometheus.Histogram:
+		return "histogram"
+	case prometheus.Gauge, *heldPods: // before Counter: a Gauge has Inc and Add too
+		return "gauge"
+	case prometheus.Counter:
+		return "counter"
+	}
+	t.Fatalf("a collector of type %T: name its metric type here", c)
+	return ""
 }

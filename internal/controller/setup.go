@@ -133,10 +133,17 @@ func (r *SafeJobReconciler) indexPods(mgr manager.Manager) error {
 		}
 		return nil
 	}
-	if err := informer.AddIndexers(toolscache.Indexers{activePodsIndex: indexActivePods}); err != nil {
+	if err := informer.AddIndexers(toolscache.Indexers{activePodsIndex: indexActivePods, heldPodsIndex: indexHeldPods}); err != nil {
 		return fmt.Errorf("indexing pods by controller: %w", err)
 	}
 	r.pods = indexed.GetIndexer()
+	if r.Metrics != nil {
+		pods := r.pods
+		r.Metrics.held.watch(r.Clock, func() []any {
+			objs, _ := pods.ByIndex(heldPodsIndex, heldPodsKey) // fails only for an index not added
+			return objs
+		})
+	}
 	return nil
 }
 

@@ -157,11 +157,27 @@ func checkLintAndSchema(t *testing.T, helm, chart string) {
 	if out, err := exec.Command(helm, "lint", "--strict", chart).CombinedOutput(); err != nil {
 		t.Errorf("helm lint --strict: %v\n%s", err, out)
 	}
+	monitoring := "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,metrics.dashboard.enabled=true," +
+		"metrics.serviceMonitor.labels.release=monitoring"
+	if out, err := exec.Command(helm, "lint", "--strict", chart, "--set", monitoring).CombinedOutput(); err != nil {
+		t.Errorf("helm lint --strict --set %s: %v\n%s", monitoring, err, out)
+	}
+	out, err := exec.Command(helm, "template", "safejob", chart, "--set", monitoring).CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm template --set %s: %v\n%s", monitoring, err, out)
+	}
+	for _, want := range []string{"kind: ServiceMonitor", "    release: monitoring", "kind: PrometheusRule",
+		"{{ $value | humanizePercentage }}", "grafana_dashboard: \"1\"", `"legendFormat": "{{result}}"`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("helm template --set %s: no %q", monitoring, want)
+		}
+	}
 	for set, want := range map[string]string{
-		"replicas=0":                 "/replicas",
-		"image.pullPolicy=Sometimes": "/image/pullPolicy",
-		"metrics.enable=true":        "'enable' not allowed",
-		"extraArgs[0]=leader-elect":  "/extraArgs/0",
+		"replicas=0":                   "/replicas",
+		"image.pullPolicy=Sometimes":   "/image/pullPolicy",
+		"metrics.enable=true":          "'enable' not allowed",
+		"extraArgs[0]=leader-elect":    "/extraArgs/0",
+		"metrics.dashboard.labels.a=1": "/metrics/dashboard/labels/a",
 	} {
 		out, err := exec.Command(helm, "template", "safejob", chart, "--set", set).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), want) {
