@@ -1,6 +1,6 @@
 // Command kubectl-safejob is the kubectl plugin of SafeJob: `kubectl
-// safejob ledger|why|runs|run|top|convert|release|uninstall`. Install it on PATH (`go install
-// ./cmd/kubectl-safejob` or `make plugin`) and kubectl finds it.
+// safejob ledger|why|runs|run-now|top|convert|release|uninstall`. Install it on PATH (`go install
+// ./cmd/kubectl-safejob`, `make plugin` or krew) and kubectl finds it.
 package main
 
 import (
@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -38,12 +39,6 @@ const (
 	exitNotProgressing = 2
 )
 
-// The output formats -o takes.
-const (
-	outputJSON = "json"
-	outputYAML = "yaml"
-)
-
 // version is the plugin's release version, set at build time
 // (-ldflags "-X main.version=v0.1.0"; hack/release does).
 var version = "dev"
@@ -68,16 +63,31 @@ func main() {
 
 type options struct {
 	flags   *genericclioptions.ConfigFlags
-	output  string
+	out     printFlags
 	streams genericiooptions.IOStreams
 }
 
 func newRoot(streams genericiooptions.IOStreams) *cobra.Command {
 	o := &options{flags: genericclioptions.NewConfigFlags(true), streams: streams}
 	root := &cobra.Command{
-		Use:           "kubectl-safejob",
-		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl safejob"},
-		Short:         "Read SafeJobs' ledgers, see why one waits, run schedules, convert batch/v1 Jobs, uninstall SafeJob",
+		Use:         "kubectl-safejob",
+		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl safejob"},
+		Short:       "Read SafeJobs' ledgers, see why one waits, run schedules, convert batch/v1 Jobs, uninstall SafeJob",
+		Long: `kubectl safejob reads and operates SafeJobs (batch.safejob.dev/v1alpha1):
+the ledger each keeps of its pods, why one is not progressing, the runs of
+a schedule. It converts batch/v1 Jobs and CronJobs into SafeJobs, and
+removes SafeJob from a cluster without leaving anything stuck.
+
+It takes kubectl's flags (--kubeconfig, --context, -n, ...), and the
+commands that print take -o as kubectl get does.`,
+		Example: `  # Why is my SafeJob not running?
+  kubectl safejob why my-job
+
+  # Every pod it launched, and the outcome the ledger recorded
+  kubectl safejob ledger my-job
+
+  # Move a batch/v1 Job to SafeJob
+  kubectl get job my-job -o yaml | kubectl safejob convert -f - | kubectl apply -f -`,
 		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -85,15 +95,20 @@ func newRoot(streams genericiooptions.IOStreams) *cobra.Command {
 	o.flags.AddFlags(root.PersistentFlags())
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
-	root.AddCommand(o.ledgerCmd(), o.whyCmd(), o.runsCmd(), o.runCmd(), o.topCmd(), o.convertCmd(),
-		o.releaseCmd(), o.uninstallCmd())
+	root.AddCommand(o.ledgerCmd(), o.whyCmd(), o.runsCmd(), o.runNowCmd("run-now"), o.runNowCmd("run"), o.topCmd(),
+		o.convertCmd(), o.releaseCmd(), o.uninstallCmd())
 	return root
 }
 
+// addOutput adds -o and --no-headers, and refuses an unknown -o before the
+// command runs.
 func (o *options) addOutput(cmd *cobra.Command) {
-	cmd.Flags().StringVarP(&o.output, "output", "o", "", "Output format: json or yaml (default: text)")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{outputJSON, outputYAML}, cobra.ShellCompDirectiveNoFileComp))
+	o.out.add(cmd)
+	cmd.PreRunE = func(*cobra.Command, []string) error { return o.out.validate() }
 }
+
+// safeJobName is how -o name names a SafeJob, as kubectl does.
+func safeJobName(name string) string { return "safejob.batch.safejob.dev/" + name }
 
 // client returns a client and the namespace the flags name.
 func (o *options) client() (client.Client, string, error) {
@@ -142,37 +157,27 @@ func (o *options) get(ctx context.Context, name string) (*batchv1alpha1.SafeJob,
 	return sj, nil
 }
 
-// print writes v as JSON or YAML when -o asks, or calls text.
-func (o *options) print(v any, text func(io.Writer) error) error {
-	switch o.output {
-	case "":
-		return text(o.streams.Out)
-	case outputJSON:
-		enc := json.NewEncoder(o.streams.Out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(v); err != nil {
-			return fmt.Errorf("writing JSON: %w", err)
-		}
-		return nil
-	case outputYAML:
-		b, err := yaml.Marshal(v)
-		if err != nil {
-			return fmt.Errorf("writing YAML: %w", err)
-		}
-		_, err = o.streams.Out.Write(b)
-		return err //nolint:wrapcheck // a failed write to stdout says enough
-	default:
-		return fmt.Errorf("unknown output format %q: json or yaml", o.output)
-	}
-}
-
 func (o *options) ledgerCmd() *cobra.Command {
 	var follow bool
 	cmd := &cobra.Command{
 		Use:               "ledger NAME",
 		Short:             "Show a SafeJob's ledger: its totals and every listed entry (seq, time, type, index, attempt, pod, reason)",
-		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: o.completeNames,
+		Long: `ledger shows what a SafeJob's ledger (status.ledger) records: a line of
+totals, then one row per entry, oldest first. A SafeJob launches each pod
+by appending a Launched entry and records each pod's outcome (Succeeded,
+Failed, Lost, Evicted) once; its counts are read from these entries. Old
+entries may be folded into the checkpoint, whose totals the first line
+includes. A schedule's ledger lists its runs instead (see also runs).`,
+		Example: `  # The ledger of SafeJob etl in the current namespace
+  kubectl safejob ledger etl
+
+  # Follow it: each entry as it is appended, until Ctrl-C
+  kubectl safejob ledger etl --watch
+
+  # The pods that failed, and why
+  kubectl safejob ledger etl -o jsonpath='{range .entries[?(@.type=="Failed")]}{.pod}{"\t"}{.reason}{"\n"}{end}'`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if follow {
 				return o.watchLedger(cmd.Context(), args[0])
@@ -185,7 +190,12 @@ func (o *options) ledgerCmd() *cobra.Command {
 			if err != nil {
 				return err //nolint:wrapcheck // it names the SafeJob
 			}
-			return o.print(v, func(w io.Writer) error { return plugin.PrintLedger(w, v) })
+			rows := make([]any, len(v.Entries))
+			for k := range v.Entries {
+				rows[k] = v.Entries[k]
+			}
+			return o.out.print(o.streams.Out, view{obj: v, rows: rows, names: []string{safeJobName(v.Name)},
+				table: func(w io.Writer, t plugin.TableOptions) error { return plugin.PrintLedger(w, v, t) }})
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "watch", "w", false,
@@ -219,14 +229,32 @@ func (o *options) whyCmd() *cobra.Command {
 		Use:               "why NAME",
 		ValidArgsFunction: o.completeNames,
 		Short:             "Say why a SafeJob is not progressing; exit code 0 when it progresses or has finished, 2 when it waits",
-		Args:              cobra.ExactArgs(1),
+		Long: `why reads a SafeJob's spec, conditions and ledger and says whether it is
+Progressing, Finished or Waiting, with the reasons, most important first:
+NotObserved (no operator has written its status: is one running?),
+LedgerInvalid, Suspended, WaitingForAdmission or Deactivated (Kueue),
+CreatesRefused, Scheduling, Backoff, Deadline; Running or Starting when it
+progresses. docs/troubleshooting.md says what each means and its fix.
+
+The exit code is 0 when it progresses or has finished, 2 when it waits and
+1 on an error, so scripts can wait on it.`,
+		Example: `  # Why SafeJob etl does not progress
+  kubectl safejob why etl
+
+  # The first reason alone
+  kubectl safejob why etl -o jsonpath='{.reasons[0].kind}'
+
+  # In a script: go on only if it is not stuck
+  kubectl safejob why etl >/dev/null || echo "etl waits (exit $?)"`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sj, err := o.get(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
 			v := plugin.Why(sj, time.Now())
-			if err := o.print(v, func(w io.Writer) error { return plugin.PrintWhy(w, v) }); err != nil {
+			if err := o.out.print(o.streams.Out, view{obj: v, names: []string{safeJobName(v.Name)},
+				table: func(w io.Writer, _ plugin.TableOptions) error { return plugin.PrintWhy(w, v) }}); err != nil {
 				return err
 			}
 			if v.State == plugin.StateWaiting {
@@ -244,7 +272,21 @@ func (o *options) runsCmd() *cobra.Command {
 		Use:               "runs PARENT",
 		ValidArgsFunction: o.completeNames,
 		Short:             "List the runs of a scheduled SafeJob: scheduled time, result, duration and the times missed before each",
-		Args:              cobra.ExactArgs(1),
+		Long: `runs lists the runs a scheduled SafeJob (spec.schedule) has recorded in its
+ledger, oldest first: each run's name, whether the schedule or a person
+started it (run-now), its scheduled time, its result as the ledger records
+it (Running, Succeeded, Failed, Lost, Evicted), its duration and how many
+scheduled times were missed just before it. Runs folded into the
+checkpoint are counted on the first line.`,
+		Example: `  # The runs of schedule nightly
+  kubectl safejob runs nightly
+
+  # The names of its runs that failed
+  kubectl safejob runs nightly -o jsonpath='{range .runs[?(@.result=="Failed")]}{.name}{"\n"}{end}'
+
+  # Only name and result
+  kubectl safejob runs nightly -o custom-columns=RUN:.name,RESULT:.result`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			parent, err := o.get(cmd.Context(), args[0])
 			if err != nil {
@@ -263,21 +305,46 @@ func (o *options) runsCmd() *cobra.Command {
 			if err != nil {
 				return err //nolint:wrapcheck // it names the SafeJob
 			}
-			return o.print(v, func(w io.Writer) error { return plugin.PrintRuns(w, v) })
+			rows := make([]any, len(v.Runs))
+			names := make([]string, len(v.Runs))
+			for k, r := range v.Runs {
+				rows[k], names[k] = r, safeJobName(r.Name)
+			}
+			return o.out.print(o.streams.Out, view{obj: v, rows: rows, names: names,
+				table: func(w io.Writer, t plugin.TableOptions) error { return plugin.PrintRuns(w, v, t) }})
 		},
 	}
 	o.addOutput(cmd)
 	return cmd
 }
 
-func (o *options) runCmd() *cobra.Command {
+// runNowCmd is run-now, or under the name run the same command, deprecated.
+func (o *options) runNowCmd(use string) *cobra.Command {
 	var name string
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:               "run PARENT",
+		Use:               use + " PARENT",
 		ValidArgsFunction: o.completeNames,
 		Short: "Start a run of a scheduled SafeJob now, as kubectl create job --from=cronjob/PARENT: " +
 			"the parent records it in its ledger, then creates it, once",
+		Long: `run-now asks a scheduled SafeJob for a run now, outside its schedule, as
+kubectl create job --from=cronjob/PARENT does for a CronJob. It sets the
+parent's annotation batch.safejob.dev/run-now to the run's name; the
+operator records the run in the parent's ledger, then creates it, exactly
+once, whatever happens meanwhile. run-now waits until the run is recorded
+and prints it. It refuses while an earlier request has not started, and a
+name the parent has a run of already.
+
+The run counts toward the parent's history limits like any other, and its
+concurrencyPolicy applies: under Forbid it waits for the active run.`,
+		Example: `  # Run schedule nightly now
+  kubectl safejob run-now nightly
+
+  # With a name of your choosing
+  kubectl safejob run-now nightly --name nightly-rerun-1
+
+  # Then follow it
+  kubectl safejob ledger nightly-rerun-1 --watch`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -327,8 +394,14 @@ func (o *options) runCmd() *cobra.Command {
 				return fmt.Errorf("run %s of SafeJob %s/%s was asked for but not recorded within %s (is the operator running? "+
 					"see kubectl describe safejob %s): %w", name, ns, parent.Name, timeout, parent.Name, err)
 			}
-			return o.print(started, func(w io.Writer) error { return plugin.PrintStarted(w, started) })
+			return o.out.print(o.streams.Out, view{obj: started, names: []string{safeJobName(started.Name)},
+				table: func(w io.Writer, _ plugin.TableOptions) error { return plugin.PrintStarted(w, started) }})
 		},
+	}
+	if use != "run-now" {
+		cmd.Hidden = true
+		cmd.Deprecated = "use run-now"
+		cmd.Example = strings.ReplaceAll(cmd.Example, "run-now", use)
 	}
 	cmd.Flags().StringVar(&name, "name", "", "The run's name (default: PARENT-manual-<five random letters>)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "How long to wait for the parent to record the run")
@@ -338,22 +411,40 @@ func (o *options) runCmd() *cobra.Command {
 
 func (o *options) topCmd() *cobra.Command {
 	var interval time.Duration
-	var once bool
+	var once, all bool
 	cmd := &cobra.Command{
 		Use:   "top",
 		Short: "Live counts of the namespace's SafeJobs (completions per second, active, ready, failed), refreshed in place",
-		Args:  cobra.NoArgs,
+		Long: `top lists the SafeJobs of the namespace, or of every namespace with -A,
+with their counts from status (completions, active, ready, succeeded,
+failed), how many completions a second each made since the previous
+sample, and its state (Running, Scheduled, Suspended, Complete, Failed).
+On a terminal it refreshes in place every --interval; --once prints one
+sample. Its -o json and yaml print a List of rows.`,
+		Example: `  # Watch the SafeJobs of the current namespace
+  kubectl safejob top
+
+  # One sample of every namespace, with completion mode and parallelism
+  kubectl safejob top -A --once -o wide
+
+  # The SafeJobs that failed, by namespace
+  kubectl safejob top -A --once -o jsonpath='{range .items[?(@.state=="Failed")]}{.namespace}/{.name}{"\n"}{end}'`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cl, ns, err := o.client()
 			if err != nil {
 				return err
+			}
+			var opts []client.ListOption
+			if !all {
+				opts = append(opts, client.InNamespace(ns))
 			}
 			terminal := isTerminal(o.streams.Out)
 			var prev map[string]int32
 			last := time.Time{}
 			for {
 				var list batchv1alpha1.SafeJobList
-				if err := cl.List(cmd.Context(), &list, client.InNamespace(ns)); err != nil {
+				if err := cl.List(cmd.Context(), &list, opts...); err != nil {
 					return fmt.Errorf("listing SafeJobs: %w", err)
 				}
 				now := time.Now()
@@ -363,7 +454,13 @@ func (o *options) topCmd() *cobra.Command {
 				if terminal && !once {
 					_, _ = io.WriteString(o.streams.Out, "\x1b[H\x1b[2J") // clear the screen, cursor home
 				}
-				if err := o.print(rows, func(w io.Writer) error { return plugin.PrintTop(w, rows) }); err != nil {
+				items := make([]any, len(rows))
+				names := make([]string, len(rows))
+				for k, r := range rows {
+					items[k], names[k] = r, safeJobName(r.Name)
+				}
+				if err := o.out.print(o.streams.Out, view{obj: itemList(items), rows: items, names: names,
+					table: func(w io.Writer, t plugin.TableOptions) error { return plugin.PrintTop(w, rows, all, t) }}); err != nil {
 					return err
 				}
 				if once {
@@ -377,10 +474,19 @@ func (o *options) topCmd() *cobra.Command {
 			}
 		},
 	}
+	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "List the SafeJobs of every namespace")
 	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "How often to refresh")
 	cmd.Flags().BoolVar(&once, "once", false, "Print one sample and exit")
 	o.addOutput(cmd)
 	return cmd
+}
+
+// itemList is items as kubectl prints a list: a v1 List.
+func itemList(items []any) map[string]any {
+	if items == nil {
+		items = []any{}
+	}
+	return map[string]any{"apiVersion": "v1", "kind": "List", "metadata": map[string]any{}, "items": items}
 }
 
 // isTerminal reports whether w is a character device (a terminal).
@@ -398,7 +504,24 @@ func (o *options) convertCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "convert -f FILE",
 		Short: "Convert batch/v1 Job and CronJob manifests (one or many documents; -f - reads stdin) into SafeJob manifests",
-		Args:  cobra.NoArgs,
+		Long: `convert reads batch/v1 Job and CronJob manifests, YAML or JSON, one or many
+documents or a List, and writes the SafeJobs that run the same: a Job's
+spec as a SafeJob's, a CronJob's jobTemplate as a scheduled SafeJob's, with
+names, labels and annotations kept. It refuses, naming the field, what a
+SafeJob cannot honour (manualSelector, a selector of its own). Status,
+uid and resourceVersion are left out, so the output can be applied as it is.
+
+By default it writes YAML documents; -o json and -o yaml write a v1 List,
+which kubectl apply -f - takes too.`,
+		Example: `  # Convert a manifest file
+  kubectl safejob convert -f job.yaml > safejob.yaml
+
+  # Move a running cluster's CronJob to a scheduled SafeJob
+  kubectl get cronjob nightly -o yaml | kubectl safejob convert -f - | kubectl apply -f -
+
+  # Convert every Job of a directory's manifests, as one List
+  cat manifests/*.yaml | kubectl safejob convert -f - -o json`,
+		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			in := o.streams.In
 			if file != "-" {
@@ -413,36 +536,40 @@ func (o *options) convertCmd() *cobra.Command {
 			if err != nil {
 				return err //nolint:wrapcheck // it names the document and the field
 			}
-			if o.output == outputJSON {
-				var list []map[string]any
-				for _, sj := range out {
-					m, err := manifestMap(sj)
-					if err != nil {
-						return err
-					}
-					list = append(list, m)
-				}
-				return o.print(list, nil)
-			}
-			for k, sj := range out {
-				b, err := manifest(sj)
+			items := make([]any, 0, len(out))
+			names := make([]string, 0, len(out))
+			for _, sj := range out {
+				m, err := manifestMap(sj)
 				if err != nil {
 					return err
 				}
-				if k > 0 {
-					b = append([]byte("---\n"), b...)
-				}
-				if _, err := o.streams.Out.Write(b); err != nil {
-					return err //nolint:wrapcheck // a failed write to stdout says enough
-				}
+				items, names = append(items, m), append(names, safeJobName(sj.Name))
 			}
-			return nil
+			return o.out.print(o.streams.Out, view{obj: itemList(items), rows: items, names: names,
+				table: func(w io.Writer, _ plugin.TableOptions) error { return writeManifests(w, items) }})
 		},
 	}
 	cmd.Flags().StringVarP(&file, "filename", "f", "", "The manifests to convert (- for stdin)")
 	_ = cmd.MarkFlagRequired("filename")
 	o.addOutput(cmd)
 	return cmd
+}
+
+// writeManifests writes each manifest as a YAML document.
+func writeManifests(w io.Writer, items []any) error {
+	for k, m := range items {
+		b, err := yaml.Marshal(m)
+		if err != nil {
+			return fmt.Errorf("writing YAML: %w", err)
+		}
+		if k > 0 {
+			b = append([]byte("---\n"), b...)
+		}
+		if _, err := w.Write(b); err != nil {
+			return err //nolint:wrapcheck // a failed write to stdout says enough
+		}
+	}
+	return nil
 }
 
 // manifestMap is a SafeJob as a manifest: no status, no empty metadata.
@@ -456,16 +583,4 @@ func manifestMap(sj *batchv1alpha1.SafeJob) (map[string]any, error) {
 		delete(meta, "creationTimestamp")
 	}
 	return m, nil
-}
-
-func manifest(sj *batchv1alpha1.SafeJob) ([]byte, error) {
-	m, err := manifestMap(sj)
-	if err != nil {
-		return nil, err
-	}
-	b, err := yaml.Marshal(m)
-	if err != nil {
-		return nil, fmt.Errorf("writing YAML: %w", err)
-	}
-	return b, nil
 }

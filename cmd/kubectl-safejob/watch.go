@@ -20,6 +20,9 @@ import (
 // A watch the API server ends is started again; entries are shown by seq,
 // so none is shown twice, and entries folded before they were seen are said.
 func (o *options) watchLedger(ctx context.Context, name string) error {
+	if f := o.out.output; f != "" && f != outputJSON && f != outputYAML {
+		return fmt.Errorf("--watch prints a table, -o json or -o yaml, not -o %s", f)
+	}
 	cfg, err := o.flags.ToRESTConfig()
 	if err != nil {
 		return fmt.Errorf("reading the kubeconfig: %w", err)
@@ -78,12 +81,14 @@ func (o *options) showAppended(ctx context.Context, w watch.Interface, shown int
 		if err != nil {
 			return shown, err //nolint:wrapcheck // it names the SafeJob
 		}
-		if shown < 0 && o.output == "" {
-			if err := plugin.PrintLedgerSummary(o.streams.Out, v); err != nil {
-				return shown, err //nolint:wrapcheck // a failed write to stdout says enough
-			}
-			if err := plugin.PrintWatchHeader(o.streams.Out); err != nil {
-				return shown, err //nolint:wrapcheck // a failed write to stdout says enough
+		if shown < 0 {
+			if o.out.output == "" && !o.out.noHeaders {
+				if err := plugin.PrintLedgerSummary(o.streams.Out, v); err != nil {
+					return shown, err //nolint:wrapcheck // a failed write to stdout says enough
+				}
+				if err := plugin.PrintWatchHeader(o.streams.Out); err != nil {
+					return shown, err //nolint:wrapcheck // a failed write to stdout says enough
+				}
 			}
 			shown = 0
 		}
@@ -98,7 +103,7 @@ func (o *options) showAppended(ctx context.Context, w watch.Interface, shown int
 
 // printAppended prints entries in the --watch form of -o.
 func (o *options) printAppended(entries []plugin.Entry, folded bool, v *plugin.LedgerView) error {
-	if o.output == "" {
+	if o.out.output == "" {
 		foldedSeq := int64(0)
 		if v.Folded != nil {
 			foldedSeq = v.Folded.Seq
@@ -115,7 +120,7 @@ func (o *options) printAppended(entries []plugin.Entry, folded bool, v *plugin.L
 
 // printLine writes v as one line of JSON (-o json) or one YAML document.
 func (o *options) printLine(v any) error {
-	if o.output == outputJSON {
+	if o.out.output == outputJSON {
 		b, err := json.Marshal(v)
 		if err != nil {
 			return fmt.Errorf("writing JSON: %w", err)

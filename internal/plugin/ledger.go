@@ -108,18 +108,39 @@ func Ledger(sj *batchv1alpha1.SafeJob) (*LedgerView, error) {
 	return v, nil
 }
 
-// PrintLedger writes the view as a summary and a table of the entries.
-func PrintLedger(w io.Writer, v *LedgerView) error {
-	if err := PrintLedgerSummary(w, v); err != nil {
-		return err
+// TableOptions are how a command's table is written: Wide adds the columns
+// kept for -o wide, NoHeaders leaves out the header and summary lines.
+type TableOptions struct {
+	Wide, NoHeaders bool
+}
+
+// PrintLedger writes the view as a summary and a table of the entries; wide,
+// with each entry's scheduled time (of a run).
+func PrintLedger(w io.Writer, v *LedgerView, o TableOptions) error {
+	if !o.NoHeaders {
+		if err := PrintLedgerSummary(w, v); err != nil {
+			return err
+		}
 	}
-	return writeTable(w, "SEQ\tTIME\tTYPE\tINDEX\tATTEMPT\tPOD/RUN\tREASON", func(row func(string, ...any)) {
+	header := "SEQ\tTIME\tTYPE\tINDEX\tATTEMPT\tPOD/RUN\tREASON"
+	if o.Wide {
+		header += "\tSCHEDULED"
+	}
+	return writeTable(w, o, header, func(row func(string, ...any)) {
 		for _, e := range v.Entries {
 			who := e.Pod
 			if e.Run != "" {
 				who = e.Run
 			}
-			row("%d\t%s\t%s\t%d\t%d\t%s\t%s", e.Seq, e.Time.Format(time.RFC3339), e.Type, e.Index, e.Attempt, who, e.Reason)
+			if !o.Wide {
+				row("%d\t%s\t%s\t%d\t%d\t%s\t%s", e.Seq, e.Time.Format(time.RFC3339), e.Type, e.Index, e.Attempt, who, e.Reason)
+				continue
+			}
+			scheduled := ""
+			if e.ScheduledTime != nil {
+				scheduled = e.ScheduledTime.Format(time.RFC3339)
+			}
+			row("%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s", e.Seq, e.Time.Format(time.RFC3339), e.Type, e.Index, e.Attempt, who, e.Reason, scheduled)
 		}
 	})
 }
@@ -145,12 +166,14 @@ func PrintLedgerSummary(w io.Writer, v *LedgerView) error {
 	return out.err
 }
 
-// writeTable writes a tab-separated header and the rows rows writes, in
-// aligned columns.
-func writeTable(w io.Writer, header string, rows func(row func(format string, args ...any))) error {
+// writeTable writes a tab-separated header (unless o.NoHeaders) and the rows
+// rows writes, in aligned columns.
+func writeTable(w io.Writer, o TableOptions, header string, rows func(row func(format string, args ...any))) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	table := &errWriter{w: tw}
-	table.printf("%s\n", header)
+	if !o.NoHeaders {
+		table.printf("%s\n", header)
+	}
 	rows(func(format string, args ...any) { table.printf(format+"\n", args...) })
 	if err := tw.Flush(); err != nil && table.err == nil {
 		table.err = fmt.Errorf("writing the table: %w", err)

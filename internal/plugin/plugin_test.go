@@ -50,13 +50,23 @@ func TestLedger(t *testing.T) {
 		t.Fatalf("view %+v", v)
 	}
 	var b bytes.Buffer
-	if err := PrintLedger(&b, v); err != nil {
+	if err := PrintLedger(&b, v, TableOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"ledger seq 4", "1 succeeded, 1 failed", "SEQ", "Failed", "Counted", "sj-1-0"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, b.String())
 		}
+	}
+	if strings.Contains(b.String(), "SCHEDULED") {
+		t.Errorf("the table has the wide columns:\n%s", b.String())
+	}
+	b.Reset()
+	if err := PrintLedger(&b, v, TableOptions{Wide: true, NoHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(b.String()), "\n"); len(lines) != len(v.Entries) || !strings.HasPrefix(lines[0], "1 ") {
+		t.Errorf("--no-headers -o wide: want only the %d entries' rows:\n%s", len(v.Entries), b.String())
 	}
 }
 
@@ -109,6 +119,32 @@ func TestWhy(t *testing.T) {
 	sj.Status.Conditions = []metav1.Condition{{Type: batchv1alpha1.ConditionComplete, Status: metav1.ConditionTrue, Reason: "CompletionsReached"}}
 	if v := Why(sj, t0); v.State != StateFinished {
 		t.Errorf("complete: %+v", v)
+	}
+}
+
+// TestWhyNotObserved: a SafeJob no operator has written a status for waits,
+// and says so first, whatever its spec; a status the operator wrote that
+// holds only a ledger format is observed.
+func TestWhyNotObserved(t *testing.T) {
+	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "new", Namespace: "ns"},
+		Spec: batchv1alpha1.SafeJobSpec{Completions: ptr.To[int32](1)}}
+	v := Why(sj, t0)
+	if v.State != StateWaiting || len(v.Reasons) != 1 || v.Reasons[0].Kind != "NotObserved" || !strings.Contains(v.Reasons[0].Message, "operator") {
+		t.Errorf("an empty status: %+v", v)
+	}
+	sj.Spec.Suspend = ptr.To(true)
+	if v := Why(sj, t0); v.State != StateWaiting || len(v.Reasons) != 2 || v.Reasons[0].Kind != "NotObserved" || v.Reasons[1].Kind != "Suspended" {
+		t.Errorf("an empty status, suspended: %+v", v)
+	}
+	sj.Spec.Suspend = nil
+	sj.Spec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue")
+	if v := Why(sj, t0); v.State != StateWaiting || v.Reasons[0].Kind != "NotObserved" || !strings.Contains(v.Reasons[0].Message, "kueue.x-k8s.io/multikueue") {
+		t.Errorf("an empty status, managed by another controller: %+v", v)
+	}
+	sj.Spec.ManagedBy = nil
+	sj.Status.Ledger.Format = batchv1alpha1.LedgerFormat
+	if v := Why(sj, t0); len(v.Reasons) == 0 || v.Reasons[0].Kind == "NotObserved" {
+		t.Errorf("a status the operator wrote: %+v", v)
 	}
 }
 
@@ -214,8 +250,13 @@ func TestRuns(t *testing.T) {
 		t.Errorf("runs %+v", v)
 	}
 	var b bytes.Buffer
-	if err := PrintRuns(&b, v); err != nil || !strings.Contains(b.String(), "p-1") || !strings.Contains(b.String(), "Running") {
+	if err := PrintRuns(&b, v, TableOptions{}); err != nil || !strings.Contains(b.String(), "p-1") || !strings.Contains(b.String(), "Running") ||
+		!strings.Contains(b.String(), "RUN") {
 		t.Errorf("output %v:\n%s", err, b.String())
+	}
+	b.Reset()
+	if err := PrintRuns(&b, v, TableOptions{NoHeaders: true}); err != nil || strings.Count(b.String(), "\n") != len(v.Runs) {
+		t.Errorf("--no-headers: want only the %d runs' rows, have %v:\n%s", len(v.Runs), err, b.String())
 	}
 }
 
@@ -226,22 +267,30 @@ func TestRunsNeedSchedule(t *testing.T) {
 }
 
 func TestTop(t *testing.T) {
-	sj := func(name string, succeeded int32) batchv1alpha1.SafeJob {
-		s := batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	sj := func(ns, name string, succeeded int32) batchv1alpha1.SafeJob {
+		s := batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 		s.Status.Succeeded = succeeded
 		return s
 	}
-	rows, prev := Top([]batchv1alpha1.SafeJob{sj("b", 1), sj("a", 4)}, nil, 0)
-	if len(rows) != 2 || rows[0].Name != "a" || rows[0].PerSecond != 0 {
+	rows, prev := Top([]batchv1alpha1.SafeJob{sj("y", "b", 1), sj("y", "a", 4), sj("x", "a", 7)}, nil, 0)
+	if len(rows) != 3 || rows[0].Namespace != "x" || rows[1].Name != "a" || rows[1].PerSecond != 0 || rows[0].Mode != "NonIndexed" ||
+		rows[0].Parallelism != 1 {
 		t.Fatalf("first sample %+v", rows)
 	}
-	rows, _ = Top([]batchv1alpha1.SafeJob{sj("a", 10), sj("b", 1)}, prev, 2*time.Second)
-	if rows[0].PerSecond != 3 || rows[1].PerSecond != 0 || rows[0].State != "Running" {
+	// The same name in two namespaces: each is its own SafeJob's rate.
+	rows, _ = Top([]batchv1alpha1.SafeJob{sj("y", "a", 10), sj("y", "b", 1), sj("x", "a", 7)}, prev, 2*time.Second)
+	if rows[0].PerSecond != 0 || rows[1].PerSecond != 3 || rows[2].PerSecond != 0 || rows[1].State != "Running" {
 		t.Errorf("second sample %+v", rows)
 	}
 	var b bytes.Buffer
-	if err := PrintTop(&b, rows); err != nil || !strings.Contains(b.String(), "PER SECOND") {
+	if err := PrintTop(&b, rows, false, TableOptions{}); err != nil || !strings.HasPrefix(b.String(), "NAME ") || !strings.Contains(b.String(), "PER SECOND") ||
+		strings.Contains(b.String(), "MODE") {
 		t.Errorf("output %v:\n%s", err, b.String())
+	}
+	b.Reset()
+	if err := PrintTop(&b, rows, true, TableOptions{Wide: true}); err != nil || !strings.HasPrefix(b.String(), "NAMESPACE ") ||
+		!strings.Contains(b.String(), "PARALLELISM") || !strings.Contains(b.String(), "\nx ") {
+		t.Errorf("-A -o wide: %v:\n%s", err, b.String())
 	}
 }
 

@@ -336,7 +336,7 @@ func PrintHeld(w io.Writer, held []Held, dryRun bool) error {
 		if out.err != nil {
 			return out.err
 		}
-		if err := writeTable(w, "NAMESPACE\tPOD\tSAFEJOB\tWHY", func(row func(string, ...any)) {
+		if err := writeTable(w, TableOptions{}, "NAMESPACE\tPOD\tSAFEJOB\tWHY", func(row func(string, ...any)) {
 			for _, h := range lost {
 				row("%s\t%s\t%s\t%s", h.Namespace, h.Name, h.SafeJob, h.Unrecorded)
 			}

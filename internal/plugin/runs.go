@@ -25,7 +25,7 @@ type RunsView struct {
 type RunView struct {
 	Name string `json:"name"`
 	// Trigger is Schedule, or Manual for a run asked for by hand
-	// (kubectl safejob run), whose scheduledTime is when it was asked for.
+	// (kubectl safejob run-now), whose scheduledTime is when it was asked for.
 	Trigger       string    `json:"trigger"`
 	ScheduledTime time.Time `json:"scheduledTime"`
 	// MissedBefore counts the scheduled times not run just before this one.
@@ -80,14 +80,17 @@ func Runs(parent *batchv1alpha1.SafeJob, children []batchv1alpha1.SafeJob) (*Run
 	return v, nil
 }
 
-// PrintRuns writes the runs as a table.
-func PrintRuns(w io.Writer, v *RunsView) error {
-	out := &errWriter{w: w}
-	out.printf("SafeJob %s/%s, schedule %q; %d earlier runs folded into the checkpoint\n", v.Namespace, v.Name, v.Schedule, v.FoldedRuns)
-	if out.err != nil {
-		return out.err
+// PrintRuns writes the runs as a table, after a line about the schedule
+// unless o.NoHeaders.
+func PrintRuns(w io.Writer, v *RunsView, o TableOptions) error {
+	if !o.NoHeaders {
+		out := &errWriter{w: w}
+		out.printf("SafeJob %s/%s, schedule %q; %d earlier runs folded into the checkpoint\n", v.Namespace, v.Name, v.Schedule, v.FoldedRuns)
+		if out.err != nil {
+			return out.err
+		}
 	}
-	return writeTable(w, "RUN\tTRIGGER\tSCHEDULED\tRESULT\tREASON\tDURATION\tMISSED BEFORE", func(row func(string, ...any)) {
+	return writeTable(w, o, "RUN\tTRIGGER\tSCHEDULED\tRESULT\tREASON\tDURATION\tMISSED BEFORE", func(row func(string, ...any)) {
 		for _, r := range v.Runs {
 			row("%s\t%s\t%s\t%s\t%s\t%s\t%d", r.Name, r.Trigger, r.ScheduledTime.Format(time.RFC3339), r.Result, r.Reason,
 				r.Duration, r.MissedBefore)

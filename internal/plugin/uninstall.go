@@ -149,7 +149,7 @@ func noteNoOperator(ctx context.Context, cl client.Client, out *errWriter, o Uni
 
 // printSafeJobs writes a table of sjs to w, with what kind of SafeJob each is.
 func printSafeJobs(w io.Writer, sjs []*batchv1alpha1.SafeJob) error {
-	return writeTable(w, "NAMESPACE\tNAME\tKIND", func(row func(string, ...any)) {
+	return writeTable(w, TableOptions{}, "NAMESPACE\tNAME\tKIND", func(row func(string, ...any)) {
 		for _, sj := range sjs {
 			kind := "job"
 			switch {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -27,7 +28,7 @@ type Verdict struct {
 
 // Reason is one cause.
 type Reason struct {
-	// Kind names the cause: Finished, LedgerInvalid, Suspended,
+	// Kind names the cause: NotObserved, Finished, LedgerInvalid, Suspended,
 	// WaitingForAdmission, CreatesRefused, Scheduling, Backoff, Deadline,
 	// Running, Starting.
 	Kind    string `json:"kind"`
@@ -49,6 +50,20 @@ const deadlineClose = time.Minute
 // (10s doubling), the operator's default.
 func Why(sj *batchv1alpha1.SafeJob, now time.Time) *Verdict {
 	v := &Verdict{Namespace: sj.Namespace, Name: sj.Name, State: StateWaiting, Reasons: []Reason{}}
+	if equality.Semantic.DeepEqual(sj.Status, batchv1alpha1.SafeJobStatus{}) {
+		// Every status the operator writes carries the ledger's format and,
+		// from the first reconcile on, a condition or a ledger entry.
+		if by := ptr.Deref(sj.Spec.ManagedBy, batchv1alpha1.ControllerName); by != batchv1alpha1.ControllerName {
+			v.add("NotObserved", "spec.managedBy is %s: the SafeJob operator leaves it to that controller", by)
+		} else {
+			v.add("NotObserved", "no SafeJob operator has written its status yet: none runs (kubectl get deployments -A "+
+				"-l app.kubernetes.io/name=safejob), or it waits for the launch window during a burst")
+		}
+		if ptr.Deref(sj.Spec.Suspend, false) {
+			v.add("Suspended", "spec.suspend is true: no pod runs until it is false")
+		}
+		return v
+	}
 	for _, t := range []string{batchv1alpha1.ConditionComplete, batchv1alpha1.ConditionFailed} {
 		if c := meta.FindStatusCondition(sj.Status.Conditions, t); c != nil && c.Status == metav1.ConditionTrue {
 			v.State = StateFinished

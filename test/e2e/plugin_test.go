@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -107,15 +108,24 @@ func TestKubectlPlugin(t *testing.T) {
 	})
 	t.Run("why", func(t *testing.T) { checkWhyCommand(t, p) })
 	t.Run("runs", func(t *testing.T) { checkRunsCommand(t, e, p) })
-	t.Run("run", func(t *testing.T) { checkRunCommand(t, e, p) })
+	t.Run("run-now", func(t *testing.T) { checkRunCommand(t, e, p) })
 	t.Run("top", func(t *testing.T) {
 		out, errOut, code := p.run(t, "", "safejob", "top", "--once", "-n", nsSafeJob, "-o", "json")
-		var rows []plugin.TopRow
-		if code != 0 || json.Unmarshal([]byte(out), &rows) != nil {
+		var list struct {
+			Kind  string          `json:"kind"`
+			Items []plugin.TopRow `json:"items"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &list) != nil || list.Kind != "List" {
 			t.Fatalf("top: exit %d, %s\n%s", code, errOut, out)
 		}
-		if !slices.ContainsFunc(rows, func(r plugin.TopRow) bool { return r.Name == "done" && r.Succeeded == 2 && r.State == "Complete" }) {
-			t.Errorf("top: %+v", rows)
+		if !slices.ContainsFunc(list.Items, func(r plugin.TopRow) bool { return r.Name == "done" && r.Succeeded == 2 && r.State == "Complete" }) {
+			t.Errorf("top: %+v", list.Items)
+		}
+		// Every namespace: the SafeJob is found beside its namespace.
+		out, errOut, code = p.run(t, "", "safejob", "top", "--once", "-A", "--no-headers",
+			"-o", "custom-columns=NS:.namespace,NAME:.name,STATE:.state")
+		if code != 0 || !regexp.MustCompile(`(?m)^`+nsSafeJob+` +done +Complete$`).MatchString(out) {
+			t.Errorf("top -A -o custom-columns: exit %d, %s\n%s", code, errOut, out)
 		}
 	})
 	t.Run("convert", func(t *testing.T) { checkConvertCommand(t, p) })
@@ -274,17 +284,17 @@ func checkRunCommand(t *testing.T, e *env, p *kubectlPlugin) {
 // askForRuns asks the parent "yearly" for two runs by hand, one under a
 // generated name, one named, then for the named one again.
 func askForRuns(t *testing.T, p *kubectlPlugin) {
-	out, errOut, code := p.run(t, "", "safejob", "run", "yearly", "-n", nsSafeJob, "-o", "json")
+	out, errOut, code := p.run(t, "", "safejob", "run-now", "yearly", "-n", nsSafeJob, "-o", "json")
 	var first plugin.Started
 	if code != 0 || json.Unmarshal([]byte(out), &first) != nil || !strings.HasPrefix(first.Name, "yearly-manual-") || first.Seq == 0 {
-		t.Fatalf("run -o json: exit %d, %s\n%s", code, errOut, out)
+		t.Fatalf("run-now -o json: exit %d, %s\n%s", code, errOut, out)
 	}
-	out, errOut, code = p.run(t, "", "safejob", "run", "yearly", "--name", "yearly-by-hand", "-n", nsSafeJob)
+	out, errOut, code = p.run(t, "", "safejob", "run-now", "yearly", "--name", "yearly-by-hand", "-n", nsSafeJob)
 	if code != 0 || !strings.Contains(out, "safejob.batch.safejob.dev/yearly-by-hand created") {
-		t.Fatalf("run --name: exit %d, %s\n%s", code, errOut, out)
+		t.Fatalf("run-now --name: exit %d, %s\n%s", code, errOut, out)
 	}
-	t.Logf("kubectl safejob run yearly --name yearly-by-hand:\n%s", out)
-	if _, errOut, code := p.run(t, "", "safejob", "run", "yearly", "--name", "yearly-by-hand", "-n", nsSafeJob); code != 1 ||
+	t.Logf("kubectl safejob run-now yearly --name yearly-by-hand:\n%s", out)
+	if _, errOut, code := p.run(t, "", "safejob", "run-now", "yearly", "--name", "yearly-by-hand", "-n", nsSafeJob); code != 1 ||
 		!strings.Contains(errOut, "recorded a run named yearly-by-hand") {
 		t.Errorf("the same run asked for twice: exit %d, %s", code, errOut)
 	}

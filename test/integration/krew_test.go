@@ -59,8 +59,8 @@ func TestKrewManifest(t *testing.T) {
 	if out := run(kubectl, "safejob", "--version"); !strings.Contains(out, "v0.1.0") {
 		t.Errorf("kubectl safejob --version after krew install: %q", out)
 	}
-	if out := run(kubectl, "safejob", "run", "--help"); !strings.Contains(out, "kubectl safejob run PARENT") {
-		t.Errorf("kubectl safejob run --help: %q", out)
+	if out := run(kubectl, "safejob", "run-now", "--help"); !strings.Contains(out, "kubectl safejob run-now PARENT") {
+		t.Errorf("kubectl safejob run-now --help: %q", out)
 	}
 	// krew's index is a git clone of krew-index, which needs the network
 	// this test does without; uninstall only asks that one exists.
