@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -196,8 +197,22 @@ func CacheOptions() cache.Options {
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:            {Label: sel.Add(*req), Transform: stripForCache},
 			&batchv1alpha1.SafeJob{}: {Transform: stripForCache},
+			&batchv1.Job{}:           {Transform: stripForeignJob},
 		},
 	}
+}
+
+// stripForeignJob keeps of a cached Job that SafeJob does not manage only
+// its metadata, without managedFields: the cache holds every Job of the
+// cluster, and only those that name SafeJob in spec.managedBy are read
+// (JobReconciler); its predicate drops the rest.
+func stripForeignJob(in any) (any, error) {
+	in, _ = stripForCache(in) // never fails
+	if job, ok := in.(*batchv1.Job); ok && !batchv1alpha1.ManagesJob(job) {
+		job.Spec, job.Status = batchv1.JobSpec{}, batchv1.JobStatus{}
+		job.Annotations = nil
+	}
+	return in, nil
 }
 
 var stripManagedFields = cache.TransformStripManagedFields()
@@ -381,6 +396,10 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 	}
 	r.releases = newReleaseQueue(waiting)
 	if err := r.addRunnables(mgr); err != nil {
+		return err
+	}
+	managedJobs := &JobReconciler{Client: r.Client, Recorder: r.Recorder, Clock: r.Clock}
+	if err := managedJobs.SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if r.LaunchWindow > 0 {

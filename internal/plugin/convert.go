@@ -7,14 +7,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/utils/ptr"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/batchjob"
 )
 
 // Convert turns the batch/v1 Jobs and CronJobs of a YAML or JSON stream
@@ -68,7 +67,7 @@ func convertJob(raw []byte) (*batchv1alpha1.SafeJob, error) {
 		return nil, fmt.Errorf("reading the Job: %w", err)
 	}
 	sj := newSafeJob(&job.ObjectMeta)
-	if err := ConvertJobSpec(job.Spec, &sj.Spec, "spec"); err != nil {
+	if err := batchjob.ConvertSpec(job.Spec, &sj.Spec, "spec"); err != nil {
 		return nil, fmt.Errorf("the Job %s: %w", job.Name, err)
 	}
 	return sj, nil
@@ -80,7 +79,7 @@ func convertCronJob(raw []byte) (*batchv1alpha1.SafeJob, error) {
 		return nil, fmt.Errorf("reading the CronJob: %w", err)
 	}
 	sj := newSafeJob(&cj.ObjectMeta)
-	if err := ConvertJobSpec(cj.Spec.JobTemplate.Spec, &sj.Spec, "spec.jobTemplate.spec"); err != nil {
+	if err := batchjob.ConvertSpec(cj.Spec.JobTemplate.Spec, &sj.Spec, "spec.jobTemplate.spec"); err != nil {
 		return nil, fmt.Errorf("the CronJob %s: %w", cj.Name, err)
 	}
 	// A run carries its parent's labels: the job template's go there, and
@@ -104,33 +103,6 @@ func convertCronJob(raw []byte) (*batchv1alpha1.SafeJob, error) {
 	sj.Spec.StartingDeadlineSeconds, sj.Spec.Suspend = s.StartingDeadlineSeconds, s.Suspend
 	sj.Spec.SuccessfulRunsHistoryLimit, sj.Spec.FailedRunsHistoryLimit = s.SuccessfulJobsHistoryLimit, s.FailedJobsHistoryLimit
 	return sj, nil
-}
-
-// ConvertJobSpec copies a Job spec into a SafeJob spec through JSON; a field
-// the SafeJob has not is an error naming it under path, never dropped. A
-// Job managed by the built-in controller (managedBy
-// kubernetes.io/job-controller) becomes a SafeJob managed by SafeJob
-// (managedBy unset): copied as it is, the name would hand the SafeJob to a
-// controller that never runs SafeJobs.
-func ConvertJobSpec(in batchv1.JobSpec, out *batchv1alpha1.SafeJobSpec, path string) error {
-	if ptr.Deref(in.ManagedBy, "") == batchv1.JobControllerName {
-		in.ManagedBy = nil
-	}
-	raw, err := json.Marshal(in)
-	if err != nil {
-		return fmt.Errorf("reading %s: %w", path, err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(out); err != nil {
-		msg := err.Error()
-		if field, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-			return fmt.Errorf("%s.%s: a SafeJob has no such field (it owns its pods by UID, never by selector)",
-				path, strings.Trim(field, `"`))
-		}
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
 }
 
 // strictUnmarshal decodes JSON, refusing fields the type has not (a

@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
-	"github.com/safejob/safejob/internal/plugin"
+	"github.com/safejob/safejob/internal/batchjob"
 	"github.com/safejob/safejob/test/cluster"
 )
 
@@ -226,9 +226,11 @@ func parityCases() map[string]parityCase {
 }
 
 // TestParity runs each case as a batch/v1 Job under kube-controller-manager's
-// Job controller and as a SafeJob with the same spec, at the same time, on
-// one local cluster, with the same scripted fate for the n-th pod of each
-// index; then compares how both ended. Any difference fails the test.
+// Job controller, as a SafeJob with the same spec and as a Job that differs
+// from the first only by naming SafeJob in spec.managedBy, at the same time,
+// on one local cluster, with the same scripted fate for the n-th pod of
+// each index; then compares how each ended with the first. Any difference
+// fails the test.
 func TestParity(t *testing.T) {
 	t.Parallel() // its own cluster: runs beside the other tests
 	e := newEnv(t, cluster.Options{})
@@ -244,38 +246,81 @@ func TestParity(t *testing.T) {
 			d.setScript(ns, tc.script)
 			job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: ns}, Spec: tc.spec}
 			sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "safejob", Namespace: ns}}
-			if err := plugin.ConvertJobSpec(tc.spec, &sj.Spec, "spec"); err != nil {
+			if err := batchjob.ConvertSpec(tc.spec, &sj.Spec, "spec"); err != nil {
 				t.Fatal(err)
 			}
-			for _, obj := range []client.Object{job, sj} {
+			managed := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "managed", Namespace: ns}, Spec: *tc.spec.DeepCopy()}
+			managed.Spec.ManagedBy = ptr.To(batchv1alpha1.ControllerName)
+			for _, obj := range []client.Object{job, sj, managed} {
 				if err := e.cl.Create(context.Background(), obj); err != nil {
 					t.Fatalf("creating %T: %v", obj, err)
 				}
 			}
+			// The managed Job's pods are its ledger's.
+			owners := map[client.Object]func() types.UID{job: job.GetUID, sj: sj.GetUID, managed: func() types.UID { return e.ledgerUID(managed) }}
 			var wg sync.WaitGroup
-			for _, obj := range []client.Object{job, sj} {
-				wg.Go(func() { d.runSteps(t, obj, tc.steps) })
+			for obj, owner := range owners {
+				wg.Go(func() { d.runSteps(t, obj, owner, tc.steps) })
 			}
 			wg.Wait()
 			wantJob, gotSJ := e.waitParity(t, job, sj, d, 3*time.Minute)
+			gotManaged := e.waitManagedParity(t, managed, d, time.Minute)
 			t.Logf("batch/v1: %+v", wantJob)
 			if diff := cmp.Diff(wantJob, gotSJ); diff != "" {
 				t.Errorf("SafeJob differs from batch/v1 (-batch/v1,+SafeJob):\n%s", diff)
 			}
+			if diff := cmp.Diff(wantJob, gotManaged); diff != "" {
+				t.Errorf("the Job managed by SafeJob differs from batch/v1 (-batch/v1,+managed):\n%s", diff)
+			}
 			// The backoff delay: the gaps between the creates of an index's
 			// pods, to the second (creation times have second precision).
-			jobGaps, sjGaps := d.createGaps(job.UID), d.createGaps(sj.UID)
-			t.Logf("gaps between creates: batch/v1 %v, SafeJob %v", jobGaps, sjGaps)
-			for index, want := range jobGaps {
-				got := sjGaps[index]
-				for k := range min(len(want), len(got)) {
-					if diff := got[k] - want[k]; diff < -2*time.Second || diff > 2*time.Second {
-						t.Errorf("index %q: gap %d between creates is %s, batch/v1's %s", index, k, got[k], want[k])
+			jobGaps := d.createGaps(job.UID)
+			for what, uid := range map[string]types.UID{"SafeJob": sj.UID, "managed Job": e.ledgerUID(managed)} {
+				gaps := d.createGaps(uid)
+				t.Logf("gaps between creates: batch/v1 %v, %s %v", jobGaps, what, gaps)
+				for index, want := range jobGaps {
+					got := gaps[index]
+					for k := range min(len(want), len(got)) {
+						if diff := got[k] - want[k]; diff < -2*time.Second || diff > 2*time.Second {
+							t.Errorf("%s, index %q: gap %d between creates is %s, batch/v1's %s", what, index, k, got[k], want[k])
+						}
 					}
 				}
 			}
 		})
 	}
+}
+
+// ledgerUID is the UID of a managed Job's ledger, "" while it has none.
+func (e *env) ledgerUID(job *batchv1.Job) types.UID {
+	ledger := &batchv1alpha1.SafeJob{}
+	if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(job), ledger); err != nil {
+		return ""
+	}
+	return ledger.UID
+}
+
+// waitManagedParity waits until a managed Job has finished and returns its
+// outcome, its pods counted by its ledger's UID.
+func (e *env) waitManagedParity(t *testing.T, job *batchv1.Job, d *fateDriver, timeout time.Duration) parityOutcome {
+	t.Helper()
+	waitUntil(t, timeout, "the managed Job "+job.Name+" to finish", func() bool {
+		return e.cl.Get(context.Background(), client.ObjectKeyFromObject(job), job) == nil && unfinishedJobs([]batchv1.Job{*job}) == 0
+	})
+	return jobOutcome(job, d.podsPerIndex(e.ledgerUID(job)))
+}
+
+// jobOutcome is what a finished Job's status says, with its pods per index.
+func jobOutcome(job *batchv1.Job, podsPerIndex map[string]int) parityOutcome {
+	out := parityOutcome{Succeeded: job.Status.Succeeded, Failed: job.Status.Failed,
+		CompletedIndexes: job.Status.CompletedIndexes, FailedIndexes: ptr.Deref(job.Status.FailedIndexes, ""),
+		Active: job.Status.Active, Terminating: ptr.Deref(job.Status.Terminating, 0), PodsPerIndex: podsPerIndex}
+	for _, c := range job.Status.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			out.Finished = string(c.Type) + "/" + c.Reason
+		}
+	}
+	return out
 }
 
 // waitParity waits until both have finished and returns their outcomes.
@@ -295,14 +340,7 @@ func (e *env) waitParity(t *testing.T, job *batchv1.Job, sj *batchv1alpha1.SafeJ
 		}
 		time.Sleep(500 * time.Millisecond) // polling interval of the finish check
 	}
-	jobOut := parityOutcome{Succeeded: job.Status.Succeeded, Failed: job.Status.Failed,
-		CompletedIndexes: job.Status.CompletedIndexes, FailedIndexes: ptr.Deref(job.Status.FailedIndexes, ""),
-		Active: job.Status.Active, Terminating: ptr.Deref(job.Status.Terminating, 0), PodsPerIndex: d.podsPerIndex(job.UID)}
-	for _, c := range job.Status.Conditions {
-		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
-			jobOut.Finished = string(c.Type) + "/" + c.Reason
-		}
-	}
+	jobOut := jobOutcome(job, d.podsPerIndex(job.UID))
 	sjOut := parityOutcome{Succeeded: sj.Status.Succeeded, Failed: sj.Status.Failed,
 		CompletedIndexes: sj.Status.CompletedIndexes, FailedIndexes: ptr.Deref(sj.Status.FailedIndexes, ""),
 		Active: sj.Status.Active, Terminating: ptr.Deref(sj.Status.Terminating, 0), PodsPerIndex: d.podsPerIndex(sj.UID)}
@@ -440,12 +478,12 @@ func (d *fateDriver) createGaps(owner types.UID) map[string][]time.Duration {
 
 // runSteps makes the case's changes to one object, each once its
 // condition holds for the object's pods.
-func (d *fateDriver) runSteps(t *testing.T, obj client.Object, steps []step) {
+func (d *fateDriver) runSteps(t *testing.T, obj client.Object, owner func() types.UID, steps []step) {
 	ctx := context.Background()
 	for k, st := range steps {
 		var pod string
 		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-			running, unended, name := d.pods(obj.GetUID())
+			running, unended, name := d.pods(owner())
 			pod = name
 			if st.running == 0 {
 				return unended == 0, nil
@@ -508,7 +546,7 @@ func TestParityTTL(t *testing.T) {
 	spec := jobSpec(ptr.To[int32](2), 2, func(s *batchv1.JobSpec) { s.TTLSecondsAfterFinished = ptr.To[int32](ttl) })
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: ns}, Spec: spec}
 	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "safejob", Namespace: ns}}
-	if err := plugin.ConvertJobSpec(spec, &sj.Spec, "spec"); err != nil {
+	if err := batchjob.ConvertSpec(spec, &sj.Spec, "spec"); err != nil {
 		t.Fatal(err)
 	}
 	for _, obj := range []client.Object{job, sj} {

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
-	"github.com/safejob/safejob/internal/plugin"
+	"github.com/safejob/safejob/internal/batchjob"
 )
 
 // TestJobSpecValidationAsBatchV1 sends each Job spec, as a batch/v1 Job and
@@ -129,7 +129,7 @@ func TestJobSpecValidationAsBatchV1(t *testing.T) {
 			}
 			job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "spec", Namespace: ns}, Spec: spec}
 			sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: "spec", Namespace: ns}}
-			if err := plugin.ConvertJobSpec(spec, &sj.Spec, "spec"); err != nil {
+			if err := batchjob.ConvertSpec(spec, &sj.Spec, "spec"); err != nil {
 				t.Fatal(err)
 			}
 			jobErr := k8s.Create(context.Background(), job, client.DryRunAll)

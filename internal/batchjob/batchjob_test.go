@@ -1,0 +1,113 @@
+package batchjob
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+)
+
+func managedJob() *batchv1.Job {
+	labels := map[string]string{"batch.kubernetes.io/controller-uid": "u1", "batch.kubernetes.io/job-name": "j", "app": "a"}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "j", Namespace: "ns", UID: "u1"},
+		Spec: batchv1.JobSpec{
+			ManagedBy:               ptr.To(batchv1alpha1.ControllerName),
+			Selector:                &metav1.LabelSelector{MatchLabels: map[string]string{"batch.kubernetes.io/controller-uid": "u1"}},
+			ManualSelector:          ptr.To(false),
+			Completions:             ptr.To[int32](2),
+			Parallelism:             ptr.To[int32](2),
+			TTLSecondsAfterFinished: ptr.To[int32](60),
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "i"}}}},
+		},
+	}
+}
+
+func TestLedgerSpec(t *testing.T) {
+	job := managedJob()
+	job.Spec.PodReplacementPolicy = ptr.To(batchv1.TerminatingOrFailed) // the API server's default
+	spec, notes, err := LedgerSpec(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ptr.Deref(spec.PodReplacementPolicy, "") != batchv1.Failed || len(notes) != 1 || !strings.Contains(notes[0], "podReplacementPolicy") {
+		t.Errorf("podReplacementPolicy %v, notes %q: want Failed, and a note saying so", spec.PodReplacementPolicy, notes)
+	}
+	if spec.ManagedBy != nil || spec.TTLSecondsAfterFinished != nil || *spec.Completions != 2 ||
+		spec.Template.Labels["batch.kubernetes.io/controller-uid"] != "u1" {
+		t.Errorf("ledger spec %+v", spec)
+	}
+	if job.Spec.Selector == nil || job.Spec.TTLSecondsAfterFinished == nil {
+		t.Error("LedgerSpec changed the Job")
+	}
+	job.Spec.ManualSelector = ptr.To(true)
+	if _, _, err := LedgerSpec(job); err == nil || !strings.Contains(err.Error(), "spec.manualSelector") {
+		t.Errorf("a manual selector: %v", err)
+	}
+}
+
+func cond(t string, s metav1.ConditionStatus, reason string, at time.Time) metav1.Condition {
+	return metav1.Condition{Type: t, Status: s, Reason: reason, Message: reason + "!", LastTransitionTime: metav1.NewTime(at)}
+}
+
+func TestStatus(t *testing.T) {
+	t0 := time.Unix(1000, 0).UTC()
+	now := metav1.NewTime(t0.Add(time.Hour))
+	start, end := metav1.NewTime(t0), metav1.NewTime(t0.Add(time.Minute))
+	job := managedJob()
+	job.Status.Conditions = []batchv1.JobCondition{{Type: batchv1alpha1.JobConditionRefused, Status: corev1.ConditionTrue, Reason: "NameTaken"}}
+	ledger := &batchv1alpha1.SafeJobStatus{StartTime: &start, Active: 1, Ready: 1, Terminating: ptr.To[int32](1), Succeeded: 2,
+		Conditions: []metav1.Condition{cond(batchv1alpha1.ConditionLedgerValid, metav1.ConditionTrue, "Valid", t0),
+			cond(batchv1alpha1.ConditionSuccessCriteriaMet, metav1.ConditionTrue, "CompletionsReached", t0.Add(time.Minute)),
+			cond(batchv1alpha1.ConditionComplete, metav1.ConditionTrue, "CompletionsReached", t0.Add(time.Minute))},
+		CompletionTime: &end}
+	// Pods still end: success is met, the Job is not Complete yet.
+	got := Status(job, ledger, now)
+	want := batchv1.JobStatus{StartTime: &start, Active: 1, Ready: ptr.To[int32](1), Terminating: ptr.To[int32](1), Succeeded: 2,
+		UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{},
+		Conditions: []batchv1.JobCondition{{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, Reason: "CompletionsReached",
+			Message: "CompletionsReached!", LastProbeTime: end, LastTransitionTime: end}}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("with pods ending (-want,+got):\n%s", diff)
+	}
+	// They have ended: Complete, after SuccessCriteriaMet, which keeps its
+	// times; the completion time comes with it.
+	job.Status = got
+	job.Status.Conditions[0].LastProbeTime = metav1.NewTime(t0.Add(2 * time.Minute))
+	ledger.Active, ledger.Ready, ledger.Terminating = 0, 0, ptr.To[int32](0)
+	got = Status(job, ledger, now)
+	want.Active, want.Ready, want.Terminating, want.CompletionTime = 0, ptr.To[int32](0), ptr.To[int32](0), &end
+	want.Conditions[0].LastProbeTime = metav1.NewTime(t0.Add(2 * time.Minute))
+	want.Conditions = append(want.Conditions, batchv1.JobCondition{Type: batchv1.JobComplete, Status: corev1.ConditionTrue,
+		Reason: "CompletionsReached", Message: "CompletionsReached!", LastProbeTime: end, LastTransitionTime: end})
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("settled (-want,+got):\n%s", diff)
+	}
+}
+
+func TestRefusedAndUnstarted(t *testing.T) {
+	now := metav1.NewTime(time.Unix(2000, 0))
+	job := managedJob()
+	st := Refused(job, "NameTaken", "a SafeJob named j is not this Job's", now)
+	if len(st.Conditions) != 1 || st.Conditions[0].Type != batchv1alpha1.JobConditionRefused || st.Conditions[0].Status != corev1.ConditionTrue {
+		t.Errorf("refused: %+v", st.Conditions)
+	}
+	job.Status = st
+	later := metav1.NewTime(now.Add(time.Minute))
+	if again := Refused(job, "NameTaken", "a SafeJob named j is not this Job's", later); !again.Conditions[0].LastTransitionTime.Equal(&now) {
+		t.Errorf("refused again: the condition's times moved: %+v", again.Conditions)
+	}
+	job.Spec.Suspend = ptr.To(true)
+	st = Unstarted(job, now)
+	if len(st.Conditions) != 2 || st.Conditions[0].Type != batchv1.JobSuspended || st.Conditions[1].Type != batchv1alpha1.JobConditionRefused {
+		t.Errorf("unstarted: %+v", st.Conditions)
+	}
+}

@@ -1,0 +1,256 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/batchjob"
+)
+
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch
+// +kubebuilder:rbac:groups=batch,resources=jobs/status,verbs=patch
+// +kubebuilder:rbac:groups=batch,resources=jobs/finalizers,verbs=update
+
+// JobReconciler runs the batch/v1 Jobs that name SafeJob in spec.managedBy
+// (the built-in Job controller leaves those alone). It keeps each Job's
+// ledger in a SafeJob of the Job's name that the Job controls, made from
+// the Job's spec; the SafeJob reconciler runs that SafeJob as any other,
+// pods included, and so every invariant of the ledger holds for the Job.
+// This reconciler only keeps the two in step: the ledger's spec follows
+// the fields of the Job that may change (suspend, parallelism, elastic
+// completions, activeDeadlineSeconds), and the Job's status follows the
+// ledger's (batchjob.Status). It never creates or deletes a pod.
+type JobReconciler struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	Clock    clock.PassiveClock
+}
+
+// Reasons of a managed Job's JobConditionRefused condition.
+const (
+	reasonUnsupported = "UnsupportedField"
+	reasonNameTaken   = "NameTaken"
+)
+
+func (r *JobReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	job := &batchv1.Job{}
+	if err := r.Client.Get(ctx, req.NamespacedName, job); err != nil {
+		if apierrors.IsNotFound(err) {
+			// A Job deleted takes its ledger with it (the garbage
+			// collector: the ledger's owner reference), or orphans it.
+			return reconcile.Result{}, r.dropOrphan(ctx, req.NamespacedName, "")
+		}
+		return reconcile.Result{}, fmt.Errorf("reading Job %s: %w", req, err)
+	}
+	if !batchv1alpha1.ManagesJob(job) || job.DeletionTimestamp != nil {
+		return reconcile.Result{}, nil
+	}
+	spec, notes, err := batchjob.LedgerSpec(job)
+	if err != nil {
+		return reconcile.Result{}, r.refuse(ctx, job, reasonUnsupported, err.Error())
+	}
+	ledger := &batchv1alpha1.SafeJob{}
+	err = r.Client.Get(ctx, req.NamespacedName, ledger)
+	switch {
+	case apierrors.IsNotFound(err):
+		return reconcile.Result{}, r.start(ctx, job, spec, notes)
+	case err != nil:
+		return reconcile.Result{}, fmt.Errorf("reading the ledger of Job %s: %w", req, err)
+	}
+	if orphaned(ledger, job.UID) {
+		// The ledger of an earlier Job of this name, orphaned.
+		// Its deletion queues the Job again (the orphan watch).
+		return reconcile.Result{}, r.dropOrphan(ctx, req.NamespacedName, job.UID)
+	}
+	if ref := batchv1alpha1.ManagedJobOf(ledger); ref == nil || ref.UID != job.UID {
+		return reconcile.Result{}, r.refuse(ctx, job, reasonNameTaken, fmt.Sprintf(
+			"SafeJob %s/%s exists and is not this Job's ledger: SafeJob keeps a Job's ledger in a SafeJob of the Job's name", job.Namespace, job.Name))
+	}
+	if err := r.follow(ctx, job, ledger, spec); err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{}, r.writeStatus(ctx, job, batchjob.Status(job, &ledger.Status, metav1.NewTime(r.Clock.Now())))
+}
+
+// start creates the Job's ledger, unless the Job waits suspended before it
+// ever ran: then it only writes the Job's status, and the ledger is made
+// when the Job is resumed, from its template as it is then (Kueue writes
+// the admitted flavors' node selectors into it just before it resumes it).
+func (r *JobReconciler) start(ctx context.Context, job *batchv1.Job, spec batchv1alpha1.SafeJobSpec, notes []string) error {
+	if ptr.Deref(job.Spec.Suspend, false) && job.Status.StartTime == nil {
+		return r.writeStatus(ctx, job, batchjob.Unstarted(job, metav1.NewTime(r.Clock.Now())))
+	}
+	if finished(job) {
+		return nil // its ledger was deleted after it finished: there is nothing left to run
+	}
+	ledger := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: job.Name, Namespace: job.Namespace,
+		Labels: ledgerLabels(job), Annotations: maps.Clone(job.Annotations)}, Spec: spec}
+	if err := controllerutil.SetControllerReference(job, ledger, r.Client.Scheme()); err != nil {
+		return fmt.Errorf("owning the ledger of Job %s/%s: %w", job.Namespace, job.Name, err)
+	}
+	if err := r.Client.Create(ctx, ledger); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating the ledger of Job %s/%s: a SafeJob of its name appeared meanwhile: %w", job.Namespace, job.Name, err)
+		}
+		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
+			return r.refuse(ctx, job, reasonUnsupported, fmt.Sprintf("the API server refuses its ledger: %v", err))
+		}
+		return fmt.Errorf("creating the ledger of Job %s/%s: %w", job.Namespace, job.Name, err)
+	}
+	log.FromContext(ctx).V(1).Info("Created the ledger of a managed Job", "job", client.ObjectKeyFromObject(job))
+	for _, note := range notes {
+		r.Recorder.Eventf(job, ledger, corev1.EventTypeNormal, "RunAs", "Start", "%s", note)
+	}
+	return nil
+}
+
+// orphaned reports a Job ledger whose Job was deleted with the orphan
+// propagation policy (its owner reference is gone): of no Job, or of
+// another Job than the one of UID current.
+func orphaned(ledger *batchv1alpha1.SafeJob, current types.UID) bool {
+	uid, ok := ledger.Labels[batchv1alpha1.ManagedJobLabel]
+	return ok && batchv1alpha1.ManagedJobOf(ledger) == nil && types.UID(uid) != current
+}
+
+// dropOrphan deletes the ledger of key if its Job orphaned it, itself with
+// the orphan policy: its pods stay, as a Job's do when it is deleted so,
+// and none is created for it any more (its pods' ledger finalizers are
+// released as for any SafeJob that is gone). current is the UID of the Job
+// now of that name, if any.
+func (r *JobReconciler) dropOrphan(ctx context.Context, key types.NamespacedName, current types.UID) error {
+	ledger := &batchv1alpha1.SafeJob{}
+	if err := r.Client.Get(ctx, key, ledger); err != nil {
+		return client.IgnoreNotFound(err) //nolint:wrapcheck // only a not-found is ignored; others are the read's
+	}
+	if !orphaned(ledger, current) {
+		return nil
+	}
+	if err := r.Client.Delete(ctx, ledger, client.PropagationPolicy(metav1.DeletePropagationOrphan),
+		client.Preconditions{UID: &ledger.UID}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting the orphaned ledger %s: %w", key, err)
+	}
+	log.FromContext(ctx).Info("Deleted the ledger its Job orphaned; its pods stay", "ledger", key)
+	return nil
+}
+
+// ledgerLabels are the labels of a Job's ledger: the Job's, with the Job's
+// UID, but not Kueue's queue name: Kueue queues the Job itself (one
+// Workload, admitted once), through its suspend field.
+func ledgerLabels(job *batchv1.Job) map[string]string {
+	labels := maps.Clone(job.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	delete(labels, QueueNameLabel)
+	labels[batchv1alpha1.ManagedJobLabel] = string(job.UID)
+	return labels
+}
+
+// follow brings the ledger's spec to the Job's in the fields a Job may
+// change while it runs. A change the ledger refuses (the template of a Job
+// resumed again, say) is reported on the Job, not applied.
+func (r *JobReconciler) follow(ctx context.Context, job *batchv1.Job, ledger *batchv1alpha1.SafeJob, spec batchv1alpha1.SafeJobSpec) error {
+	want := ledger.DeepCopy()
+	want.Spec.Suspend, want.Spec.Parallelism, want.Spec.ActiveDeadlineSeconds = spec.Suspend, spec.Parallelism, spec.ActiveDeadlineSeconds
+	if spec.CompletionMode == batchv1alpha1.IndexedCompletion {
+		want.Spec.Completions = spec.Completions
+	}
+	if equality.Semantic.DeepEqual(want.Spec, ledger.Spec) {
+		return nil
+	}
+	if err := r.Client.Patch(ctx, want, client.MergeFrom(ledger)); err != nil {
+		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
+			r.Recorder.Eventf(job, ledger, corev1.EventTypeWarning, "SpecNotApplied", "Follow", "%v", err)
+			return nil
+		}
+		return fmt.Errorf("bringing the ledger of Job %s/%s to its spec: %w", job.Namespace, job.Name, err)
+	}
+	return nil
+}
+
+// refuse reports on the Job why SafeJob does not run it, once.
+func (r *JobReconciler) refuse(ctx context.Context, job *batchv1.Job, reason, message string) error {
+	if c := findJobCondition(job, batchv1alpha1.JobConditionRefused); c == nil || c.Reason != reason || c.Message != message {
+		r.Recorder.Eventf(job, nil, corev1.EventTypeWarning, reason, "Run", "%s", message)
+	}
+	return r.writeStatus(ctx, job, batchjob.Refused(job, reason, message, metav1.NewTime(r.Clock.Now())))
+}
+
+// writeStatus writes status to the Job, if it changes it, on the version it
+// was read at: a Job changed meanwhile is read and decided again.
+func (r *JobReconciler) writeStatus(ctx context.Context, job *batchv1.Job, status batchv1.JobStatus) error {
+	if equality.Semantic.DeepEqual(job.Status, status) {
+		return nil
+	}
+	updated := job.DeepCopy()
+	updated.Status = status
+	if err := r.Client.Status().Patch(ctx, updated, client.MergeFromWithOptions(job, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("writing the status of Job %s/%s: %w", job.Namespace, job.Name, err)
+	}
+	return nil
+}
+
+func finished(job *batchv1.Job) bool {
+	for _, t := range []batchv1.JobConditionType{batchv1.JobComplete, batchv1.JobFailed} {
+		if c := findJobCondition(job, t); c != nil && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+func findJobCondition(job *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCondition {
+	for k := range job.Status.Conditions {
+		if job.Status.Conditions[k].Type == t {
+			return &job.Status.Conditions[k]
+		}
+	}
+	return nil
+}
+
+// SetupWithManager registers the reconciler: Jobs that SafeJob manages, and
+// the ledgers they control.
+func (r *JobReconciler) SetupWithManager(mgr manager.Manager) error {
+	managed := predicate.NewPredicateFuncs(func(obj client.Object) bool {
+		job, ok := obj.(*batchv1.Job)
+		return ok && batchv1alpha1.ManagesJob(job)
+	})
+	err := builder.ControllerManagedBy(mgr).
+		For(&batchv1.Job{}, builder.WithPredicates(managed)).
+		Watches(&batchv1alpha1.SafeJob{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &batchv1.Job{},
+			handler.OnlyControllerOwner())).
+		// A ledger its Job orphaned has no owner to map it to: it is
+		// queued under its own name, the name of the Job it was of.
+		Watches(&batchv1alpha1.SafeJob{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+			if sj, ok := obj.(*batchv1alpha1.SafeJob); ok && orphaned(sj, "") {
+				return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(sj)}}
+			}
+			return nil
+		})).
+		Named("managedjob").
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("building the managed Job controller: %w", err)
+	}
+	return nil
+}

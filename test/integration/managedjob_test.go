@@ -1,0 +1,208 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/test/testutil"
+)
+
+// managedJob is a batch/v1 Job that names SafeJob in spec.managedBy.
+func managedJob(name, ns string, completions, parallelism int32) *batchv1.Job {
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": name}},
+		Spec: batchv1.JobSpec{
+			ManagedBy:    ptr.To(batchv1alpha1.ControllerName),
+			Completions:  ptr.To(completions),
+			Parallelism:  ptr.To(parallelism),
+			BackoffLimit: ptr.To[int32](0),
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{Name: "main", Image: "busybox"}}}},
+		},
+	}
+}
+
+func jobCondition(job *batchv1.Job, t batchv1.JobConditionType) int {
+	return slices.IndexFunc(job.Status.Conditions, func(c batchv1.JobCondition) bool {
+		return c.Type == t && c.Status == corev1.ConditionTrue
+	})
+}
+
+// waitJob waits until the Job holds a condition of type t, True, and
+// returns it as it is then.
+func waitJob(t *testing.T, key client.ObjectKey, cond batchv1.JobConditionType, timeout time.Duration) *batchv1.Job {
+	t.Helper()
+	job := &batchv1.Job{}
+	deadline := time.Now().Add(timeout)
+	waitFor(t, timeout+time.Second, "Job "+key.String()+" to be "+string(cond), func() (bool, error) {
+		if err := k8s.Get(context.Background(), key, job); err != nil {
+			return false, err
+		}
+		if jobCondition(job, cond) >= 0 {
+			return true, nil
+		}
+		if time.Now().After(deadline) {
+			ledger := &batchv1alpha1.SafeJob{}
+			err := k8s.Get(context.Background(), key, ledger)
+			return false, fmt.Errorf("not %s: the Job's status %+v; its ledger (%v): %+v", cond, job.Status, err, ledger.Status)
+		}
+		return false, nil
+	})
+	return job
+}
+
+// TestManagedJobRunsToComplete: a Job that names SafeJob in managedBy runs
+// to Complete from a ledger it controls, exactly once, its pods found by
+// its own selector; its status is what batch/v1 writes, in the order it
+// writes it, and the API server's Job status validation takes every write.
+func TestManagedJobRunsToComplete(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil, false)
+	startManager(t, h.ns, managerOptions{})
+	ctx := context.Background()
+	job := managedJob("managed", h.ns, 3, 2)
+	if err := k8s.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	got := waitJob(t, client.ObjectKeyFromObject(job), batchv1.JobComplete, time.Minute)
+	st := got.Status
+	if st.Succeeded != 3 || st.Failed != 0 || st.Active != 0 || ptr.Deref(st.Ready, -1) != 0 || ptr.Deref(st.Terminating, -1) != 0 ||
+		st.StartTime == nil || st.CompletionTime == nil || st.UncountedTerminatedPods == nil ||
+		len(st.UncountedTerminatedPods.Succeeded)+len(st.UncountedTerminatedPods.Failed) != 0 {
+		t.Errorf("the Job's status: %+v", st)
+	}
+	if met, done := jobCondition(got, batchv1.JobSuccessCriteriaMet), jobCondition(got, batchv1.JobComplete); met < 0 || met > done {
+		t.Errorf("conditions %+v: want SuccessCriteriaMet before Complete", st.Conditions)
+	}
+	sj := &batchv1alpha1.SafeJob{}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(job), sj); err != nil {
+		t.Fatalf("the Job's ledger: %v", err)
+	}
+	if ref := batchv1alpha1.ManagedJobOf(sj); ref == nil || ref.UID != got.UID || !ptr.Deref(ref.BlockOwnerDeletion, false) {
+		t.Errorf("the ledger's controller %+v, want the Job", sj.OwnerReferences)
+	}
+	// The Job's selector, which the API server generated, finds its pods.
+	sel, err := metav1.LabelSelectorAsSelector(got.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.InNamespace(h.ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 3 || !labels.SelectorFromSet(labels.Set{batchv1alpha1.JobNameLabel: "managed"}).Matches(labels.Set(pods.Items[0].Labels)) {
+		t.Errorf("%d pods match the Job's selector %s, want 3 labelled %s=managed", len(pods.Items), sel, batchv1alpha1.JobNameLabel)
+	}
+	h.finalCheck(t, sj)
+}
+
+// TestManagedJobFails: a Job whose pod fails past its backoffLimit is
+// Failed, after FailureTarget, as batch/v1 sets them.
+func TestManagedJobFails(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(*corev1.Pod) testutil.Fate { return testutil.Fate{Fail: true, ExitCode: 1} }, false)
+	startManager(t, h.ns, managerOptions{})
+	job := managedJob("failing", h.ns, 1, 1)
+	if err := k8s.Create(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	got := waitJob(t, client.ObjectKeyFromObject(job), batchv1.JobFailed, time.Minute)
+	if target, failed := jobCondition(got, batchv1.JobFailureTarget), jobCondition(got, batchv1.JobFailed); target < 0 || target > failed ||
+		got.Status.Conditions[failed].Reason != batchv1.JobReasonBackoffLimitExceeded || got.Status.Failed != 1 || got.Status.CompletionTime != nil {
+		t.Errorf("the Job's status: %+v", got.Status)
+	}
+}
+
+// TestManagedJobSuspended: a Job created suspended (as Kueue creates the
+// Jobs it queues) says Suspended and has no ledger or pod until it is
+// resumed; then it runs from its template as it is at that moment.
+func TestManagedJobSuspended(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil, false)
+	startManager(t, h.ns, managerOptions{})
+	ctx := context.Background()
+	job := managedJob("held", h.ns, 2, 2)
+	job.Spec.Suspend = ptr.To(true)
+	if err := k8s.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	got := waitJob(t, client.ObjectKeyFromObject(job), batchv1.JobSuspended, 30*time.Second)
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(job), &batchv1alpha1.SafeJob{}); err == nil {
+		t.Error("a ledger for a Job that never ran")
+	}
+	// What Kueue does on admission: a node selector into the template, then resume.
+	patched := got.DeepCopy()
+	patched.Spec.Template.Spec.NodeSelector = map[string]string{"flavor": "a"}
+	patched.Spec.Suspend = ptr.To(false)
+	if err := k8s.Patch(ctx, patched, client.MergeFrom(got)); err != nil {
+		t.Fatal(err)
+	}
+	got = waitJob(t, client.ObjectKeyFromObject(job), batchv1.JobComplete, time.Minute)
+	if c := got.Status.Conditions[jobCondition(got, batchv1.JobComplete)]; got.Status.Succeeded != 2 || got.Status.StartTime == nil || c.Reason == "" {
+		t.Errorf("the resumed Job's status: %+v", got.Status)
+	}
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.InNamespace(h.ns), client.MatchingLabels{batchv1alpha1.JobNameLabel: "held"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeSelector["flavor"] != "a" {
+			t.Errorf("pod %s runs without the node selector set before the Job resumed", p.Name)
+		}
+	}
+}
+
+// TestManagedJobRefused: a Job SafeJob cannot run says so on the Job
+// (condition and event), and no pod runs for it: one with a selector of
+// its own, and one whose name a SafeJob that is not its ledger has.
+func TestManagedJobRefused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil, false)
+	startManager(t, h.ns, managerOptions{})
+	ctx := context.Background()
+	stranger := testutil.MakeSafeJob("taken", h.ns).Suspend(true).Obj()
+	if err := k8s.Create(ctx, stranger); err != nil {
+		t.Fatal(err)
+	}
+	taken := managedJob("taken", h.ns, 1, 1)
+	manual := managedJob("manual", h.ns, 1, 1)
+	manual.Spec.ManualSelector = ptr.To(true)
+	manual.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "manual"}}
+	manual.Spec.Template.Labels = map[string]string{"app": "manual"}
+	for _, job := range []*batchv1.Job{taken, manual} {
+		if err := k8s.Create(ctx, job); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for job, want := range map[*batchv1.Job]string{taken: "NameTaken", manual: "UnsupportedField"} {
+		got := waitJob(t, client.ObjectKeyFromObject(job), batchv1alpha1.JobConditionRefused, 30*time.Second)
+		if c := got.Status.Conditions[jobCondition(got, batchv1alpha1.JobConditionRefused)]; c.Reason != want ||
+			want == "UnsupportedField" && !strings.Contains(c.Message, "spec.manualSelector") {
+			t.Errorf("Job %s: %+v, want reason %s", job.Name, c, want)
+		}
+		waitForEvent(t, h.ns, job.Name, want)
+	}
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.InNamespace(h.ns)); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 0 {
+		t.Errorf("%d pods for Jobs SafeJob refuses", len(pods.Items))
+	}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(stranger), stranger); err != nil || batchv1alpha1.ManagedJobOf(stranger) != nil ||
+		stranger.Labels[batchv1alpha1.ManagedJobLabel] != "" {
+		t.Errorf("the stranger's SafeJob was taken: %v %+v", err, stranger.ObjectMeta)
+	}
+}
