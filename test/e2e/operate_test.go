@@ -18,6 +18,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,7 +61,7 @@ type replica struct {
 // its own ServiceAccount (a token, no more rights than the shipped RBAC),
 // on an API server with OwnerReferencesPermissionEnforcement, two replicas
 // with --leader-elect and secure metrics. A plain, an Indexed, a scheduled
-// and a Kueue-queued SafeJob complete; no request of the operator is
+// and a Kueue-queued SafeJob and a Job managed by SafeJob complete; no request of the operator is
 // forbidden (audit log); only the leader writes; the metrics serve an
 // authorised reader only; SIGKILLed, the leader is replaced within the
 // lease duration, with no extra pod and no lost completion.
@@ -286,7 +287,17 @@ func (e *env) runEveryKind(t *testing.T) {
 	for _, sj := range []*batchv1alpha1.SafeJob{plainSafeJob("plain", 2, 2, "500ms"), indexed, job("queued", "lq", 2, 2, "500ms"), parent} {
 		k.create(t, sj)
 	}
+	// A batch/v1 Job managed by SafeJob: its ledger, its pods and its
+	// status, all through the shipped RBAC.
+	managed := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "managed", Namespace: nsSafeJob}, Spec: managedJobSpec(2, "500ms")}
+	if err := e.cl.Create(ctx, managed); err != nil {
+		t.Fatal(err)
+	}
 	k.waitComplete(t, "plain", "indexed", "queued")
+	waitUntil(t, time.Minute, "the managed Job to complete", func() bool {
+		return e.cl.Get(ctx, client.ObjectKeyFromObject(managed), managed) == nil && unfinishedJobs([]batchv1.Job{*managed}) == 0 &&
+			managed.Status.Succeeded == 2
+	})
 	waitUntil(t, 2*time.Minute, "a run of the schedule to complete", func() bool {
 		var runs batchv1alpha1.SafeJobList
 		if err := e.cl.List(ctx, &runs, client.InNamespace(nsSafeJob), client.MatchingLabels{batchv1alpha1.ParentLabel: "every"}); err != nil {
