@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	batchv1 "k8s.io/api/batch/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/utils/ptr"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -144,6 +146,48 @@ func newScheme() (*runtime.Scheme, error) {
 	return scheme, nil
 }
 
+// target reads what NAME names for ledger and why: a SafeJob, or with
+// job/NAME a batch/v1 Job managed by SafeJob and its ledger (nil while it
+// has none; job is nil for a SafeJob).
+func (o *options) target(ctx context.Context, arg string) (sj *batchv1alpha1.SafeJob, job *batchv1.Job, err error) {
+	kind, name, ok := strings.Cut(arg, "/")
+	if !ok {
+		sj, err := o.get(ctx, arg)
+		return sj, nil, err
+	}
+	switch kind {
+	case "safejob", "safejobs", "sj", "safejob.batch.safejob.dev":
+		sj, err := o.get(ctx, name)
+		return sj, nil, err
+	case "job", "jobs", "job.batch":
+	default:
+		return nil, nil, fmt.Errorf("%s: name a SafeJob (NAME or safejob/NAME) or a Job SafeJob manages (job/NAME)", arg)
+	}
+	cl, ns, err := o.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	job = &batchv1.Job{}
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, job); err != nil {
+		return nil, nil, fmt.Errorf("getting Job %s/%s: %w", ns, name, err)
+	}
+	if !batchv1alpha1.ManagesJob(job) {
+		return nil, nil, fmt.Errorf("the Job %s/%s is not managed by SafeJob: its spec.managedBy is %q, not %s", ns, name,
+			ptr.Deref(job.Spec.ManagedBy, batchv1.JobControllerName), batchv1alpha1.ControllerName)
+	}
+	ledger := &batchv1alpha1.SafeJob{}
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ledger); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, job, nil
+		}
+		return nil, nil, fmt.Errorf("getting the ledger of Job %s/%s: %w", ns, name, err)
+	}
+	if ref := batchv1alpha1.ManagedJobOf(ledger); ref == nil || ref.UID != job.UID {
+		return nil, job, nil // a SafeJob of the name that is not the Job's ledger: why says so
+	}
+	return ledger, job, nil
+}
+
 // get reads a SafeJob of the flags' namespace.
 func (o *options) get(ctx context.Context, name string) (*batchv1alpha1.SafeJob, error) {
 	cl, ns, err := o.client()
@@ -160,7 +204,7 @@ func (o *options) get(ctx context.Context, name string) (*batchv1alpha1.SafeJob,
 func (o *options) ledgerCmd() *cobra.Command {
 	var follow bool
 	cmd := &cobra.Command{
-		Use:               "ledger NAME",
+		Use:               "ledger NAME | job/NAME",
 		Short:             "Show a SafeJob's ledger: its totals and every listed entry (seq, time, type, index, attempt, pod, reason)",
 		ValidArgsFunction: o.completeNames,
 		Long: `ledger shows what a SafeJob's ledger (status.ledger) records: a line of
@@ -168,23 +212,32 @@ totals, then one row per entry, oldest first. A SafeJob launches each pod
 by appending a Launched entry and records each pod's outcome (Succeeded,
 Failed, Lost, Evicted) once; its counts are read from these entries. Old
 entries may be folded into the checkpoint, whose totals the first line
-includes. A schedule's ledger lists its runs instead (see also runs).`,
+includes. A schedule's ledger lists its runs instead (see also runs).
+
+job/NAME shows the ledger of a batch/v1 Job that SafeJob manages
+(spec.managedBy: batch.safejob.dev/safejob-controller).`,
 		Example: `  # The ledger of SafeJob etl in the current namespace
   kubectl safejob ledger etl
 
   # Follow it: each entry as it is appended, until Ctrl-C
   kubectl safejob ledger etl --watch
 
+  # The ledger of Job report, which SafeJob manages
+  kubectl safejob ledger job/report
+
   # The pods that failed, and why
   kubectl safejob ledger etl -o jsonpath='{range .entries[?(@.type=="Failed")]}{.pod}{"\t"}{.reason}{"\n"}{end}'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if follow {
-				return o.watchLedger(cmd.Context(), args[0])
-			}
-			sj, err := o.get(cmd.Context(), args[0])
+			sj, job, err := o.target(cmd.Context(), args[0])
 			if err != nil {
 				return err
+			}
+			if sj == nil {
+				return fmt.Errorf("the Job %s/%s has no ledger yet (see kubectl safejob why job/%s)", job.Namespace, job.Name, job.Name)
+			}
+			if follow {
+				return o.watchLedger(cmd.Context(), sj.Name)
 			}
 			v, err := plugin.Ledger(sj)
 			if err != nil {
@@ -226,7 +279,7 @@ func (o *options) completeNames(cmd *cobra.Command, args []string, _ string) ([]
 
 func (o *options) whyCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:               "why NAME",
+		Use:               "why NAME | job/NAME",
 		ValidArgsFunction: o.completeNames,
 		Short:             "Say why a SafeJob is not progressing; exit code 0 when it progresses or has finished, 2 when it waits",
 		Long: `why reads a SafeJob's spec, conditions and ledger and says whether it is
@@ -237,7 +290,8 @@ CreatesRefused, Scheduling, Backoff, Deadline; Running or Starting when it
 progresses. docs/troubleshooting.md says what each means and its fix.
 
 The exit code is 0 when it progresses or has finished, 2 when it waits and
-1 on an error, so scripts can wait on it.`,
+1 on an error, so scripts can wait on it. job/NAME asks about a batch/v1
+Job that SafeJob manages, through its ledger.`,
 		Example: `  # Why SafeJob etl does not progress
   kubectl safejob why etl
 
@@ -245,14 +299,22 @@ The exit code is 0 when it progresses or has finished, 2 when it waits and
   kubectl safejob why etl -o jsonpath='{.reasons[0].kind}'
 
   # In a script: go on only if it is not stuck
-  kubectl safejob why etl >/dev/null || echo "etl waits (exit $?)"`,
+  kubectl safejob why etl >/dev/null || echo "etl waits (exit $?)"
+
+  # A batch/v1 Job that SafeJob manages
+  kubectl safejob why job/report`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sj, err := o.get(cmd.Context(), args[0])
+			sj, job, err := o.target(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
-			v := plugin.Why(sj, time.Now())
+			var v *plugin.Verdict
+			if job != nil {
+				v = plugin.WhyJob(job, sj, time.Now())
+			} else {
+				v = plugin.Why(sj, time.Now())
+			}
 			if err := o.out.print(o.streams.Out, view{obj: v, names: []string{safeJobName(v.Name)},
 				table: func(w io.Writer, _ plugin.TableOptions) error { return plugin.PrintWhy(w, v) }}); err != nil {
 				return err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -403,4 +404,30 @@ func jsonFields(t *testing.T, v any) map[string]json.RawMessage {
 func runOwner(name string, uid types.UID) metav1.OwnerReference {
 	return *metav1.NewControllerRef(&batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid}},
 		batchv1alpha1.GroupVersion.WithKind("SafeJob"))
+}
+
+// TestWhyJob: why of a managed Job answers from its ledger, or says why it
+// has none: refused, suspended before it ran, or not seen yet.
+func TestWhyJob(t *testing.T) {
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "report", Namespace: "ns"},
+		Spec: batchv1.JobSpec{ManagedBy: ptr.To(batchv1alpha1.ControllerName)}}
+	if v := WhyJob(job, nil, t0); v.State != StateWaiting || v.Reasons[0].Kind != "NotObserved" || v.Name != "report" {
+		t.Errorf("not seen yet: %+v", v)
+	}
+	job.Spec.Suspend = ptr.To(true)
+	job.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobSuspended, Status: corev1.ConditionTrue}}
+	if v := WhyJob(job, nil, t0); v.State != StateWaiting || len(v.Reasons) != 1 || v.Reasons[0].Kind != "Suspended" {
+		t.Errorf("suspended before it ran: %+v", v)
+	}
+	job.Status.Conditions = append(job.Status.Conditions, batchv1.JobCondition{Type: batchv1alpha1.JobConditionRefused,
+		Status: corev1.ConditionTrue, Reason: "NameTaken", Message: "SafeJob ns/report exists"})
+	if v := WhyJob(job, nil, t0); v.State != StateWaiting || len(v.Reasons) != 1 || v.Reasons[0].Kind != "Refused" ||
+		!strings.Contains(v.Reasons[0].Message, "NameTaken") {
+		t.Errorf("refused: %+v", v)
+	}
+	job.Status.Conditions, job.Spec.Suspend = nil, nil
+	ledger := failingSafeJob()
+	if v := WhyJob(job, ledger, t0.Add(5*time.Second)); v.State != StateWaiting || v.Reasons[0].Kind != "Backoff" || v.Name != "report" {
+		t.Errorf("from its ledger: %+v", v)
+	}
 }

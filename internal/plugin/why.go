@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,7 +30,8 @@ type Verdict struct {
 
 // Reason is one cause.
 type Reason struct {
-	// Kind names the cause: NotObserved, Finished, LedgerInvalid, Suspended,
+	// Kind names the cause: NotObserved, Refused (a Job SafeJob does not
+	// run), Finished, LedgerInvalid, Suspended,
 	// WaitingForAdmission, CreatesRefused, Scheduling, Backoff, Deadline,
 	// Running, Starting.
 	Kind    string `json:"kind"`
@@ -135,6 +138,34 @@ func (v *Verdict) ledgerReasons(sj *batchv1alpha1.SafeJob, now time.Time) {
 	} else {
 		v.add("Starting", "%d launches waiting for their pods", len(st.Open))
 	}
+}
+
+// WhyJob tells whether a batch/v1 Job that SafeJob manages progresses and
+// why not, from its ledger (nil while it has none) and the Job's own
+// conditions: one refused (SafeJobRefused) waits for a fix, and one
+// without a ledger is suspended before it ever ran, or not yet seen by
+// the operator.
+func WhyJob(job *batchv1.Job, ledger *batchv1alpha1.SafeJob, now time.Time) *Verdict {
+	for _, c := range job.Status.Conditions {
+		if c.Type == batchv1alpha1.JobConditionRefused && c.Status == corev1.ConditionTrue {
+			v := &Verdict{Namespace: job.Namespace, Name: job.Name, State: StateWaiting, Reasons: []Reason{}}
+			v.add("Refused", "SafeJob does not run it (%s): %s", c.Reason, c.Message)
+			return v
+		}
+	}
+	if ledger == nil {
+		// What Why says of a SafeJob no operator wrote, but for a Job.
+		ledger = &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: job.Namespace, Name: job.Name},
+			Spec: batchv1alpha1.SafeJobSpec{Suspend: job.Spec.Suspend}}
+		if ptr.Deref(job.Spec.Suspend, false) && len(job.Status.Conditions) > 0 {
+			v := &Verdict{Namespace: job.Namespace, Name: job.Name, State: StateWaiting, Reasons: []Reason{}}
+			v.add("Suspended", "spec.suspend is true: its ledger and pods are made when it is resumed")
+			return v
+		}
+	}
+	v := Why(ledger, now)
+	v.Name = job.Name
+	return v
 }
 
 // PrintWhy writes the verdict, a line per reason.

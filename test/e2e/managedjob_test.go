@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/plugin"
 	"github.com/safejob/safejob/test/cluster"
 )
 
@@ -64,6 +66,24 @@ func TestManagedJobsOnTheCluster(t *testing.T) {
 		}
 		if out, err := kubectl("get", "job", "waited", "-o", "jsonpath={.status.succeeded}/{.status.uncountedTerminatedPods}"); err != nil || out != "2/{}" {
 			t.Errorf("the Job's status: %q, %v", out, err)
+		}
+		// The plugin reads a managed Job's ledger and says why it is where it is.
+		p := buildPlugin(t, e)
+		out, errOut, code := p.run(t, "", "safejob", "ledger", "job/waited", "-n", nsBatch, "-o", "json")
+		var v plugin.LedgerView
+		if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.Totals == nil || v.Totals.Succeeded != 2 || v.Name != "waited" {
+			t.Errorf("kubectl safejob ledger job/waited: exit %d, %s\n%s", code, errOut, out)
+		}
+		if out, _, code := p.run(t, "", "safejob", "why", "job/waited", "-n", nsBatch); code != 0 || !strings.Contains(out, "Finished") {
+			t.Errorf("kubectl safejob why job/waited: exit %d\n%s", code, out)
+		}
+		builtIn := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "built-in", Namespace: nsBatch}, Spec: managedJobSpec(1, "1s")}
+		builtIn.Spec.ManagedBy = nil
+		if err := e.cl.Create(ctx, builtIn); err != nil {
+			t.Fatal(err)
+		}
+		if _, errOut, code := p.run(t, "", "safejob", "why", "job/built-in", "-n", nsBatch); code != 1 || !strings.Contains(errOut, "not managed by SafeJob") {
+			t.Errorf("kubectl safejob why job/built-in: exit %d, %s", code, errOut)
 		}
 	})
 	t.Run("ttlSecondsAfterFinished", func(t *testing.T) {
