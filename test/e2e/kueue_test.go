@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -45,6 +47,7 @@ func TestKueue(t *testing.T) {
 	t.Run("admission check rejected", k.testCheckRejected)
 	t.Run("topology", k.testTopology)
 	t.Run("partial admission", k.testPartialAdmission)
+	t.Run("managed Jobs", k.testManagedJobs)
 	t.Run("pods ready left alone", k.testPodsReadyLeftAlone) // last: it restarts the operator
 }
 
@@ -177,6 +180,86 @@ func (k *kueueEnv) testQuota(t *testing.T) {
 			t.Errorf("%s: %d pods created for 2 completions", n, got)
 		}
 	}
+}
+
+// testManagedJobs: batch/v1 Jobs that name SafeJob in managedBy and a
+// LocalQueue are queued by Kueue's own Job integration: 2 CPU of quota,
+// two Jobs of 2 CPU each, so one runs while the other waits suspended,
+// then the other. Each has one Workload (Kueue's, of the Job), none of
+// its ledger, and each runs exactly its two pods.
+func (k *kueueEnv) testManagedJobs(t *testing.T) {
+	names := []string{"managed-q1", "managed-q2"}
+	for _, n := range names {
+		sj := job(n, "lq", 2, 2, "3s")
+		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: nsSafeJob, Labels: sj.Labels}, Spec: batchv1.JobSpec{
+			ManagedBy: ptr.To(batchv1alpha1.ControllerName), Completions: sj.Spec.Completions, Parallelism: sj.Spec.Parallelism,
+			BackoffLimit: ptr.To[int32](0), Template: sj.Spec.Template}}
+		k.create(t, j)
+	}
+	jobs := func() map[string]*batchv1.Job {
+		out := map[string]*batchv1.Job{}
+		for _, n := range names {
+			j := &batchv1.Job{}
+			if err := k.cl.Get(k.ctx, client.ObjectKey{Namespace: nsSafeJob, Name: n}, j); err != nil {
+				t.Fatal(err)
+			}
+			out[n] = j
+		}
+		return out
+	}
+	sawOneWait := false
+	waitUntil(t, 3*time.Minute, "both managed Jobs to complete, one after the other", func() bool {
+		done, running, waiting := 0, 0, 0
+		for _, j := range jobs() {
+			switch {
+			case unfinishedJobs([]batchv1.Job{*j}) == 0:
+				done++
+			case ptr.Deref(j.Spec.Suspend, false):
+				waiting++
+			case j.Status.Active > 0:
+				running++
+			}
+		}
+		if running > 1 {
+			t.Fatalf("%d managed Jobs run at once with quota for one", running)
+		}
+		sawOneWait = sawOneWait || running == 1 && waiting == 1
+		return done == len(names)
+	})
+	if !sawOneWait {
+		t.Error("never saw one managed Job run while the other waited for quota")
+	}
+	var wls kueue.WorkloadList
+	if err := k.cl.List(k.ctx, &wls, client.InNamespace(nsSafeJob)); err != nil {
+		t.Fatal(err)
+	}
+	owners := map[string]int{}
+	for _, wl := range wls.Items {
+		if ref := metav1.GetControllerOf(&wl); ref != nil && slices.Contains(names, ref.Name) {
+			owners[ref.Kind+"/"+ref.Name]++
+		}
+	}
+	for n, j := range jobs() {
+		if owners["Job/"+n] != 1 || owners["SafeJob/"+n] != 0 {
+			t.Errorf("%s: Workloads by owner %v, want one of the Job and none of its ledger", n, owners)
+		}
+		if j.Status.Succeeded != 2 || jobCondition(j, batchv1.JobComplete) == nil {
+			t.Errorf("%s: status %+v", n, j.Status)
+		}
+		if got := k.podCreates(t, n); got != 2 {
+			t.Errorf("%s: %d pods created for 2 completions", n, got)
+		}
+	}
+}
+
+// jobCondition returns the Job's condition of type c if it is True.
+func jobCondition(j *batchv1.Job, c batchv1.JobConditionType) *batchv1.JobCondition {
+	for k := range j.Status.Conditions {
+		if j.Status.Conditions[k].Type == c && j.Status.Conditions[k].Status == corev1.ConditionTrue {
+			return &j.Status.Conditions[k]
+		}
+	}
+	return nil
 }
 
 // testPreemption: a high-priority SafeJob preempts a low one mid-way; the
