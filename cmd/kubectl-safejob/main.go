@@ -24,8 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"k8s.io/utils/ptr"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	"sigs.k8s.io/yaml"
@@ -175,17 +175,17 @@ func (o *options) target(ctx context.Context, arg string) (sj *batchv1alpha1.Saf
 		return nil, nil, fmt.Errorf("the Job %s/%s is not managed by SafeJob: its spec.managedBy is %q, not %s", ns, name,
 			ptr.Deref(job.Spec.ManagedBy, batchv1.JobControllerName), batchv1alpha1.ControllerName)
 	}
-	ledger := &batchv1alpha1.SafeJob{}
-	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ledger); err != nil {
+	found := &batchv1alpha1.SafeJob{}
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, found); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, job, nil
 		}
 		return nil, nil, fmt.Errorf("getting the ledger of Job %s/%s: %w", ns, name, err)
 	}
-	if ref := batchv1alpha1.ManagedJobOf(ledger); ref == nil || ref.UID != job.UID {
+	if ref := batchv1alpha1.ManagedJobOf(found); ref == nil || ref.UID != job.UID {
 		return nil, job, nil // a SafeJob of the name that is not the Job's ledger: why says so
 	}
-	return ledger, job, nil
+	return found, job, nil
 }
 
 // get reads a SafeJob of the flags' namespace.

@@ -45,7 +45,8 @@ func (p *printFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVarP(&p.output, "output", "o", "",
 		"Output format: wide, name, json, yaml, jsonpath=TEMPLATE, custom-columns=SPEC or go-template=TEMPLATE (default: a table)")
 	cmd.Flags().BoolVar(&p.noHeaders, "no-headers", false, "Print no header or summary lines before a table's rows")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp|cobra.ShellCompDirectiveNoSpace))
+	complete := cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp|cobra.ShellCompDirectiveNoSpace)
+	_ = cmd.RegisterFlagCompletionFunc("output", complete)
 }
 
 // validate refuses an unknown -o before the command reads anything.
@@ -59,7 +60,7 @@ func (p *printFlags) validate() error {
 		return nil
 	case outputJSONPath, outputCustomColumns, outputGoTemplate:
 		if arg == "" {
-			return fmt.Errorf("-o %s needs a template: -o %s=...", format, format)
+			return fmt.Errorf("-o %s needs a template: -o %s=TEMPLATE", format, format)
 		}
 		return nil
 	}
@@ -106,30 +107,7 @@ func (p *printFlags) print(w io.Writer, v view) error {
 		_, err = w.Write(b)
 		return err //nolint:wrapcheck // a failed write to stdout says enough
 	case outputJSONPath, outputGoTemplate:
-		obj, err := asUnstructured(v.obj)
-		if err != nil {
-			return err
-		}
-		var printer printers.ResourcePrinter
-		if format == outputJSONPath {
-			jp, err := printers.NewJSONPathPrinter(arg)
-			if err != nil {
-				return fmt.Errorf("reading -o jsonpath: %w", err)
-			}
-			jp.AllowMissingKeys(true)
-			printer = jp
-		} else {
-			gt, err := printers.NewGoTemplatePrinter([]byte(arg))
-			if err != nil {
-				return fmt.Errorf("reading -o go-template: %w", err)
-			}
-			gt.AllowMissingKeys(true)
-			printer = gt
-		}
-		if err := printer.PrintObj(obj, w); err != nil {
-			return fmt.Errorf("printing -o %s: %w", format, err)
-		}
-		return nil
+		return printTemplate(w, format, arg, v.obj)
 	case outputCustomColumns:
 		rows := v.rows
 		if rows == nil {
@@ -138,6 +116,35 @@ func (p *printFlags) print(w io.Writer, v view) error {
 		return printColumns(w, arg, rows, p.noHeaders)
 	}
 	return p.validate()
+}
+
+// printTemplate writes obj through a JSONPath or a Go template, as kubectl
+// -o jsonpath=TEMPLATE and -o go-template=TEMPLATE do.
+func printTemplate(w io.Writer, format, tmpl string, obj any) error {
+	u, err := asUnstructured(obj)
+	if err != nil {
+		return err
+	}
+	var printer printers.ResourcePrinter
+	if format == outputJSONPath {
+		jp, err := printers.NewJSONPathPrinter(tmpl)
+		if err != nil {
+			return fmt.Errorf("reading -o jsonpath: %w", err)
+		}
+		jp.AllowMissingKeys(true)
+		printer = jp
+	} else {
+		gt, err := printers.NewGoTemplatePrinter([]byte(tmpl))
+		if err != nil {
+			return fmt.Errorf("reading -o go-template: %w", err)
+		}
+		gt.AllowMissingKeys(true)
+		printer = gt
+	}
+	if err := printer.PrintObj(u, w); err != nil {
+		return fmt.Errorf("printing -o %s: %w", format, err)
+	}
+	return nil
 }
 
 // asUnstructured is v as the JSON-shaped object the template printers walk.
@@ -156,28 +163,63 @@ func asUnstructured(v any) (*unstructured.Unstructured, error) {
 // relaxedPath is a column's JSONPath as kubectl takes it: {.a.b}, .a.b or a.b.
 var relaxedPath = regexp.MustCompile(`^\{\.?([^{}]+)\}$|^\.?([^{}]+)$`)
 
-// printColumns writes rows as kubectl -o custom-columns=HEADER:PATH,... does:
-// a column per spec, <none> where a row has no value.
-func printColumns(w io.Writer, spec string, rows []any, noHeaders bool) error {
-	type column struct {
-		header string
-		path   *jsonpath.JSONPath
-	}
+// column is one of -o custom-columns' columns.
+type column struct {
+	header string
+	path   *jsonpath.JSONPath
+}
+
+// parseColumns reads -o custom-columns=HEADER:PATH,...
+func parseColumns(spec string) ([]column, error) {
 	var columns []column
 	for part := range strings.SplitSeq(spec, ",") {
 		header, expr, ok := strings.Cut(part, ":")
 		if !ok || header == "" || expr == "" {
-			return fmt.Errorf("-o custom-columns: %q is not HEADER:JSONPATH", part)
+			return nil, fmt.Errorf("-o custom-columns: %q is not HEADER:JSONPATH", part)
 		}
 		m := relaxedPath.FindStringSubmatch(expr)
 		if m == nil {
-			return fmt.Errorf("-o custom-columns: column %s: %q is not a JSONPath such as .name", header, expr)
+			return nil, fmt.Errorf("-o custom-columns: column %s: %q is not a JSONPath such as .name", header, expr)
 		}
 		jp := jsonpath.New(header).AllowMissingKeys(true)
 		if err := jp.Parse("{." + m[1] + m[2] + "}"); err != nil {
-			return fmt.Errorf("-o custom-columns: column %s: %w", header, err)
+			return nil, fmt.Errorf("-o custom-columns: column %s: %w", header, err)
 		}
 		columns = append(columns, column{header: header, path: jp})
+	}
+	return columns, nil
+}
+
+// cell is what a column shows of obj: its values, comma-separated, or
+// <none>.
+func (c column) cell(obj map[string]any) (string, error) {
+	results, err := c.path.FindResults(obj)
+	if err != nil {
+		return "", fmt.Errorf("-o custom-columns: column %s: %w", c.header, err)
+	}
+	var cell bytes.Buffer
+	for _, r := range results {
+		for i, val := range r {
+			if i > 0 {
+				cell.WriteString(",")
+			}
+			if err := c.path.PrintResults(&cell, []reflect.Value{val}); err != nil {
+				return "", fmt.Errorf("-o custom-columns: column %s: %w", c.header, err)
+			}
+		}
+	}
+	if cell.Len() == 0 {
+		return "<none>", nil
+	}
+	return cell.String(), nil
+}
+
+// printColumns writes rows as kubectl -o custom-columns=HEADER:PATH,... does:
+// a column per spec, <none> where a row has no value.
+func printColumns(w io.Writer, spec string, rows []any, noHeaders bool) error {
+	columns, err := parseColumns(spec)
+	if err != nil {
+		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if !noHeaders {
@@ -196,24 +238,8 @@ func printColumns(w io.Writer, spec string, rows []any, noHeaders bool) error {
 		}
 		cells := make([]string, len(columns))
 		for k, c := range columns {
-			results, err := c.path.FindResults(obj.Object)
-			if err != nil {
-				return fmt.Errorf("-o custom-columns: column %s: %w", c.header, err)
-			}
-			var cell bytes.Buffer
-			for _, r := range results {
-				for i, val := range r {
-					if i > 0 {
-						cell.WriteString(",")
-					}
-					if err := c.path.PrintResults(&cell, []reflect.Value{val}); err != nil {
-						return fmt.Errorf("-o custom-columns: column %s: %w", c.header, err)
-					}
-				}
-			}
-			cells[k] = cell.String()
-			if cells[k] == "" {
-				cells[k] = "<none>"
+			if cells[k], err = c.cell(obj.Object); err != nil {
+				return err
 			}
 		}
 		if _, err := fmt.Fprintln(tw, strings.Join(cells, "\t")); err != nil {

@@ -111,13 +111,13 @@ func TestPrintFormatRefused(t *testing.T) {
 
 // run runs the plugin with args and stdin, as kubectl would, and returns
 // what it printed and its error.
-func run(t *testing.T, stdin string, args ...string) (string, string, error) {
+func run(t *testing.T, stdin string, args ...string) (string, error) {
 	t.Helper()
-	var out, errOut bytes.Buffer
-	root := newRoot(genericiooptions.IOStreams{In: strings.NewReader(stdin), Out: &out, ErrOut: &errOut})
+	var out bytes.Buffer
+	root := newRoot(genericiooptions.IOStreams{In: strings.NewReader(stdin), Out: &out, ErrOut: io.Discard})
 	root.SetArgs(args)
 	err := root.Execute()
-	return out.String(), errOut.String(), err
+	return out.String(), err
 }
 
 const jobs = `apiVersion: batch/v1
@@ -136,11 +136,11 @@ spec:
 // TestConvertOutputs: convert writes YAML documents by default, and a v1
 // List for -o json and -o yaml, which kubectl apply -f - takes.
 func TestConvertOutputs(t *testing.T) {
-	out, _, err := run(t, jobs, "convert", "-f", "-")
+	out, err := run(t, jobs, "convert", "-f", "-")
 	if err != nil || strings.Count(out, "kind: SafeJob") != 2 || strings.Count(out, "\n---\n") != 1 {
 		t.Errorf("convert: %v\n%s", err, out)
 	}
-	out, _, err = run(t, jobs, "convert", "-f", "-", "-o", "json")
+	out, err = run(t, jobs, "convert", "-f", "-", "-o", "json")
 	var list struct {
 		APIVersion, Kind string
 		Items            []struct {
@@ -152,11 +152,11 @@ func TestConvertOutputs(t *testing.T) {
 		list.Items[1].Kind != "SafeJob" || list.Items[1].Metadata.Name != "two" {
 		t.Errorf("convert -o json: %v\n%s", err, out)
 	}
-	out, _, err = run(t, jobs, "convert", "-f", "-", "-o", "name")
+	out, err = run(t, jobs, "convert", "-f", "-", "-o", "name")
 	if err != nil || out != "safejob.batch.safejob.dev/one\nsafejob.batch.safejob.dev/two\n" {
 		t.Errorf("convert -o name: %v\n%s", err, out)
 	}
-	if _, _, err := run(t, jobs, "convert", "-f", "-", "-o", "xml"); err == nil || !strings.Contains(err.Error(), `unknown output format "xml"`) {
+	if _, err := run(t, "", "convert", "-f", "-", "-o", "xml"); err == nil || !strings.Contains(err.Error(), `unknown output format "xml"`) {
 		t.Errorf("convert -o xml: %v", err)
 	}
 }

@@ -171,7 +171,8 @@ func render(obj *unstructured.Unstructured) (string, string, error) {
 		text = "{{- if .Values.podDisruptionBudget.enabled }}\n" + text + "{{- end }}\n"
 	}
 	if value := monitoringValue(obj); value != "" {
-		text = strings.Replace(text, "\n  labels:\n", "\n  labels:{{- with .Values.metrics."+value+".labels }}{{ toYaml . | nindent 4 }}{{- end }}\n", 1)
+		labels := "{{- with .Values.metrics." + value + ".labels }}{{ toYaml . | nindent 4 }}{{- end }}"
+		text = strings.Replace(text, "\n  labels:\n", "\n  labels:"+labels+"\n", 1)
 		text = "{{- if and .Values.metrics.enabled .Values.metrics." + value + ".enabled }}\n" + text + "{{- end }}\n"
 	}
 	file := fmt.Sprintf("templates/%s-%s.yaml", strings.ToLower(kind), strings.TrimPrefix(name, "safejob-"))

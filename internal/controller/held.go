@@ -88,7 +88,8 @@ func newHeldPods() *heldPods {
 		count: prometheus.NewDesc("safejob_finalizer_held_pods",
 			"Pods that ended or are being deleted and still carry the ledger finalizer.", nil, nil),
 		oldest: prometheus.NewDesc("safejob_finalizer_held_oldest_seconds",
-			"How long the longest-held of those pods has carried the ledger finalizer since it ended or its deletion grace ran out; 0 when none.", nil, nil),
+			"How long the longest-held of those pods has carried the ledger finalizer since it ended or its deletion grace ran out; "+
+				"0 when none.", nil, nil),
 	}
 }
 

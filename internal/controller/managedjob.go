@@ -84,7 +84,8 @@ func (r *JobReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 	}
 	if ref := batchv1alpha1.ManagedJobOf(ledger); ref == nil || ref.UID != job.UID {
 		return reconcile.Result{}, r.refuse(ctx, job, reasonNameTaken, fmt.Sprintf(
-			"SafeJob %s/%s exists and is not this Job's ledger: SafeJob keeps a Job's ledger in a SafeJob of the Job's name", job.Namespace, job.Name))
+			"SafeJob %s/%s exists and is not this Job's ledger: SafeJob keeps a Job's ledger in a SafeJob of the Job's name",
+			job.Namespace, job.Name))
 	}
 	if err := r.follow(ctx, job, ledger, spec); err != nil {
 		return reconcile.Result{}, err

@@ -384,17 +384,10 @@ func (r *SafeJobReconciler) addRunnables(mgr manager.Manager) error {
 	return nil
 }
 
-// SetupWithManager registers the controller and its pod index.
-func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
-	r.tracker = newTracker()
-	r.podWrites = newSlots(r.ConcurrentPodWrites)
-	r.statusWrites = newSlots(r.ConcurrentStatusWrites)
-	r.retry = make(chan event.GenericEvent)
-	var waiting prometheus.Gauge
-	if r.Metrics != nil {
-		waiting = r.Metrics.ReleasesWaiting
-	}
-	r.releases = newReleaseQueue(waiting)
+// setupBeside registers what runs beside the SafeJob controller: the
+// background runnables, the controller of managed Jobs, and the pacing
+// that is turned on.
+func (r *SafeJobReconciler) setupBeside(mgr manager.Manager) error {
 	if err := r.addRunnables(mgr); err != nil {
 		return err
 	}
@@ -411,6 +404,23 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 		if err := r.setupReadyHeld(mgr); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// SetupWithManager registers the controller and its pod index.
+func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
+	r.tracker = newTracker()
+	r.podWrites = newSlots(r.ConcurrentPodWrites)
+	r.statusWrites = newSlots(r.ConcurrentStatusWrites)
+	r.retry = make(chan event.GenericEvent)
+	var waiting prometheus.Gauge
+	if r.Metrics != nil {
+		waiting = r.Metrics.ReleasesWaiting
+	}
+	r.releases = newReleaseQueue(waiting)
+	if err := r.setupBeside(mgr); err != nil {
+		return err
 	}
 	indexer := mgr.GetFieldIndexer()
 	if err := r.indexPods(mgr); err != nil {

@@ -250,6 +250,12 @@ func TestRuns(t *testing.T) {
 		v.Runs[1].Duration != "1m0s" || v.Runs[2].Result != "Running" || v.Runs[2].Duration != "" {
 		t.Errorf("runs %+v", v)
 	}
+	checkPrintRuns(t, v)
+}
+
+// checkPrintRuns: the runs' table, and with --no-headers only its rows.
+func checkPrintRuns(t *testing.T, v *RunsView) {
+	t.Helper()
 	var b bytes.Buffer
 	if err := PrintRuns(&b, v, TableOptions{}); err != nil || !strings.Contains(b.String(), "p-1") || !strings.Contains(b.String(), "Running") ||
 		!strings.Contains(b.String(), "RUN") {
@@ -283,6 +289,12 @@ func TestTop(t *testing.T) {
 	if rows[0].PerSecond != 0 || rows[1].PerSecond != 3 || rows[2].PerSecond != 0 || rows[1].State != "Running" {
 		t.Errorf("second sample %+v", rows)
 	}
+	checkPrintTop(t, rows)
+}
+
+// checkPrintTop: the table of one namespace, and of all with -o wide.
+func checkPrintTop(t *testing.T, rows []TopRow) {
+	t.Helper()
 	var b bytes.Buffer
 	if err := PrintTop(&b, rows, false, TableOptions{}); err != nil || !strings.HasPrefix(b.String(), "NAME ") || !strings.Contains(b.String(), "PER SECOND") ||
 		strings.Contains(b.String(), "MODE") {

@@ -83,7 +83,8 @@ func PrintTop(w io.Writer, rows []TopRow, allNamespaces bool, o TableOptions) er
 	}
 	return writeTable(w, o, header, func(row func(string, ...any)) {
 		for _, r := range rows {
-			line := fmt.Sprintf("%s\t%s\t%d\t%d\t%d\t%d\t%.1f\t%s", r.Name, r.Completion, r.Active, r.Ready, r.Succeeded, r.Failed, r.PerSecond, r.State)
+			line := fmt.Sprintf("%s\t%s\t%d\t%d\t%d\t%d\t%.1f\t%s", r.Name, r.Completion, r.Active, r.Ready, r.Succeeded, r.Failed,
+				r.PerSecond, r.State)
 			if allNamespaces {
 				line = r.Namespace + "\t" + line
 			}

@@ -2,8 +2,8 @@ package e2e
 
 import (
 	"context"
-	"slices"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -196,7 +196,7 @@ func (k *kueueEnv) testManagedJobs(t *testing.T) {
 			BackoffLimit: ptr.To[int32](0), Template: sj.Spec.Template}}
 		k.create(t, j)
 	}
-	jobs := func() map[string]*batchv1.Job {
+	managedJobs := func() map[string]*batchv1.Job {
 		out := map[string]*batchv1.Job{}
 		for _, n := range names {
 			j := &batchv1.Job{}
@@ -207,10 +207,18 @@ func (k *kueueEnv) testManagedJobs(t *testing.T) {
 		}
 		return out
 	}
+	k.waitOneAtATime(t, managedJobs)
+	k.checkManagedWorkloads(t, names, managedJobs())
+}
+
+// waitOneAtATime waits until every managed Job has finished, failing if
+// two ever ran at once or none ever waited for another.
+func (k *kueueEnv) waitOneAtATime(t *testing.T, managedJobs func() map[string]*batchv1.Job) {
 	sawOneWait := false
 	waitUntil(t, 3*time.Minute, "both managed Jobs to complete, one after the other", func() bool {
 		done, running, waiting := 0, 0, 0
-		for _, j := range jobs() {
+		byName := managedJobs()
+		for _, j := range byName {
 			switch {
 			case unfinishedJobs([]batchv1.Job{*j}) == 0:
 				done++
@@ -224,11 +232,16 @@ func (k *kueueEnv) testManagedJobs(t *testing.T) {
 			t.Fatalf("%d managed Jobs run at once with quota for one", running)
 		}
 		sawOneWait = sawOneWait || running == 1 && waiting == 1
-		return done == len(names)
+		return done == len(byName)
 	})
 	if !sawOneWait {
 		t.Error("never saw one managed Job run while the other waited for quota")
 	}
+}
+
+// checkManagedWorkloads: each managed Job has one Workload, of the Job,
+// none of its ledger, and ran exactly its two pods to Complete.
+func (k *kueueEnv) checkManagedWorkloads(t *testing.T, names []string, byName map[string]*batchv1.Job) {
 	var wls kueue.WorkloadList
 	if err := k.cl.List(k.ctx, &wls, client.InNamespace(nsSafeJob)); err != nil {
 		t.Fatal(err)
@@ -239,7 +252,7 @@ func (k *kueueEnv) testManagedJobs(t *testing.T) {
 			owners[ref.Kind+"/"+ref.Name]++
 		}
 	}
-	for n, j := range jobs() {
+	for n, j := range byName {
 		if owners["Job/"+n] != 1 || owners["SafeJob/"+n] != 0 {
 			t.Errorf("%s: Workloads by owner %v, want one of the Job and none of its ledger", n, owners)
 		}

@@ -52,40 +52,7 @@ func TestManagedJobsOnTheCluster(t *testing.T) {
 		return string(out), err
 	}
 	ctx := context.Background()
-	t.Run("kubectl wait and selectors", func(t *testing.T) {
-		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "waited", Namespace: nsBatch}, Spec: managedJobSpec(2, "1s")}
-		if err := e.cl.Create(ctx, job); err != nil {
-			t.Fatal(err)
-		}
-		if out, err := kubectl("wait", "--for=condition=complete", "job/waited", "--timeout=60s"); err != nil {
-			t.Fatalf("kubectl wait --for=condition=complete job/waited: %v\n%s", err, out)
-		}
-		out, err := kubectl("get", "pods", "-l", "batch.kubernetes.io/job-name=waited", "-o", "name")
-		if err != nil || strings.Count(out, "pod/") != 2 {
-			t.Errorf("kubectl get pods -l batch.kubernetes.io/job-name=waited: %v\n%s", err, out)
-		}
-		if out, err := kubectl("get", "job", "waited", "-o", "jsonpath={.status.succeeded}/{.status.uncountedTerminatedPods}"); err != nil || out != "2/{}" {
-			t.Errorf("the Job's status: %q, %v", out, err)
-		}
-		// The plugin reads a managed Job's ledger and says why it is where it is.
-		p := buildPlugin(t, e)
-		out, errOut, code := p.run(t, "", "safejob", "ledger", "job/waited", "-n", nsBatch, "-o", "json")
-		var v plugin.LedgerView
-		if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.Totals == nil || v.Totals.Succeeded != 2 || v.Name != "waited" {
-			t.Errorf("kubectl safejob ledger job/waited: exit %d, %s\n%s", code, errOut, out)
-		}
-		if out, _, code := p.run(t, "", "safejob", "why", "job/waited", "-n", nsBatch); code != 0 || !strings.Contains(out, "Finished") {
-			t.Errorf("kubectl safejob why job/waited: exit %d\n%s", code, out)
-		}
-		builtIn := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "built-in", Namespace: nsBatch}, Spec: managedJobSpec(1, "1s")}
-		builtIn.Spec.ManagedBy = nil
-		if err := e.cl.Create(ctx, builtIn); err != nil {
-			t.Fatal(err)
-		}
-		if _, errOut, code := p.run(t, "", "safejob", "why", "job/built-in", "-n", nsBatch); code != 1 || !strings.Contains(errOut, "not managed by SafeJob") {
-			t.Errorf("kubectl safejob why job/built-in: exit %d, %s", code, errOut)
-		}
-	})
+	t.Run("kubectl wait, selectors and the plugin", func(t *testing.T) { e.checkManagedJobTools(t, kubectl) })
 	t.Run("ttlSecondsAfterFinished", func(t *testing.T) {
 		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "short-lived", Namespace: nsBatch}, Spec: managedJobSpec(1, "1s")}
 		job.Spec.TTLSecondsAfterFinished = ptr.To[int32](2)
@@ -98,6 +65,52 @@ func TestManagedJobsOnTheCluster(t *testing.T) {
 	for _, policy := range []metav1.DeletionPropagation{metav1.DeletePropagationBackground, metav1.DeletePropagationForeground,
 		metav1.DeletePropagationOrphan} {
 		t.Run("delete "+string(policy), func(t *testing.T) { e.checkManagedDeletion(t, policy) })
+	}
+}
+
+// checkManagedJobTools: kubectl wait and a label selector find a managed
+// Job and its pods as they find a Job's; the plugin reads its ledger and
+// says why it is where it is, and refuses a Job SafeJob does not manage.
+func (e *env) checkManagedJobTools(t *testing.T, kubectl func(...string) (string, error)) {
+	ctx := context.Background()
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "waited", Namespace: nsBatch}, Spec: managedJobSpec(2, "1s")}
+	if err := e.cl.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := kubectl("wait", "--for=condition=complete", "job/waited", "--timeout=60s"); err != nil {
+		t.Fatalf("kubectl wait --for=condition=complete job/waited: %v\n%s", err, out)
+	}
+	out, err := kubectl("get", "pods", "-l", "batch.kubernetes.io/job-name=waited", "-o", "name")
+	if err != nil || strings.Count(out, "pod/") != 2 {
+		t.Errorf("kubectl get pods -l batch.kubernetes.io/job-name=waited: %v\n%s", err, out)
+	}
+	if out, err := kubectl("get", "job", "waited", "-o", "jsonpath={.status.succeeded}/{.status.uncountedTerminatedPods}"); err != nil || out != "2/{}" {
+		t.Errorf("the Job's status: %q, %v", out, err)
+	}
+	e.checkPluginOnManagedJob(t)
+}
+
+// checkPluginOnManagedJob: the plugin reads the ledger of the managed Job
+// "waited" and says why it is where it is, and refuses a Job SafeJob does
+// not manage.
+func (e *env) checkPluginOnManagedJob(t *testing.T) {
+	ctx := context.Background()
+	p := buildPlugin(t, e)
+	out, errOut, code := p.run(t, "", "safejob", "ledger", "job/waited", "-n", nsBatch, "-o", "json")
+	var v plugin.LedgerView
+	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.Totals == nil || v.Totals.Succeeded != 2 || v.Name != "waited" {
+		t.Errorf("kubectl safejob ledger job/waited: exit %d, %s\n%s", code, errOut, out)
+	}
+	if out, _, code := p.run(t, "", "safejob", "why", "job/waited", "-n", nsBatch); code != 0 || !strings.Contains(out, "Finished") {
+		t.Errorf("kubectl safejob why job/waited: exit %d\n%s", code, out)
+	}
+	builtIn := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "built-in", Namespace: nsBatch}, Spec: managedJobSpec(1, "1s")}
+	builtIn.Spec.ManagedBy = nil
+	if err := e.cl.Create(ctx, builtIn); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := p.run(t, "", "safejob", "why", "job/built-in", "-n", nsBatch); code != 1 || !strings.Contains(errOut, "not managed by SafeJob") {
+		t.Errorf("kubectl safejob why job/built-in: exit %d, %s", code, errOut)
 	}
 }
 
@@ -191,6 +204,14 @@ func (e *env) checkManagedDeletion(t *testing.T, policy metav1.DeletionPropagati
 		e.waitGone(t, job, time.Minute, "the Job, its ledger and its pods to go")
 		return
 	}
+	e.checkOrphaned(t, job, pods)
+}
+
+// checkOrphaned: a Job deleted with the orphan policy leaves its pods
+// running, without an owner or the ledger finalizer, and none is created
+// after; its ledger goes.
+func (e *env) checkOrphaned(t *testing.T, job *batchv1.Job, pods func() []corev1.Pod) {
+	ctx := context.Background()
 	waitUntil(t, time.Minute, "the Job and its ledger to go, and the pods to be released", func() bool {
 		if !apierrors.IsNotFound(e.cl.Get(ctx, client.ObjectKeyFromObject(job), &batchv1.Job{})) ||
 			!apierrors.IsNotFound(e.cl.Get(ctx, client.ObjectKeyFromObject(job), &batchv1alpha1.SafeJob{})) {

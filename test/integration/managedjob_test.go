@@ -77,15 +77,7 @@ func TestManagedJobRunsToComplete(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := waitJob(t, client.ObjectKeyFromObject(job), batchv1.JobComplete, time.Minute)
-	st := got.Status
-	if st.Succeeded != 3 || st.Failed != 0 || st.Active != 0 || ptr.Deref(st.Ready, -1) != 0 || ptr.Deref(st.Terminating, -1) != 0 ||
-		st.StartTime == nil || st.CompletionTime == nil || st.UncountedTerminatedPods == nil ||
-		len(st.UncountedTerminatedPods.Succeeded)+len(st.UncountedTerminatedPods.Failed) != 0 {
-		t.Errorf("the Job's status: %+v", st)
-	}
-	if met, done := jobCondition(got, batchv1.JobSuccessCriteriaMet), jobCondition(got, batchv1.JobComplete); met < 0 || met > done {
-		t.Errorf("conditions %+v: want SuccessCriteriaMet before Complete", st.Conditions)
-	}
+	checkCompleteStatus(t, got, 3)
 	sj := &batchv1alpha1.SafeJob{}
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(job), sj); err != nil {
 		t.Fatalf("the Job's ledger: %v", err)
@@ -93,19 +85,42 @@ func TestManagedJobRunsToComplete(t *testing.T) {
 	if ref := batchv1alpha1.ManagedJobOf(sj); ref == nil || ref.UID != got.UID || !ptr.Deref(ref.BlockOwnerDeletion, false) {
 		t.Errorf("the ledger's controller %+v, want the Job", sj.OwnerReferences)
 	}
-	// The Job's selector, which the API server generated, finds its pods.
-	sel, err := metav1.LabelSelectorAsSelector(got.Spec.Selector)
+	checkSelectorFindsPods(t, got, 3)
+	h.finalCheck(t, sj)
+}
+
+// checkCompleteStatus checks a Complete Job's status as batch/v1 writes it:
+// the counts, no pod left, its times, no uncounted pods, and
+// SuccessCriteriaMet before Complete.
+func checkCompleteStatus(t *testing.T, got *batchv1.Job, succeeded int32) {
+	t.Helper()
+	st := got.Status
+	if st.Succeeded != succeeded || st.Failed != 0 || st.Active != 0 || ptr.Deref(st.Ready, -1) != 0 || ptr.Deref(st.Terminating, -1) != 0 ||
+		st.StartTime == nil || st.CompletionTime == nil || st.UncountedTerminatedPods == nil ||
+		len(st.UncountedTerminatedPods.Succeeded)+len(st.UncountedTerminatedPods.Failed) != 0 {
+		t.Errorf("the Job's status: %+v", st)
+	}
+	if met, done := jobCondition(got, batchv1.JobSuccessCriteriaMet), jobCondition(got, batchv1.JobComplete); met < 0 || met > done {
+		t.Errorf("conditions %+v: want SuccessCriteriaMet before Complete", st.Conditions)
+	}
+}
+
+// checkSelectorFindsPods: the Job's selector, which the API server
+// generated, finds its n pods, labelled with its name as batch/v1 labels them.
+func checkSelectorFindsPods(t *testing.T, job *batchv1.Job, n int) {
+	t.Helper()
+	sel, err := metav1.LabelSelectorAsSelector(job.Spec.Selector)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var pods corev1.PodList
-	if err := k8s.List(ctx, &pods, client.InNamespace(h.ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	if err := k8s.List(context.Background(), &pods, client.InNamespace(job.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		t.Fatal(err)
 	}
-	if len(pods.Items) != 3 || !labels.SelectorFromSet(labels.Set{batchv1alpha1.JobNameLabel: "managed"}).Matches(labels.Set(pods.Items[0].Labels)) {
-		t.Errorf("%d pods match the Job's selector %s, want 3 labelled %s=managed", len(pods.Items), sel, batchv1alpha1.JobNameLabel)
+	named := labels.SelectorFromSet(labels.Set{batchv1alpha1.JobNameLabel: job.Name})
+	if len(pods.Items) != n || !named.Matches(labels.Set(pods.Items[0].Labels)) {
+		t.Errorf("%d pods match the Job's selector %s, want %d labelled %s=%s", len(pods.Items), sel, n, batchv1alpha1.JobNameLabel, job.Name)
 	}
-	h.finalCheck(t, sj)
 }
 
 // TestManagedJobFails: a Job whose pod fails past its backoffLimit is
