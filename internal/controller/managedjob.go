@@ -8,6 +8,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/batchjob"
@@ -44,12 +46,16 @@ type JobReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
 	Clock    clock.PassiveClock
+	// Kueue is set when the Workload API is served: a Job with a queue
+	// name then runs only once Kueue has admitted its Workload.
+	Kueue bool
 }
 
 // Reasons of a managed Job's JobConditionRefused condition.
 const (
-	reasonUnsupported = "UnsupportedField"
-	reasonNameTaken   = "NameTaken"
+	reasonUnsupported   = "UnsupportedField"
+	reasonNameTaken     = "NameTaken"
+	reasonLedgerDeleted = "LedgerDeleted"
 )
 
 func (r *JobReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -97,12 +103,23 @@ func (r *JobReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 // ever ran: then it only writes the Job's status, and the ledger is made
 // when the Job is resumed, from its template as it is then (Kueue writes
 // the admitted flavors' node selectors into it just before it resumes it).
+// A Job that ran and has lost its ledger (deleted by hand, or by kubectl
+// safejob uninstall) is refused, never given a new one.
 func (r *JobReconciler) start(ctx context.Context, job *batchv1.Job, spec batchv1alpha1.SafeJobSpec, notes []string) error {
 	if ptr.Deref(job.Spec.Suspend, false) && job.Status.StartTime == nil {
 		return r.writeStatus(ctx, job, batchjob.Unstarted(job, metav1.NewTime(r.Clock.Now())))
 	}
 	if finished(job) {
 		return nil // its ledger was deleted after it finished: there is nothing left to run
+	}
+	if admitted, err := r.admitted(ctx, job); err != nil || !admitted {
+		return err // queued and not admitted: a Workload event brings it back
+	}
+	if job.Status.StartTime != nil || job.Status.Succeeded+job.Status.Failed > 0 {
+		// A new ledger would run again what the deleted one ran: it knew
+		// which pods ran and which succeeded, and nothing else does.
+		return r.refuse(ctx, job, reasonLedgerDeleted, "its ledger was deleted while it ran: SafeJob does not run it again, "+
+			"as it can no longer tell which of its pods ran; delete the Job")
 	}
 	ledger := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: job.Name, Namespace: job.Namespace,
 		Labels: ledgerLabels(job), Annotations: maps.Clone(job.Annotations)}, Spec: spec}
@@ -152,6 +169,30 @@ func (r *JobReconciler) dropOrphan(ctx context.Context, key types.NamespacedName
 	}
 	log.FromContext(ctx).Info("Deleted the ledger its Job orphaned; its pods stay", "ledger", key)
 	return nil
+}
+
+// admitted reports whether a Job may start: one without a queue name may,
+// one with a queue name once Kueue has admitted the Workload it made for
+// the Job. Kueue's webhook creates such a Job suspended, and resumes it on
+// admission; a Job that is not suspended and not admitted (a cluster whose
+// API server does not call Kueue's webhook, or the moment before Kueue's
+// reconciler suspends it) must not run pods outside its quota.
+func (r *JobReconciler) admitted(ctx context.Context, job *batchv1.Job) (bool, error) {
+	if job.Labels[QueueNameLabel] == "" || !r.Kueue {
+		return true, nil
+	}
+	var wls kueue.WorkloadList
+	if err := r.Client.List(ctx, &wls, client.InNamespace(job.Namespace)); err != nil {
+		return false, fmt.Errorf("listing the Workloads of Job %s/%s: %w", job.Namespace, job.Name, err)
+	}
+	for k := range wls.Items {
+		wl := &wls.Items[k]
+		if ref := metav1.GetControllerOfNoCopy(wl); ref != nil && ref.UID == job.UID &&
+			meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // ledgerLabels are the labels of a Job's ledger: the Job's, with the Job's
@@ -236,8 +277,14 @@ func (r *JobReconciler) SetupWithManager(mgr manager.Manager) error {
 		job, ok := obj.(*batchv1.Job)
 		return ok && batchv1alpha1.ManagesJob(job)
 	})
-	err := builder.ControllerManagedBy(mgr).
-		For(&batchv1.Job{}, builder.WithPredicates(managed)).
+	b := builder.ControllerManagedBy(mgr).
+		For(&batchv1.Job{}, builder.WithPredicates(managed))
+	if r.Kueue {
+		// Kueue's Workload of a queued Job: its admission starts the Job.
+		b = b.Watches(&kueue.Workload{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &batchv1.Job{},
+			handler.OnlyControllerOwner()))
+	}
+	err := b.
 		Watches(&batchv1alpha1.SafeJob{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &batchv1.Job{},
 			handler.OnlyControllerOwner())).
 		// A ledger its Job orphaned has no owner to map it to: it is

@@ -391,7 +391,7 @@ func (r *SafeJobReconciler) setupBeside(mgr manager.Manager) error {
 	if err := r.addRunnables(mgr); err != nil {
 		return err
 	}
-	managedJobs := &JobReconciler{Client: r.Client, Recorder: r.Recorder, Clock: r.Clock}
+	managedJobs := &JobReconciler{Client: r.Client, Recorder: r.Recorder, Clock: r.Clock, Kueue: r.Kueue}
 	if err := managedJobs.SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ const CRDName = "safejobs.batch.safejob.dev"
 
 // Policies are the ValidatingAdmissionPolicies SafeJob ships
 // (config/policy, dist/chart), each with a binding of the same name.
-var Policies = []string{"safejob-immutable-spec", "safejob-min-parallelism", "safejob-queue-name", "safejob-run-now"}
+var Policies = []string{"safejob-immutable-spec", "safejob-managed-job", "safejob-min-parallelism", "safejob-queue-name", "safejob-run-now"}
 
 // The operator's Deployment: labelled so by config/manager and the chart,
 // and named so by config/operator's prefix and the chart.

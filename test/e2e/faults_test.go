@@ -77,9 +77,10 @@ func scenarios() []scenario {
 	}
 }
 
-// TestFaults runs every scenario, for SafeJob and batch/v1 Job side by side,
-// and prints the table. SafeJob must create no extra pod, lose no completion
-// and leave no job stuck, in every scenario.
+// TestFaults runs every scenario, for SafeJob, batch/v1 Job and Jobs managed
+// by SafeJob side by side, and prints the table. SafeJob, and Jobs it
+// manages, must create no extra pod, lose no completion and leave no job
+// stuck, in every scenario.
 func TestFaults(t *testing.T) {
 	t.Parallel() // its own cluster: runs beside the other tests
 	var mu sync.Mutex
@@ -123,11 +124,12 @@ func TestFaults(t *testing.T) {
 			mu.Lock()
 			rows = append(rows, got...)
 			mu.Unlock()
-			sj := got[0]
-			if sj.extra != 0 || sj.lost != 0 || sj.stuck != 0 || sj.duplicates != 0 || sj.holds != 0 {
-				t.Errorf("SafeJob: %d extra pods, %d lost completions, %d stuck, %d pod names created twice, %d pods holding the finalizer",
-					sj.extra, sj.lost, sj.stuck, sj.duplicates, sj.holds)
-				e.logOperators()
+			for _, sj := range []result{got[0], got[2]} {
+				if sj.extra != 0 || sj.lost != 0 || sj.stuck != 0 || sj.duplicates != 0 || sj.holds != 0 {
+					t.Errorf("%s: %d extra pods, %d lost completions, %d stuck, %d pod names created twice, %d pods holding the finalizer",
+						sj.controller, sj.extra, sj.lost, sj.stuck, sj.duplicates, sj.holds)
+					e.logOperators()
+				}
 			}
 			t.Log(report(t, got))
 		})
@@ -172,7 +174,7 @@ func once(after time.Duration, f func(context.Context, *env)) func(context.Conte
 // each controller and deletes it at once, as a careless third party would.
 func forceDeleteRunningPod(e *env) {
 	ctx := context.Background()
-	for _, ns := range []string{nsSafeJob, nsBatch} {
+	for _, ns := range []string{nsSafeJob, nsBatch, nsManaged} {
 		var pods corev1.PodList
 		if err := e.cl.List(ctx, &pods, client.InNamespace(ns)); err != nil {
 			continue
@@ -203,7 +205,7 @@ func unstickSucceeded(e *env) {
 	handled := map[string]bool{} // pod UIDs; the watch calls one at a time
 	watchPods(e.t, e.c, func(ctx context.Context, pod *corev1.Pod) {
 		if pod.Status.Phase != corev1.PodSucceeded || handled[string(pod.UID)] ||
-			(pod.Namespace != nsSafeJob && pod.Namespace != nsBatch) {
+			(pod.Namespace != nsSafeJob && pod.Namespace != nsBatch && pod.Namespace != nsManaged) {
 			return
 		}
 		handled[string(pod.UID)] = true

@@ -38,6 +38,8 @@ import (
 const (
 	nsSafeJob = "safejob"
 	nsBatch   = "batch"
+	// nsManaged holds the fault suite's batch/v1 Jobs managed by SafeJob.
+	nsManaged = "managed"
 )
 
 var (
@@ -112,7 +114,7 @@ func newEnv(t *testing.T, opts cluster.Options) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, c: c, cl: cl, dir: opts.Dir, kubeconfig: c.Kubeconfig}
-	for _, ns := range []string{nsSafeJob, nsBatch} {
+	for _, ns := range []string{nsSafeJob, nsBatch, nsManaged} {
 		if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			t.Fatal(err)
 		}
@@ -257,13 +259,18 @@ func (e *env) submit(w workload) {
 		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: nsBatch},
 			Spec: batchv1.JobSpec{Template: tmpl, Completions: ptr.To(w.completions), Parallelism: ptr.To(w.parallelism),
 				BackoffLimit: ptr.To[int32](1000)}}
-		for _, obj := range []client.Object{sj, job} {
+		managed := job.DeepCopy()
+		managed.Namespace, managed.Spec.ManagedBy = nsManaged, ptr.To(batchv1alpha1.ControllerName)
+		for _, obj := range []client.Object{sj, job, managed} {
 			if err := e.cl.Create(ctx, obj); err != nil {
 				e.t.Fatalf("creating %s: %v", name, err)
 			}
 		}
 	}
 }
+
+// managedController names the rows of Jobs managed by SafeJob.
+const managedController = "Job managed by SafeJob"
 
 // result is one controller's row of a scenario.
 type result struct {
@@ -272,36 +279,37 @@ type result struct {
 	lost, stuck, duplicates, holds int
 }
 
-// waitAndMeasure waits until every job of both controllers has finished, or
-// timeout, then measures both from the audit log and the pod recorder.
+// waitAndMeasure waits until every job of the three kinds has finished, or
+// timeout, then measures each from the audit log and the pod recorder.
 func (e *env) waitAndMeasure(scenario string, w workload, timeout time.Duration, allowedReruns func(ns string) int) []result {
 	e.t.Helper()
 	ctx := context.Background()
 	deadline := time.Now().Add(timeout)
 	var sjs batchv1alpha1.SafeJobList
-	var jobList batchv1.JobList
+	var jobList, managedList batchv1.JobList
 	for {
 		// Errors are retried: a scenario may have the API server down for a while.
-		err1 := e.cl.List(ctx, &sjs, client.InNamespace(nsSafeJob))
-		err2 := e.cl.List(ctx, &jobList, client.InNamespace(nsBatch))
-		done := err1 == nil && err2 == nil && unfinishedSafeJobs(sjs.Items) == 0 && unfinishedJobs(jobList.Items) == 0
-		if err1 == nil && err2 == nil && testing.Verbose() {
-			e.t.Logf("%s unfinished: %d SafeJobs, %d Jobs", time.Now().Format("15:04:05"), unfinishedSafeJobs(sjs.Items), unfinishedJobs(jobList.Items))
+		err := errors.Join(e.cl.List(ctx, &sjs, client.InNamespace(nsSafeJob)), e.cl.List(ctx, &jobList, client.InNamespace(nsBatch)),
+			e.cl.List(ctx, &managedList, client.InNamespace(nsManaged)))
+		done := err == nil && unfinishedSafeJobs(sjs.Items) == 0 && unfinishedJobs(jobList.Items) == 0 && unfinishedJobs(managedList.Items) == 0
+		if err == nil && testing.Verbose() {
+			e.t.Logf("%s unfinished: %d SafeJobs, %d Jobs, %d managed Jobs", time.Now().Format("15:04:05"), unfinishedSafeJobs(sjs.Items),
+				unfinishedJobs(jobList.Items), unfinishedJobs(managedList.Items))
 		}
 		if done || time.Now().After(deadline) {
-			if err := errors.Join(err1, err2); err != nil {
+			if err != nil {
 				e.t.Fatalf("listing jobs: %v", err)
 			}
 			break
 		}
 		time.Sleep(500 * time.Millisecond) // polling interval of the completion check
 	}
-	return e.measure(scenario, w, sjs.Items, jobList.Items, allowedReruns)
+	return e.measure(scenario, w, sjs.Items, jobList.Items, managedList.Items, allowedReruns)
 }
 
 // measure builds both controllers' rows from the audit log, the pod
 // recorder and the final objects.
-func (e *env) measure(scenario string, w workload, sjs []batchv1alpha1.SafeJob, batchJobs []batchv1.Job,
+func (e *env) measure(scenario string, w workload, sjs []batchv1alpha1.SafeJob, batchJobs, managedJobs []batchv1.Job,
 	allowedReruns func(ns string) int) []result {
 	creates, err := testutil.PodCreatesByNamespace(e.c.AuditLog)
 	if err != nil {
@@ -310,6 +318,7 @@ func (e *env) measure(scenario string, w workload, sjs []batchv1alpha1.SafeJob, 
 	needed := w.jobs * int(w.completions)
 	sjRow := result{scenario: scenario, controller: "SafeJob", needed: needed, stuck: unfinishedSafeJobs(sjs)}
 	jobRow := result{scenario: scenario, controller: "batch/v1 Job", needed: needed, stuck: unfinishedJobs(batchJobs)}
+	managedRow := result{scenario: scenario, controller: managedController, needed: needed, stuck: unfinishedJobs(managedJobs)}
 	counted := map[string]int{}
 	for _, sj := range sjs {
 		counted[nsSafeJob+"/"+sj.Name] = int(sj.Status.Succeeded)
@@ -317,7 +326,12 @@ func (e *env) measure(scenario string, w workload, sjs []batchv1alpha1.SafeJob, 
 	for _, j := range batchJobs {
 		counted[nsBatch+"/"+j.Name] = int(j.Status.Succeeded)
 	}
-	for ns, row := range map[string]*result{nsSafeJob: &sjRow, nsBatch: &jobRow} {
+	// A managed Job's pods are its ledger's, of the Job's name: counted
+	// from the Job's own status, as its users read it.
+	for _, j := range managedJobs {
+		counted[nsManaged+"/"+j.Name] = int(j.Status.Succeeded)
+	}
+	for ns, row := range map[string]*result{nsSafeJob: &sjRow, nsBatch: &jobRow, nsManaged: &managedRow} {
 		for _, n := range creates[ns] {
 			row.created += n
 			row.duplicates += n - 1
@@ -331,8 +345,14 @@ func (e *env) measure(scenario string, w workload, sjs []batchv1alpha1.SafeJob, 
 		}
 	}
 	sjRow.holds = e.podsHoldingFinalizer(nsSafeJob)
+	managedRow.holds = e.podsHoldingFinalizer(nsManaged)
 	e.checkLedgers(sjs)
-	return []result{sjRow, jobRow}
+	var ledgers batchv1alpha1.SafeJobList
+	if err := e.cl.List(context.Background(), &ledgers, client.InNamespace(nsManaged)); err != nil {
+		e.t.Fatal(err)
+	}
+	e.checkLedgers(ledgers.Items)
+	return []result{sjRow, jobRow, managedRow}
 }
 
 func unfinishedSafeJobs(items []batchv1alpha1.SafeJob) int {

@@ -260,7 +260,16 @@ func (k *kueueEnv) checkManagedWorkloads(t *testing.T, names []string, byName ma
 			t.Errorf("%s: status %+v", n, j.Status)
 		}
 		if got := k.podCreates(t, n); got != 2 {
-			t.Errorf("%s: %d pods created for 2 completions", n, got)
+			var events corev1.EventList
+			_ = k.cl.List(k.ctx, &events, client.InNamespace(nsSafeJob))
+			var said []string
+			for _, ev := range events.Items {
+				if ev.InvolvedObject.Name == n || strings.HasPrefix(ev.InvolvedObject.Name, n+"-") ||
+					strings.HasPrefix(ev.InvolvedObject.Name, "job-"+n+"-") {
+					said = append(said, ev.InvolvedObject.Kind+"/"+ev.InvolvedObject.Name+" "+ev.Reason+": "+ev.Message)
+				}
+			}
+			t.Errorf("%s: %d pods created for 2 completions; events:\n%s", n, got, strings.Join(said, "\n"))
 		}
 	}
 }

@@ -179,45 +179,85 @@ func TestManagedJobSuspended(t *testing.T) {
 	}
 }
 
-// TestManagedJobRefused: a Job SafeJob cannot run says so on the Job
-// (condition and event), and no pod runs for it: one with a selector of
-// its own, and one whose name a SafeJob that is not its ledger has.
+// TestManagedJobRefused: the API server refuses a managed Job with a
+// selector of its own (the policy safejob-managed-job), naming the field;
+// a Job whose name a SafeJob that is not its ledger has says so on the Job
+// (condition and event), and no pod runs for it.
 func TestManagedJobRefused(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil, false)
 	startManager(t, h.ns, managerOptions{})
 	ctx := context.Background()
+	manual := managedJob("manual", h.ns, 1, 1)
+	manual.Spec.ManualSelector = ptr.To(true)
+	manual.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "manual"}}
+	manual.Spec.Template.Labels = map[string]string{"app": "manual"}
+	// The API server loads policies asynchronously: wait until it bites.
+	waitFor(t, 30*time.Second, "the API server to refuse a managed Job with manualSelector", func() (bool, error) {
+		err := k8s.Create(ctx, manual.DeepCopy(), client.DryRunAll)
+		return err != nil && strings.Contains(err.Error(), "spec.manualSelector") && strings.Contains(err.Error(), "managed by SafeJob"), nil
+	})
+	// A built-in Job may have one.
+	builtIn := manual.DeepCopy()
+	builtIn.Spec.ManagedBy = nil
+	if err := k8s.Create(ctx, builtIn, client.DryRunAll); err != nil {
+		t.Errorf("a built-in Job with manualSelector: %v", err)
+	}
 	stranger := testutil.MakeSafeJob("taken", h.ns).Suspend(true).Obj()
 	if err := k8s.Create(ctx, stranger); err != nil {
 		t.Fatal(err)
 	}
 	taken := managedJob("taken", h.ns, 1, 1)
-	manual := managedJob("manual", h.ns, 1, 1)
-	manual.Spec.ManualSelector = ptr.To(true)
-	manual.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "manual"}}
-	manual.Spec.Template.Labels = map[string]string{"app": "manual"}
-	for _, job := range []*batchv1.Job{taken, manual} {
-		if err := k8s.Create(ctx, job); err != nil {
-			t.Fatal(err)
-		}
+	if err := k8s.Create(ctx, taken); err != nil {
+		t.Fatal(err)
 	}
-	for job, want := range map[*batchv1.Job]string{taken: "NameTaken", manual: "UnsupportedField"} {
-		got := waitJob(t, client.ObjectKeyFromObject(job), batchv1alpha1.JobConditionRefused, 30*time.Second)
-		if c := got.Status.Conditions[jobCondition(got, batchv1alpha1.JobConditionRefused)]; c.Reason != want ||
-			want == "UnsupportedField" && !strings.Contains(c.Message, "spec.manualSelector") {
-			t.Errorf("Job %s: %+v, want reason %s", job.Name, c, want)
-		}
-		waitForEvent(t, h.ns, job.Name, want)
+	got := waitJob(t, client.ObjectKeyFromObject(taken), batchv1alpha1.JobConditionRefused, 30*time.Second)
+	if c := got.Status.Conditions[jobCondition(got, batchv1alpha1.JobConditionRefused)]; c.Reason != "NameTaken" {
+		t.Errorf("Job taken: %+v, want reason NameTaken", c)
 	}
+	waitForEvent(t, h.ns, taken.Name, "NameTaken")
 	var pods corev1.PodList
 	if err := k8s.List(ctx, &pods, client.InNamespace(h.ns)); err != nil {
 		t.Fatal(err)
 	}
 	if len(pods.Items) != 0 {
-		t.Errorf("%d pods for Jobs SafeJob refuses", len(pods.Items))
+		t.Errorf("%d pods for a Job SafeJob refuses", len(pods.Items))
 	}
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(stranger), stranger); err != nil || batchv1alpha1.ManagedJobOf(stranger) != nil ||
 		stranger.Labels[batchv1alpha1.ManagedJobLabel] != "" {
 		t.Errorf("the stranger's SafeJob was taken: %v %+v", err, stranger.ObjectMeta)
+	}
+}
+
+// TestManagedJobLedgerDeleted: a running managed Job whose ledger is
+// deleted is not given a new one, which would run its work again: it says
+// so (SafeJobRefused, LedgerDeleted), and no pod is created after.
+func TestManagedJobLedgerDeleted(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, hold, false)
+	startManager(t, h.ns, managerOptions{})
+	ctx := context.Background()
+	job := managedJob("deleted", h.ns, 2, 2)
+	if err := k8s.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the Job to start", func() (bool, error) {
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(job), job)
+		return err == nil && job.Status.Active == 2 && job.Status.StartTime != nil, err
+	})
+	ledger := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Name: job.Name, Namespace: h.ns}}
+	if err := k8s.Delete(ctx, ledger); err != nil {
+		t.Fatal(err)
+	}
+	got := waitJob(t, client.ObjectKeyFromObject(job), batchv1alpha1.JobConditionRefused, 30*time.Second)
+	if c := got.Status.Conditions[jobCondition(got, batchv1alpha1.JobConditionRefused)]; c.Reason != "LedgerDeleted" {
+		t.Errorf("the Job's condition %+v, want reason LedgerDeleted", c)
+	}
+	creates, err := testutil.PodCreates(auditLog, h.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(creates); n != 2 {
+		t.Errorf("%d pods created, want the first ledger's 2 only", n)
 	}
 }

@@ -57,6 +57,7 @@ var PolicyFiles = []string{
 	filepath.Join("config", "policy", "queue-name.yaml"),
 	filepath.Join("config", "policy", "run-now.yaml"),
 	filepath.Join("config", "policy", "min-parallelism.yaml"),
+	filepath.Join("config", "policy", "managed-job.yaml"),
 }
 
 // InstallPolicies creates the admission policies of the repository at root.
