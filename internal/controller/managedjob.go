@@ -13,11 +13,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -49,6 +52,10 @@ type JobReconciler struct {
 	// Kueue is set when the Workload API is served: a Job with a queue
 	// name then runs only once Kueue has admitted its Workload.
 	Kueue bool
+	// MaxConcurrentReconciles is the number of Jobs kept in step at once:
+	// each writes the Job's status after its ledger's, so one at a time
+	// would make every managed Job wait for the others' writes.
+	MaxConcurrentReconciles int
 }
 
 // Reasons of a managed Job's JobConditionRefused condition.
@@ -288,17 +295,43 @@ func (r *JobReconciler) SetupWithManager(mgr manager.Manager) error {
 		Watches(&batchv1alpha1.SafeJob{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &batchv1.Job{},
 			handler.OnlyControllerOwner())).
 		// A ledger its Job orphaned has no owner to map it to: it is
-		// queued under its own name, the name of the Job it was of.
-		Watches(&batchv1alpha1.SafeJob{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
-			if sj, ok := obj.(*batchv1alpha1.SafeJob); ok && orphaned(sj, "") {
-				return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(sj)}}
-			}
-			return nil
-		})).
+		// queued under its own name, the name of the Job it was of. So is
+		// any SafeJob deleted: a Job refused for its name may run now.
+		Watches(&batchv1alpha1.SafeJob{}, byName{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).
 		Named("managedjob").
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("building the managed Job controller: %w", err)
 	}
 	return nil
+}
+
+// requests is the managed Job controller's queue.
+type requests = workqueue.TypedRateLimitingInterface[reconcile.Request]
+
+// byName queues, under its own name, a SafeJob that may be the ledger of a
+// Job of that name without being controlled by it: one orphaned, and one
+// deleted (whatever it was).
+type byName struct{}
+
+func (byName) Create(_ context.Context, e event.TypedCreateEvent[client.Object], q requests) {
+	queueOrphaned(e.Object, q)
+}
+
+func (byName) Update(_ context.Context, e event.TypedUpdateEvent[client.Object], q requests) {
+	queueOrphaned(e.ObjectNew, q)
+}
+
+func (byName) Delete(_ context.Context, e event.TypedDeleteEvent[client.Object], q requests) {
+	q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
+}
+
+func (byName) Generic(context.Context, event.TypedGenericEvent[client.Object], requests) {
+}
+
+func queueOrphaned(obj client.Object, q requests) {
+	if sj, ok := obj.(*batchv1alpha1.SafeJob); ok && orphaned(sj, "") {
+		q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(sj)})
+	}
 }

@@ -391,7 +391,8 @@ func (r *SafeJobReconciler) setupBeside(mgr manager.Manager) error {
 	if err := r.addRunnables(mgr); err != nil {
 		return err
 	}
-	managedJobs := &JobReconciler{Client: r.Client, Recorder: r.Recorder, Clock: r.Clock, Kueue: r.Kueue}
+	managedJobs := &JobReconciler{Client: r.Client, Recorder: r.Recorder, Clock: r.Clock, Kueue: r.Kueue,
+		MaxConcurrentReconciles: r.MaxConcurrentReconciles}
 	if err := managedJobs.SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -346,6 +346,7 @@ func (e *env) measure(scenario string, w workload, sjs []batchv1alpha1.SafeJob, 
 	}
 	sjRow.holds = e.podsHoldingFinalizer(nsSafeJob)
 	managedRow.holds = e.podsHoldingFinalizer(nsManaged)
+	e.logUnfinishedManaged(managedJobs)
 	e.checkLedgers(sjs)
 	var ledgers batchv1alpha1.SafeJobList
 	if err := e.cl.List(context.Background(), &ledgers, client.InNamespace(nsManaged)); err != nil {
@@ -353,6 +354,22 @@ func (e *env) measure(scenario string, w workload, sjs []batchv1alpha1.SafeJob, 
 	}
 	e.checkLedgers(ledgers.Items)
 	return []result{sjRow, jobRow, managedRow}
+}
+
+// logUnfinishedManaged logs each managed Job that has not finished, with
+// its ledger's status: which of the two is behind.
+func (e *env) logUnfinishedManaged(managedJobs []batchv1.Job) {
+	for k := range managedJobs {
+		job := &managedJobs[k]
+		if unfinishedJobs([]batchv1.Job{*job}) == 0 {
+			continue
+		}
+		ledger := &batchv1alpha1.SafeJob{}
+		err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(job), ledger)
+		e.t.Logf("managed Job %s not finished: status %+v; its ledger (%v): conditions %+v, active %d, ready %d, terminating %v, succeeded %d",
+			job.Name, job.Status, err, ledger.Status.Conditions, ledger.Status.Active, ledger.Status.Ready, ptr.Deref(ledger.Status.Terminating, -1),
+			ledger.Status.Succeeded)
+	}
 }
 
 func unfinishedSafeJobs(items []batchv1alpha1.SafeJob) int {

@@ -227,6 +227,11 @@ func TestManagedJobRefused(t *testing.T) {
 		stranger.Labels[batchv1alpha1.ManagedJobLabel] != "" {
 		t.Errorf("the stranger's SafeJob was taken: %v %+v", err, stranger.ObjectMeta)
 	}
+	// Once the stranger's SafeJob is gone, the Job runs, as it never ran.
+	if err := k8s.Delete(ctx, stranger); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, client.ObjectKeyFromObject(taken), batchv1.JobComplete, time.Minute)
 }
 
 // TestManagedJobLedgerDeleted: a running managed Job whose ledger is
