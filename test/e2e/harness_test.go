@@ -411,9 +411,15 @@ func unfinishedJobs(items []batchv1.Job) int {
 // podsHoldingFinalizer counts pods that still carry the ledger finalizer (I5)
 // once their release, which follows the SafeJobs' final writes, had time.
 func (e *env) podsHoldingFinalizer(ns string) int {
-	_, holding, err := testutil.WaitForRelease(e.cl, ns)
+	pods, holding, err := testutil.WaitForRelease(e.cl, ns)
 	if err != nil && len(holding) == 0 {
 		e.t.Fatal(err)
+	}
+	for _, p := range pods {
+		if slices.Contains(holding, p.Name) {
+			e.t.Logf("pod %s/%s holds the ledger finalizer after %s: phase %s, deleting %v, labels %v", ns, p.Name,
+				testutil.ReleaseTimeout, p.Status.Phase, p.DeletionTimestamp, p.Labels)
+		}
 	}
 	return len(holding)
 }
