@@ -69,6 +69,16 @@ func Refused(job *batchv1.Job, reason, message string, now metav1.Time) batchv1.
 	return withTimes(job.Status.Conditions, st, now)
 }
 
+// Finished reports whether a Job holds Complete or Failed, True.
+func Finished(job *batchv1.Job) bool {
+	for _, t := range []batchv1.JobConditionType{batchv1.JobComplete, batchv1.JobFailed} {
+		if c := JobCondition(job.Status.Conditions, t); c != nil && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
 // Unstarted is the status of a managed Job that has no ledger yet because
 // it was created suspended (as Kueue creates every Job it queues): what
 // batch/v1 writes for such a Job, the Suspended condition and zero counts.
@@ -89,7 +99,7 @@ func Unstarted(job *batchv1.Job, now metav1.Time) batchv1.JobStatus {
 func withTimes(old []batchv1.JobCondition, st batchv1.JobStatus, now metav1.Time) batchv1.JobStatus {
 	for k := range st.Conditions {
 		c := &st.Conditions[k]
-		if o := findJobCondition(old, c.Type); o != nil && o.Status == c.Status {
+		if o := JobCondition(old, c.Type); o != nil && o.Status == c.Status {
 			if o.Reason == c.Reason && o.Message == c.Message {
 				*c = *o
 			} else {
@@ -98,7 +108,7 @@ func withTimes(old []batchv1.JobCondition, st batchv1.JobStatus, now metav1.Time
 		}
 	}
 	for _, o := range old {
-		if findJobCondition(st.Conditions, o.Type) == nil {
+		if JobCondition(st.Conditions, o.Type) == nil {
 			st.Conditions = append(st.Conditions, o)
 		}
 	}
@@ -114,7 +124,8 @@ func findCondition(conds []metav1.Condition, t string) *metav1.Condition {
 	return nil
 }
 
-func findJobCondition(conds []batchv1.JobCondition, t batchv1.JobConditionType) *batchv1.JobCondition {
+// JobCondition returns the condition of type t in conds, nil if none.
+func JobCondition(conds []batchv1.JobCondition, t batchv1.JobConditionType) *batchv1.JobCondition {
 	for k := range conds {
 		if conds[k].Type == t {
 			return &conds[k]

@@ -116,7 +116,7 @@ func (r *JobReconciler) start(ctx context.Context, job *batchv1.Job, spec batchv
 	if ptr.Deref(job.Spec.Suspend, false) && job.Status.StartTime == nil {
 		return r.writeStatus(ctx, job, batchjob.Unstarted(job, metav1.NewTime(r.Clock.Now())))
 	}
-	if finished(job) {
+	if batchjob.Finished(job) {
 		return nil // its ledger was deleted after it finished: there is nothing left to run
 	}
 	if admitted, err := r.admitted(ctx, job); err != nil || !admitted {
@@ -239,7 +239,8 @@ func (r *JobReconciler) follow(ctx context.Context, job *batchv1.Job, ledger *ba
 
 // refuse reports on the Job why SafeJob does not run it, once.
 func (r *JobReconciler) refuse(ctx context.Context, job *batchv1.Job, reason, message string) error {
-	if c := findJobCondition(job, batchv1alpha1.JobConditionRefused); c == nil || c.Reason != reason || c.Message != message {
+	c := batchjob.JobCondition(job.Status.Conditions, batchv1alpha1.JobConditionRefused)
+	if c == nil || c.Reason != reason || c.Message != message {
 		r.Recorder.Eventf(job, nil, corev1.EventTypeWarning, reason, "Run", "%s", message)
 	}
 	return r.writeStatus(ctx, job, batchjob.Refused(job, reason, message, metav1.NewTime(r.Clock.Now())))
@@ -255,24 +256,6 @@ func (r *JobReconciler) writeStatus(ctx context.Context, job *batchv1.Job, statu
 	updated.Status = status
 	if err := r.Client.Status().Patch(ctx, updated, client.MergeFromWithOptions(job, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("writing the status of Job %s/%s: %w", job.Namespace, job.Name, err)
-	}
-	return nil
-}
-
-func finished(job *batchv1.Job) bool {
-	for _, t := range []batchv1.JobConditionType{batchv1.JobComplete, batchv1.JobFailed} {
-		if c := findJobCondition(job, t); c != nil && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
-}
-
-func findJobCondition(job *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCondition {
-	for k := range job.Status.Conditions {
-		if job.Status.Conditions[k].Type == t {
-			return &job.Status.Conditions[k]
-		}
 	}
 	return nil
 }
