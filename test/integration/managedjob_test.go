@@ -266,3 +266,26 @@ func TestManagedJobLedgerDeleted(t *testing.T) {
 		t.Errorf("%d pods created, want the first ledger's 2 only", n)
 	}
 }
+
+// TestManagedJobBeyondSafeJobBounds: a Job the API server takes but whose
+// ledger it refuses (a parallelism above SafeJob's bound) is reported on
+// the Job, naming the field, and no pod runs.
+func TestManagedJobBeyondSafeJobBounds(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil, false)
+	startManager(t, h.ns, managerOptions{})
+	ctx := context.Background()
+	job := managedJob("wide", h.ns, 3000, 3000)
+	if err := k8s.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	got := waitJob(t, client.ObjectKeyFromObject(job), batchv1alpha1.JobConditionRefused, 30*time.Second)
+	if c := got.Status.Conditions[jobCondition(got, batchv1alpha1.JobConditionRefused)]; c.Reason != "UnsupportedField" ||
+		!strings.Contains(c.Message, "spec.parallelism") {
+		t.Errorf("the Job's condition %+v, want UnsupportedField naming spec.parallelism", c)
+	}
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.InNamespace(h.ns)); err != nil || len(pods.Items) != 0 {
+		t.Errorf("%d pods (%v) for a Job SafeJob refuses", len(pods.Items), err)
+	}
+}
