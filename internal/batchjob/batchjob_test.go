@@ -1,6 +1,7 @@
 package batchjob
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -109,5 +110,69 @@ func TestRefusedAndUnstarted(t *testing.T) {
 	st = Unstarted(job, now)
 	if len(st.Conditions) != 2 || st.Conditions[0].Type != batchv1.JobSuspended || st.Conditions[1].Type != batchv1alpha1.JobConditionRefused {
 		t.Errorf("unstarted: %+v", st.Conditions)
+	}
+}
+
+// TestStatusResumed: a Job created suspended, then resumed, holds Suspended
+// False (JobResumed) before its later conditions, in batch/v1's order, and
+// keeps that order once it completes.
+func TestStatusResumed(t *testing.T) {
+	t0 := time.Unix(1000, 0).UTC()
+	job := managedJob()
+	job.Spec.Suspend = ptr.To(true)
+	job.Status = Unstarted(job, metav1.NewTime(t0))
+	job.Spec.Suspend = ptr.To(false)
+	start := metav1.NewTime(t0.Add(time.Minute))
+	ledger := &batchv1alpha1.SafeJobStatus{StartTime: &start, Active: 2, Terminating: ptr.To[int32](0)}
+	resumedAt := metav1.NewTime(t0.Add(time.Minute))
+	job.Status = Status(job, ledger, resumedAt)
+	if c := JobCondition(job.Status.Conditions, batchv1.JobSuspended); c == nil || c.Status != corev1.ConditionFalse ||
+		c.Reason != batchv1alpha1.ReasonResumed || c.Message != "Job resumed" || !c.LastTransitionTime.Equal(&resumedAt) {
+		t.Fatalf("resumed: %+v", job.Status.Conditions)
+	}
+	ledger.Active, ledger.Succeeded = 0, 2
+	ledger.Conditions = []metav1.Condition{cond(batchv1alpha1.ConditionSuccessCriteriaMet, metav1.ConditionTrue, "CompletionsReached", t0.Add(2*time.Minute)),
+		cond(batchv1alpha1.ConditionComplete, metav1.ConditionTrue, "CompletionsReached", t0.Add(2*time.Minute))}
+	done := Status(job, ledger, metav1.NewTime(t0.Add(3*time.Minute)))
+	var order []batchv1.JobConditionType
+	for _, c := range done.Conditions {
+		order = append(order, c.Type)
+	}
+	if want := []batchv1.JobConditionType{batchv1.JobSuspended, batchv1.JobSuccessCriteriaMet, batchv1.JobComplete}; !slices.Equal(order, want) {
+		t.Errorf("conditions of the completed Job: %v, want %v", order, want)
+	}
+	if c := JobCondition(done.Conditions, batchv1.JobSuspended); !c.LastTransitionTime.Equal(&resumedAt) || c.Status != corev1.ConditionFalse {
+		t.Errorf("Suspended changed as the Job completed: %+v", c)
+	}
+}
+
+func TestEvents(t *testing.T) {
+	at := metav1.NewTime(time.Unix(1000, 0))
+	status := func(conds ...batchv1.JobCondition) *batchv1.JobStatus {
+		return &batchv1.JobStatus{Conditions: conds}
+	}
+	c := func(t batchv1.JobConditionType, s corev1.ConditionStatus, reason, msg string) batchv1.JobCondition {
+		return batchv1.JobCondition{Type: t, Status: s, Reason: reason, Message: msg, LastTransitionTime: at}
+	}
+	suspended := c(batchv1.JobSuspended, corev1.ConditionTrue, "JobSuspended", "Job suspended")
+	resumed := c(batchv1.JobSuspended, corev1.ConditionFalse, "JobResumed", "Job resumed")
+	complete := c(batchv1.JobComplete, corev1.ConditionTrue, "CompletionsReached", "Reached expected number of succeeded pods")
+	failed := c(batchv1.JobFailed, corev1.ConditionTrue, "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+	for _, tc := range []struct {
+		name     string
+		old, new *batchv1.JobStatus
+		want     []Event
+	}{
+		{"created suspended", status(), status(suspended), []Event{{"Normal", "Suspended", "Job suspended"}}},
+		{"resumed", status(suspended), status(resumed), []Event{{"Normal", "Resumed", "Job resumed"}}},
+		{"suspended again", status(resumed), status(suspended), []Event{{"Normal", "Suspended", "Job suspended"}}},
+		{"completed", status(resumed), status(resumed, complete), []Event{{"Normal", "Completed", "Job completed"}}},
+		{"failed", status(), status(failed), []Event{{"Warning", "BackoffLimitExceeded", "Job has reached the specified backoff limit"}}},
+		{"unchanged", status(suspended, complete), status(suspended, complete), nil},
+		{"counts only", status(), &batchv1.JobStatus{Active: 3}, nil},
+	} {
+		if diff := cmp.Diff(tc.want, Events(tc.old, tc.new)); diff != "" {
+			t.Errorf("%s (-want,+got):\n%s", tc.name, diff)
+		}
 	}
 }

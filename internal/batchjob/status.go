@@ -41,6 +41,15 @@ func Status(job *batchv1.Job, from *batchv1alpha1.SafeJobStatus, now metav1.Time
 		UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{},
 	}
 	settled := st.Active == 0 && *st.Terminating == 0
+	if findCondition(from.Conditions, batchv1alpha1.ConditionSuspended) == nil {
+		// The ledger was made as the Job, created suspended, was resumed
+		// (Unstarted): the Job says so, as batch/v1's does, and keeps saying
+		// so first, where batch/v1 keeps it.
+		if JobCondition(job.Status.Conditions, batchv1.JobSuspended) != nil {
+			st.Conditions = append(st.Conditions, batchv1.JobCondition{Type: batchv1.JobSuspended, Status: corev1.ConditionFalse,
+				Reason: batchv1alpha1.ReasonResumed, Message: "Job resumed", LastProbeTime: now, LastTransitionTime: now})
+		}
+	}
 	for _, t := range jobConditions {
 		c := findCondition(from.Conditions, t)
 		if c == nil || slices.Contains(terminal, t) && !settled {

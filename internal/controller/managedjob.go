@@ -247,7 +247,9 @@ func (r *JobReconciler) refuse(ctx context.Context, job *batchv1.Job, reason, me
 }
 
 // writeStatus writes status to the Job, if it changes it, on the version it
-// was read at: a Job changed meanwhile is read and decided again.
+// was read at: a Job changed meanwhile is read and decided again. Once
+// written, the events batch/v1 records for that change are recorded, once:
+// a write that fails records none, and the one that succeeds later does.
 func (r *JobReconciler) writeStatus(ctx context.Context, job *batchv1.Job, status batchv1.JobStatus) error {
 	if equality.Semantic.DeepEqual(job.Status, status) {
 		return nil
@@ -256,6 +258,9 @@ func (r *JobReconciler) writeStatus(ctx context.Context, job *batchv1.Job, statu
 	updated.Status = status
 	if err := r.Client.Status().Patch(ctx, updated, client.MergeFromWithOptions(job, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("writing the status of Job %s/%s: %w", job.Namespace, job.Name, err)
+	}
+	for _, e := range batchjob.Events(&job.Status, &updated.Status) {
+		r.Recorder.Eventf(updated, nil, e.Type, e.Reason, "Sync", "%s", e.Message)
 	}
 	return nil
 }

@@ -84,11 +84,17 @@ func (r *SafeJobReconciler) act(ctx context.Context, sj *batchv1alpha1.SafeJob, 
 	}
 	r.recordCreates(sj, created)
 	r.releaseInBackground(key, sj.UID, r.tracker.unreleased(key, sj.UID, plan.Release, r.Clock.Now()))
+	var deleted []string
 	fail(r.parallel(ctx, len(plan.Delete), func(i int) {
-		if err := r.deletePod(ctx, types.NamespacedName{Namespace: sj.Namespace, Name: plan.Delete[i]}, sj.UID); err != nil {
-			fail(err)
+		ok, err := r.deletePod(ctx, types.NamespacedName{Namespace: sj.Namespace, Name: plan.Delete[i]}, sj.UID)
+		fail(err)
+		if ok {
+			mu.Lock()
+			defer mu.Unlock()
+			deleted = append(deleted, plan.Delete[i])
 		}
 	}))
+	r.recordDeletes(sj, deleted)
 	return recheck, errors.Join(errs...)
 }
 
@@ -150,14 +156,24 @@ func (r *SafeJobReconciler) releaseOne(ctx context.Context, stopping <-chan stru
 }
 
 // recordCreates reports the pods one reconcile created in one event (one
-// event per pod would be as many writes to the API server as pods).
+// event per pod would be as many writes to the API server as pods). The
+// ledger of a managed Job reports them on the Job, as batch/v1 does: one
+// event per pod (jobEventTarget).
 func (r *SafeJobReconciler) recordCreates(sj *batchv1alpha1.SafeJob, created []string) {
+	slices.Sort(created)
+	if job := jobEventTarget(sj); job != nil {
+		counted := int(sj.Status.Active + sj.Status.Succeeded + sj.Status.Failed)
+		for k, name := range created {
+			r.Recorder.Eventf(job, podEventRelated(sj, name, counted+k), corev1.EventTypeNormal, "SuccessfulCreate", "CreatePod",
+				"Created pod: %s", name)
+		}
+		return
+	}
 	switch {
 	case len(created) == 0:
 	case len(created) == 1:
 		r.Recorder.Eventf(sj, nil, corev1.EventTypeNormal, "SuccessfulCreate", "CreatePod", "Created pod: %s", created[0])
 	default:
-		slices.Sort(created)
 		names := strings.Join(created[:min(len(created), 10)], ", ")
 		if len(created) > 10 {
 			names += fmt.Sprintf(" and %d more", len(created)-10)
@@ -208,7 +224,7 @@ func (r *SafeJobReconciler) createPod(ctx context.Context, sj *batchv1alpha1.Saf
 		// event is recorded when the refusal starts or its message changes,
 		// not for every pod and retry.
 		if r.tracker.answered(key, sj.UID, refusalMessage(err, ref.Name)) {
-			r.Recorder.Eventf(sj, nil, corev1.EventTypeWarning, "FailedCreate", "CreatePod", "Error creating pod %s: %v", ref.Name, err)
+			r.recordFailedCreate(sj, ref.Name, err)
 		}
 		return false, 0, fmt.Errorf("creating pod %s: %w", ref.Name, err)
 	default:
@@ -248,21 +264,24 @@ func (r *SafeJobReconciler) fence() ledger.Fence { return r.Fence.OrDefault() }
 
 // deletePod deletes the pod of this name that the SafeJob of UID owner
 // created, as the cache shows it, under that pod's UID: a pod another
-// created under the name since is never touched.
-func (r *SafeJobReconciler) deletePod(ctx context.Context, key types.NamespacedName, owner types.UID) error {
+// created under the name since is never touched. It reports whether this
+// call deleted it.
+func (r *SafeJobReconciler) deletePod(ctx context.Context, key types.NamespacedName, owner types.UID) (bool, error) {
 	pod, err := r.podOf(ctx, key, owner)
 	if pod == nil {
-		return err
+		return false, err
 	}
 	err = r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID})
 	switch {
-	case err == nil, apierrors.IsNotFound(err):
-		return nil
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err):
+		return false, nil
 	case apierrors.IsConflict(err):
 		log.FromContext(ctx).Info("Pod not deleted: its name is held by another pod now", "pod", key.Name, "uid", pod.UID)
-		return nil
+		return false, nil
 	}
-	return fmt.Errorf("deleting pod %s: %w", key.Name, err)
+	return false, fmt.Errorf("deleting pod %s: %w", key.Name, err)
 }
 
 // releasePodOf releases the ledger finalizer of the pod of this name that

@@ -203,7 +203,7 @@ func TestPodWritesOnlyUnderTheOwnPodsUID(t *testing.T) {
 		if err := r.releasePodOf(ctx, key, owner); err != nil {
 			t.Errorf("release of %s: %v", name, err)
 		}
-		if err := r.deletePod(ctx, key, owner); err != nil {
+		if _, err := r.deletePod(ctx, key, owner); err != nil {
 			t.Errorf("delete of %s: %v", name, err)
 		}
 	}

@@ -3,6 +3,10 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -272,6 +276,10 @@ func TestParity(t *testing.T) {
 			if diff := cmp.Diff(wantJob, gotManaged); diff != "" {
 				t.Errorf("the Job managed by SafeJob differs from batch/v1 (-batch/v1,+managed):\n%s", diff)
 			}
+			if diff := cmp.Diff(jobConditions(job), jobConditions(managed)); diff != "" {
+				t.Errorf("the managed Job's conditions differ from batch/v1's (-batch/v1,+managed):\n%s", diff)
+			}
+			e.compareJobEvents(t, job, managed)
 			// The backoff delay: the gaps between the creates of an index's
 			// pods, to the second (creation times have second precision).
 			jobGaps := d.createGaps(job.UID)
@@ -308,6 +316,63 @@ func (e *env) waitManagedParity(t *testing.T, job *batchv1.Job, d *fateDriver, t
 		return e.cl.Get(context.Background(), client.ObjectKeyFromObject(job), job) == nil && unfinishedJobs([]batchv1.Job{*job}) == 0
 	})
 	return jobOutcome(job, d.podsPerIndex(e.ledgerUID(job)))
+}
+
+// jobConditions are a Job's conditions, in order, as type, status, reason
+// and message.
+func jobConditions(job *batchv1.Job) []string {
+	var out []string
+	for _, c := range job.Status.Conditions {
+		out = append(out, fmt.Sprintf("%s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message))
+	}
+	return out
+}
+
+// safeJobNotes are the reasons of the events SafeJob adds on a Job it
+// manages to say how it runs it (docs/managed-jobs.md); batch/v1 has none.
+var safeJobNotes = []string{"RunAs", "SpecNotApplied"}
+
+// compareJobEvents waits until the events recorded on the managed Job are
+// those recorded on the built-in Job, by type, reason and message (pod names
+// left out), each as many times, and fails saying how they differ if they
+// are not within a bound. Both controllers write their events after the
+// writes they tell of, so the last ones may come after the Job has finished.
+func (e *env) compareJobEvents(t *testing.T, job, managed *batchv1.Job) {
+	t.Helper()
+	var want, got map[string]int
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		events := &corev1.EventList{}
+		if err := e.cl.List(context.Background(), events, client.InNamespace(job.Namespace)); err != nil {
+			t.Fatalf("listing events: %v", err)
+		}
+		want, got = jobEvents(events.Items, job, nil), jobEvents(events.Items, managed, safeJobNotes)
+		if maps.Equal(want, got) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the managed Job's events differ from batch/v1's (-batch/v1,+managed):\n%s", cmp.Diff(want, got))
+			return
+		}
+		time.Sleep(500 * time.Millisecond) // polling interval of the events
+	}
+}
+
+// jobEvents counts the events recorded on job by type, reason and message,
+// the names of its pods written as <pod>, leaving out the reasons in skip.
+// An event that stands for several (its count, or the legacy recorder's
+// aggregate of similar events) counts as many times.
+func jobEvents(events []corev1.Event, job *batchv1.Job, skip []string) map[string]int {
+	pod := regexp.MustCompile(regexp.QuoteMeta(job.Name) + `-[a-z0-9-]+`)
+	out := map[string]int{}
+	for _, ev := range events {
+		if ev.InvolvedObject.Kind != "Job" || ev.InvolvedObject.UID != job.UID || slices.Contains(skip, ev.Reason) {
+			continue
+		}
+		msg := pod.ReplaceAllString(strings.TrimPrefix(ev.Message, "(combined from similar events): "), "<pod>")
+		out[ev.Type+"/"+ev.Reason+": "+msg] += max(int(ev.Count), 1)
+	}
+	return out
 }
 
 // jobOutcome is what a finished Job's status says, with its pods per index.

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -177,7 +178,48 @@ func TestManagedJobSuspended(t *testing.T) {
 			t.Errorf("pod %s runs without the node selector set before the Job resumed", p.Name)
 		}
 	}
+	// batch/v1's status and events of a Job created suspended and resumed.
+	if k := jobCondition(got, batchv1.JobSuspended); k < 0 || got.Status.Conditions[k].Status != corev1.ConditionFalse ||
+		got.Status.Conditions[k].Reason != "JobResumed" {
+		t.Errorf("the resumed Job's conditions: %+v", got.Status.Conditions)
+	}
+	waitJobEvents(t, got, map[string]int{"Normal/RunAs": 1, "Normal/Suspended": 1, "Normal/Resumed": 1,
+		"Normal/SuccessfulCreate": 2, "Normal/Completed": 1})
 }
+
+// waitJobEvents waits until the events recorded on the Job (not on its
+// ledger, of the same name) are, by type and reason, as many as want says,
+// and checks that batch/v1's messages are theirs.
+func waitJobEvents(t *testing.T, job *batchv1.Job, want map[string]int) {
+	t.Helper()
+	var got map[string]int
+	defer func() {
+		if t.Failed() {
+			t.Logf("events of Job %s: %v, want %v", job.Name, got, want)
+		}
+	}()
+	waitFor(t, 30*time.Second, "the events of Job "+job.Name, func() (bool, error) {
+		events := &corev1.EventList{}
+		if err := k8s.List(context.Background(), events, client.InNamespace(job.Namespace)); err != nil {
+			return false, err
+		}
+		got = map[string]int{}
+		for _, e := range events.Items {
+			if e.InvolvedObject.Kind != "Job" || e.InvolvedObject.UID != job.UID {
+				continue
+			}
+			got[e.Type+"/"+e.Reason] += max(int(e.Count), 1)
+			if msg, ok := jobEventMessages[e.Reason]; ok && !strings.HasPrefix(e.Message, msg) {
+				t.Errorf("event %s on Job %s says %q, batch/v1's %q", e.Reason, job.Name, e.Message, msg)
+			}
+		}
+		return maps.Equal(got, want), nil
+	})
+}
+
+// jobEventMessages are the messages (or their starts) of batch/v1's events.
+var jobEventMessages = map[string]string{"Suspended": "Job suspended", "Resumed": "Job resumed",
+	"Completed": "Job completed", "SuccessfulCreate": "Created pod: ", "SuccessfulDelete": "Deleted pod: "}
 
 // TestManagedJobRefused: the API server refuses a managed Job with a
 // selector of its own (the policy safejob-managed-job), naming the field;
