@@ -47,49 +47,53 @@ func main() {
 	flag.BoolVar(&s.secureMetrics, "metrics-secure", false,
 		"If set, the metrics endpoint is served via HTTPS, to callers the API server authenticates and authorizes "+
 			"(get on the /metrics non-resource URL, as the metrics-reader ClusterRole grants).")
-	flag.IntVar(&s.concurrency, "concurrent-reconciles", 32, "The number of SafeJobs reconciled at once.")
-	flag.IntVar(&s.podWrites, "concurrent-pod-writes", controller.DefaultConcurrentPodWrites,
+	flag.IntVar(&s.opts.MaxConcurrentReconciles, "concurrent-reconciles", 32, "The number of SafeJobs reconciled at once.")
+	flag.IntVar(&s.opts.Pacing.ConcurrentPodWrites, "concurrent-pod-writes", controller.DefaultConcurrentPodWrites,
 		"The pod creates, finalizer releases and deletes in flight at once, across all SafeJobs (0: unbounded).")
-	flag.IntVar(&s.statusWrites, "concurrent-status-writes", controller.DefaultConcurrentStatusWrites,
+	flag.IntVar(&s.opts.Pacing.ConcurrentStatusWrites, "concurrent-status-writes", controller.DefaultConcurrentStatusWrites,
 		"The status writes that commit launches in flight at once, across all SafeJobs (0: unbounded).")
 	flag.Float64Var(&s.qps, "kube-api-qps", 100, "Queries per second to the API server.")
 	flag.IntVar(&s.burst, "kube-api-burst", 200, "Burst of queries to the API server.")
-	flag.DurationVar(&s.podBatch, "pod-batch-period", controller.DefaultPodBatchPeriod,
+	flag.DurationVar(&s.opts.Pacing.PodBatchPeriod, "pod-batch-period", controller.DefaultPodBatchPeriod,
 		"How long a SafeJob's reconcile waits after a pod event, and the least time between two ledger writes of a SafeJob "+
 			"that runs several pods at once, so that the events of many pods are decided in one status write (0: at once).")
-	flag.DurationVar(&s.readyBatch, "ready-batch-period", controller.DefaultReadyBatchPeriod,
+	flag.DurationVar(&s.opts.Pacing.ReadyBatchPeriod, "ready-batch-period", controller.DefaultReadyBatchPeriod,
 		"How long a change of status.ready alone may wait to be written, so that it travels with the next ledger fact (0: at once). "+
 			"Longer saves writes for short pods but shows their ready count later.")
-	flag.DurationVar(&s.readyBusy, "ready-busy-period", controller.DefaultReadyBusyPeriod,
+	flag.DurationVar(&s.opts.Pacing.ReadyBusyPeriod, "ready-busy-period", controller.DefaultReadyBusyPeriod,
 		"How long a change of status.ready alone may wait while SafeJobs queue for a worker, "+
 			"renewed while they still queue up to --ready-busy-limit (0 or less than --ready-batch-period: as --ready-batch-period).")
-	flag.DurationVar(&s.readyBusyLimit, "ready-busy-limit", controller.DefaultReadyBusyLimit,
+	flag.DurationVar(&s.opts.Pacing.ReadyBusyLimit, "ready-busy-limit", controller.DefaultReadyBusyLimit,
 		"The longest a change of status.ready alone may wait while SafeJobs keep queueing for a worker: "+
 			"a hold that ends while they still queue is renewed by --ready-busy-period up to this (at or below it: no renewal).")
 	flag.DurationVar(&s.failureBackoff, "pod-failure-backoff", jobs.DefaultBackoff.Base,
 		"The delay before a failed pod is replaced, doubling with each failure since the last success, "+
 			"at most 60 times this (batch/v1: 10s, at most 10m).")
-	flag.IntVar(&s.launchWindow, "launch-window", controller.DefaultLaunchWindow,
+	flag.IntVar(&s.opts.Pacing.LaunchWindow, "launch-window", controller.DefaultLaunchWindow,
 		"The pods launched across all SafeJobs that may wait to start at once (created or about to be, not yet running); "+
 			"SafeJobs beyond it wait their turn (0: unbounded).")
-	flag.IntVar(&s.launchWindowMin, "launch-window-min", controller.DefaultLaunchWindowMin,
+	flag.IntVar(&s.opts.Pacing.LaunchWindowMin, "launch-window-min", controller.DefaultLaunchWindowMin,
 		"The least --launch-window shrinks to: it follows how fast pods start, twice the most pods that started in one second "+
 			"of the last 10 seconds times the quickest start of the last minute, between this and --launch-window, "+
 			"and all of --launch-window where pods take 10 seconds or more to start on average "+
 			"(0, or --launch-window or more: it stays at --launch-window).")
-	flag.DurationVar(&s.launchWindowTimeout, "launch-window-timeout", controller.DefaultLaunchWindowTimeout,
+	flag.DurationVar(&s.opts.Pacing.LaunchWindowTimeout, "launch-window-timeout", controller.DefaultLaunchWindowTimeout,
 		"The longest a pod that does not start holds its place in --launch-window.")
-	flag.DurationVar(&s.outcomeHold, "outcome-hold", controller.DefaultOutcomeHold,
+	flag.DurationVar(&s.opts.Pacing.OutcomeHold, "outcome-hold", controller.DefaultOutcomeHold,
 		"While SafeJobs wait for --launch-window, the longest a status write that records nothing but pod successes "+
 			"waits, so that pods start first (0: never held).")
 	flag.BoolVar(&s.kueuePodsReady, "kueue-pods-ready", true,
 		"Keep the PodsReady condition of queued SafeJobs' Kueue Workloads. Kueue's waitForPodsReady needs it "+
 			"(a Workload without it is evicted at the timeout); Kueue's own Job integration sets it only when waitForPodsReady "+
 			"is on, so with it off, false saves about one Workload status write per SafeJob.")
-	flag.DurationVar(&s.releaseDrain, "release-drain", controller.DefaultReleaseDrain,
+	flag.DurationVar(&s.opts.ReleaseDrain, "release-drain", controller.DefaultReleaseDrain,
 		"How long finalizer releases go on once the manager is told to stop (SIGTERM): those in flight finish and those queued "+
 			"are issued, so that no pod is left holding the ledger finalizer (0: they stop at once). "+
 			"Keep it below the pod's termination grace period.")
+	flag.BoolVar(&s.pacing, "pacing", true,
+		"Pace writes for throughput: the batch and ready periods, the launch window, the outcome hold and the bounds on "+
+			"writes in flight. false turns all of it off (every decision written at once, nothing bounded); "+
+			"exactness does not depend on it.")
 	flag.StringVar(&s.pprofAddr, "pprof-bind-address", "0", "The address the pprof endpoint binds to (0 disables it).")
 	showVersion := flag.Bool("version", false, "Print the version (safejob-controller <version>) and exit.")
 	opts := zap.Options{Development: false}
@@ -108,21 +112,29 @@ func main() {
 	}
 }
 
-// settings are the manager's command-line settings.
+// settings are the manager's command-line settings; opts holds those of
+// the reconciler, completed by options.
 type settings struct {
-	metricsAddr, probeAddr, pprofAddr               string
-	leaderElectionNamespace                         string
-	leaderElect, secureMetrics                      bool
-	concurrency                                     int
-	podWrites, statusWrites                         int
-	qps                                             float64
-	burst                                           int
-	podBatch, readyBatch, readyBusy, readyBusyLimit time.Duration
-	failureBackoff                                  time.Duration
-	launchWindow, launchWindowMin                   int
-	launchWindowTimeout, outcomeHold                time.Duration
-	releaseDrain                                    time.Duration
-	kueuePodsReady                                  bool
+	metricsAddr, probeAddr, pprofAddr string
+	leaderElectionNamespace           string
+	leaderElect, secureMetrics        bool
+	qps                               float64
+	burst                             int
+	opts                              controller.Options
+	failureBackoff                    time.Duration
+	kueuePodsReady, pacing            bool
+}
+
+// options are the reconciler's Options: as the flags set them, with the
+// backoff they derive, and queueing as the API server serves it.
+func (s settings) options(withKueue bool) controller.Options {
+	opts := s.opts
+	opts.Backoff = jobs.Backoff{Base: s.failureBackoff, Max: 60 * s.failureBackoff}
+	opts.Kueue, opts.NoPodsReady = withKueue, !s.kueuePodsReady
+	if !s.pacing {
+		opts.Pacing = controller.Pacing{}
+	}
+	return opts
 }
 
 func run(s settings) error {
@@ -163,7 +175,7 @@ func run(s settings) error {
 		LeaderElectionNamespace: s.leaderElectionNamespace,
 		Cache:                   controller.CacheOptions(),
 		// Room for the release drain, and for the rest of the shutdown after it.
-		GracefulShutdownTimeout: ptr.To(s.releaseDrain + 10*time.Second),
+		GracefulShutdownTimeout: ptr.To(s.opts.ReleaseDrain + 10*time.Second),
 	})
 	if err != nil {
 		return err
@@ -178,26 +190,12 @@ func run(s settings) error {
 		return fmt.Errorf("setting up events: %w", err)
 	}
 	r := &controller.SafeJobReconciler{
-		Client:                  mgr.GetClient(),
-		APIReader:               mgr.GetAPIReader(),
-		Recorder:                rec,
-		Clock:                   clock.RealClock{},
-		Metrics:                 m,
-		MaxConcurrentReconciles: s.concurrency,
-		ConcurrentPodWrites:     s.podWrites,
-		ConcurrentStatusWrites:  s.statusWrites,
-		PodBatchPeriod:          s.podBatch,
-		ReadyBatchPeriod:        s.readyBatch,
-		ReadyBusyPeriod:         s.readyBusy,
-		ReadyBusyLimit:          s.readyBusyLimit,
-		Backoff:                 jobs.Backoff{Base: s.failureBackoff, Max: 60 * s.failureBackoff},
-		LaunchWindow:            s.launchWindow,
-		LaunchWindowMin:         s.launchWindowMin,
-		LaunchWindowTimeout:     s.launchWindowTimeout,
-		OutcomeHold:             s.outcomeHold,
-		ReleaseDrain:            s.releaseDrain,
-		Kueue:                   withKueue,
-		NoPodsReady:             !s.kueuePodsReady,
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  rec,
+		Clock:     clock.RealClock{},
+		Metrics:   m,
+		Options:   s.options(withKueue),
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up controller: %w", err)

@@ -64,7 +64,7 @@ func (r *SafeJobReconciler) commit(ctx context.Context, sj *batchv1alpha1.SafeJo
 	// the kubelets' pod status writes; other writes go at the workers' pace.
 	var slots slots
 	if launches(appended) > 0 {
-		slots = r.statusWrites
+		slots = r.pacer.statusSlots()
 	}
 	if !slots.acquire(ctx) {
 		return nil, fmt.Errorf("waiting to write SafeJob status: %w", ctx.Err())
@@ -106,6 +106,7 @@ func (r *SafeJobReconciler) commit(ctx context.Context, sj *batchv1alpha1.SafeJo
 		return nil, nil
 	}
 	r.tracker.wrote(client.ObjectKeyFromObject(sj), sj.UID, prevRV, r.Clock.Now(), appended, &answer.Status.Ledger)
+	r.pacer.wrote(client.ObjectKeyFromObject(sj), sj.UID, r.Clock.Now())
 	r.Metrics.recordWrite(&sj.Status, &status, appended)
 	log.FromContext(ctx).V(1).Info("Wrote status", "appended", len(appended), "seq", status.Ledger.Seq,
 		"listed", len(status.Ledger.Entries), "active", status.Active, "ready", status.Ready, "succeeded", status.Succeeded)
@@ -230,7 +231,7 @@ func (r *SafeJobReconciler) writeStatus(ctx context.Context, sj *batchv1alpha1.S
 	}
 	r.recordEvents(updated, sj, plan)
 	r.Metrics.recordFinished(sj, updated)
-	r.readyHeld.drop(client.ObjectKeyFromObject(sj)) // the counts went with this write
+	r.pacer.countsWritten(client.ObjectKeyFromObject(sj))
 	return true, nil
 }
 

@@ -72,7 +72,7 @@ func newStatusWritesUnderTest(t *testing.T, n, slots int) *statusWritesUnderTest
 		}).Build()
 	clk := clocktesting.NewFakePassiveClock(time.Now())
 	s.r = &SafeJobReconciler{Client: s.c, Clock: clk, Metrics: NewMetrics(), tracker: newTracker(),
-		statusWrites: newSlots(slots)}
+		pacer: newPacer(Pacing{ConcurrentStatusWrites: slots}, clk, nil)}
 	return s
 }
 

@@ -37,7 +37,7 @@ func (r *SafeJobReconciler) releaseFinalizer(ctx context.Context, pod *corev1.Po
 	if !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer) {
 		return nil
 	}
-	ctx, cancel := outlive(ctx, r.ReleaseDrain)
+	ctx, cancel := outlive(ctx, r.Options.ReleaseDrain)
 	defer cancel()
 	err := r.Client.Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, release.PodPatch(pod.UID)))
 	switch {
@@ -50,31 +50,55 @@ func (r *SafeJobReconciler) releaseFinalizer(ctx context.Context, pod *corev1.Po
 	return fmt.Errorf("removing finalizer %s of %s: %w", batchv1alpha1.LedgerFinalizer, pod.Name, err)
 }
 
-// releaseOrphans frees the pods that hold the ledger finalizer for a SafeJob
-// of this name that is gone or going: with no ledger left to record their
-// outcome, the finalizer only blocks their deletion. A pod is matched by the
-// UID of the SafeJob that created it (its controller reference, or the
-// controller-uid label that outlives an orphaning delete), never by name:
-// the pods keep controls, keep being the SafeJob of this name that lives now
-// (if any), are left alone. A pod only labelled with keep's UID lost its
-// controller reference by hand: keep reads it as a stranger's (its launch
-// goes Lost, NameTaken) and never records its outcome, so it is released
-// too. Pods without the ledger finalizer are never touched.
-func (r *SafeJobReconciler) releaseOrphans(ctx context.Context, ns, name string, keep types.UID) error {
+// releaseSet is which pods of a SafeJob name a release frees: every one, or
+// every one but those the SafeJob of one UID controls (the SafeJob that
+// lives under the name now, whose ledger records their outcomes).
+type releaseSet struct {
+	every bool
+	// kept is the UID whose pods are left alone when not every.
+	kept types.UID
+}
+
+// everyPod is the set of every pod of a name.
+func everyPod() releaseSet { return releaseSet{every: true} }
+
+// allPodsBut is the set of the pods of a name but those the SafeJob of uid
+// controls; with no such SafeJob (uid ""), every pod.
+func allPodsBut(uid types.UID) releaseSet {
+	if uid == "" {
+		return everyPod()
+	}
+	return releaseSet{kept: uid}
+}
+
+// holds reports whether pod is in the set.
+func (s releaseSet) holds(pod *corev1.Pod) bool {
+	return s.every || !controlledBy(pod, s.kept)
+}
+
+// releasePods frees the pods of the set that hold the ledger finalizer for
+// a SafeJob of this name that is gone or going: with no ledger left to
+// record their outcome, the finalizer only blocks their deletion. A pod is
+// matched by the UID of the SafeJob that created it (its controller
+// reference, or the controller-uid label that outlives an orphaning
+// delete), never by name. A pod only labelled with the kept UID lost its
+// controller reference by hand: that SafeJob reads it as a stranger's (its
+// launch goes Lost, NameTaken) and never records its outcome, so it is
+// released too. Pods without the ledger finalizer are never touched.
+func (r *SafeJobReconciler) releasePods(ctx context.Context, key types.NamespacedName, set releaseSet) error {
 	var list corev1.PodList
-	if err := r.Client.List(ctx, &list, client.InNamespace(ns),
-		client.MatchingLabels{batchv1alpha1.SafeJobNameLabel: nameLabel(name)}); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(key.Namespace),
+		client.MatchingLabels{batchv1alpha1.SafeJobNameLabel: nameLabel(key.Name)}); err != nil {
 		return fmt.Errorf("listing pods of deleted SafeJob: %w", err)
 	}
 	var errs []error
-	key := types.NamespacedName{Namespace: ns, Name: name}
 	for i := range list.Items {
 		pod := &list.Items[i]
-		if keep != "" && controlledBy(pod, keep) {
+		if !set.holds(pod) {
 			continue
 		}
 		ref := metav1.GetControllerOf(pod)
-		if ref != nil && batchv1alpha1.IsSafeJobRef(ref) && ref.Name != name {
+		if ref != nil && batchv1alpha1.IsSafeJobRef(ref) && ref.Name != key.Name {
 			continue // another SafeJob's pod whose name label is shortened to the same
 		}
 		if ref != nil && batchv1alpha1.IsSafeJobRef(ref) {
@@ -92,6 +116,23 @@ func (r *SafeJobReconciler) releaseOrphans(ctx context.Context, ns, name string,
 	return errors.Join(errs...)
 }
 
+// releaseLeftBehind frees the pods of this name that no living SafeJob's
+// ledger records: all but those of the SafeJob that holds the name now,
+// read live (the cache may lag behind a SafeJob created again under the
+// name, or show one that is gone), and all of them when that is the
+// SafeJob being deleted (deleting, its UID).
+func (r *SafeJobReconciler) releaseLeftBehind(ctx context.Context, key types.NamespacedName, deleting types.UID) error {
+	live := &batchv1alpha1.SafeJob{}
+	if err := r.APIReader.Get(ctx, key, live); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("reading SafeJob %s live: %w", key.Name, err)
+	}
+	set := allPodsBut(live.UID)
+	if live.UID == deleting {
+		set = everyPod() // still the one being deleted: every pod of its name goes
+	}
+	return r.releasePods(ctx, key, set)
+}
+
 // controlledBy reports whether the SafeJob of this UID controls pod.
 func controlledBy(pod *corev1.Pod, uid types.UID) bool {
 	ref := metav1.GetControllerOf(pod)
@@ -107,58 +148,30 @@ func creatorUID(pod *corev1.Pod) types.UID {
 	return types.UID(pod.Labels[batchv1alpha1.ControllerUIDLabel])
 }
 
-// releaseStrays releases the ledger finalizer of pods of this name that no
-// SafeJob controls any more (an orphaning delete stripped their owner) once
-// the pod handler has seen one: the SafeJob of this name is read live, so a
-// cache that lags behind a recreated SafeJob never frees a live one's pods.
-func (r *SafeJobReconciler) releaseStrays(ctx context.Context, key types.NamespacedName) error {
-	if !r.tracker.takeStrays(key) {
+// releaseOwnerless frees the pods of this name that no SafeJob controls
+// any more (an orphaning delete stripped their owner) once the pod handler
+// has seen one (tracker.sawOwnerless); a failure notes them again.
+func (r *SafeJobReconciler) releaseOwnerless(ctx context.Context, key types.NamespacedName) error {
+	if !r.tracker.takeOwnerless(key) {
 		return nil
 	}
-	sj := &batchv1alpha1.SafeJob{}
-	err := r.APIReader.Get(ctx, key, sj)
-	if client.IgnoreNotFound(err) != nil {
-		r.tracker.sawStray(key)
-		return fmt.Errorf("reading SafeJob %s live: %w", key.Name, err)
-	}
-	if err := r.releaseOrphans(ctx, key.Namespace, key.Name, sj.UID); err != nil {
-		r.tracker.sawStray(key)
+	if err := r.releaseLeftBehind(ctx, key, ""); err != nil {
+		r.tracker.sawOwnerless(key)
 		return err
 	}
 	return nil
 }
 
-// releaseGone releases the pods of a SafeJob the cache no longer shows. A
-// SafeJob of the same name the cache has not seen yet may exist: it is read
-// live, and its pods are left alone.
-func (r *SafeJobReconciler) releaseGone(ctx context.Context, req reconcile.Request) error {
-	live := &batchv1alpha1.SafeJob{}
-	if err := r.APIReader.Get(ctx, req.NamespacedName, live); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("reading SafeJob %s live: %w", req.Name, err)
-	}
-	return r.releaseOrphans(ctx, req.Namespace, req.Name, live.UID)
-}
-
-// releaseAll lets go of what a deleted SafeJob holds: its run finalizer
-// once its parent cannot record it, its pods' and its Workloads' finalizers.
-func (r *SafeJobReconciler) releaseAll(ctx context.Context, req reconcile.Request, sj *batchv1alpha1.SafeJob) error {
+// releaseDeleted lets go of what a SafeJob being deleted holds: its run
+// finalizer once its parent cannot record it, its pods' and its Workloads'
+// finalizers.
+func (r *SafeJobReconciler) releaseDeleted(ctx context.Context, sj *batchv1alpha1.SafeJob) error {
 	var errs []error
 	if slices.Contains(sj.Finalizers, batchv1alpha1.RunFinalizer) {
 		errs = append(errs, r.releaseRun(ctx, sj))
 	}
-	// The cache may show this SafeJob after it is gone and a SafeJob of the
-	// same name took its place (a cache behind the API server, or a second
-	// operator process): the live one's pods are left alone, as in
-	// releaseGone.
-	live := &batchv1alpha1.SafeJob{}
-	if err := r.APIReader.Get(ctx, req.NamespacedName, live); client.IgnoreNotFound(err) != nil {
-		return errors.Join(append(errs, fmt.Errorf("reading SafeJob %s live: %w", req.Name, err))...)
-	}
-	keep := live.UID
-	if keep == sj.UID {
-		keep = "" // still this one, deleting: every pod of its name goes
-	}
-	errs = append(errs, r.releaseOrphans(ctx, req.Namespace, req.Name, keep), r.releaseWorkloads(ctx, req, sj.UID))
+	key := client.ObjectKeyFromObject(sj)
+	errs = append(errs, r.releaseLeftBehind(ctx, key, sj.UID), r.releaseWorkloads(ctx, reconcile.Request{NamespacedName: key}, sj.UID))
 	return errors.Join(errs...)
 }
 
@@ -200,7 +213,7 @@ func (r *SafeJobReconciler) releaseWorkload(ctx context.Context, wl *kueue.Workl
 // UID no SafeJob has any more: controlled by that UID, labelled with it and
 // named after it. A Workload of a SafeJob that exists is never touched.
 func (r *SafeJobReconciler) releaseWorkloads(ctx context.Context, req reconcile.Request, uid types.UID) error {
-	if !r.Kueue {
+	if !r.Options.Kueue {
 		return nil
 	}
 	var candidates []*kueue.Workload

@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 )
@@ -70,8 +69,7 @@ func TestReleaseAllLeavesSuccessorsPods(t *testing.T) {
 				live = live.WithObjects(tc.live.DeepCopy())
 			}
 			r := &SafeJobReconciler{Client: cached, APIReader: live.Build(), tracker: newTracker()}
-			req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "etl"}}
-			if err := r.releaseAll(context.Background(), req, deleting); err != nil {
+			if err := r.releaseDeleted(context.Background(), deleting); err != nil {
 				t.Fatal(err)
 			}
 			var pods corev1.PodList
@@ -157,15 +155,15 @@ func TestPodsOfAnotherVersionStayOwned(t *testing.T) {
 		Finalizers: []string{batchv1alpha1.LedgerFinalizer},
 		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sj,
 			schema.GroupVersionKind{Group: batchv1alpha1.GroupVersion.Group, Version: "v1beta1", Kind: "SafeJob"})}}}
-	if stray(pod) {
-		t.Fatal("a pod controlled by a SafeJob under another version is a stray")
+	if ownerless(pod) {
+		t.Fatal("a pod controlled by a SafeJob under another version is ownerless")
 	}
 	if got := creatorUID(pod); got != sj.UID {
 		t.Errorf("creatorUID = %q, want %q", got, sj.UID)
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(sj.DeepCopy(), pod.DeepCopy()).Build()
 	r := &SafeJobReconciler{Client: c, APIReader: c, tracker: newTracker()}
-	if err := r.releaseOrphans(context.Background(), "ns", "etl", sj.UID); err != nil {
+	if err := r.releasePods(context.Background(), types.NamespacedName{Namespace: "ns", Name: "etl"}, allPodsBut(sj.UID)); err != nil {
 		t.Fatal(err)
 	}
 	got := &corev1.Pod{}

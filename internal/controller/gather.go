@@ -57,8 +57,8 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 		CreateRefusal: r.tracker.refusal(key, sj.UID),
 		Gone:          map[string]bool{},
 		Taken:         map[string]bool{},
-		Fence:         r.Fence,
-		Backoff:       r.Backoff,
+		Fence:         r.Options.Fence,
+		Backoff:       r.Options.Backoff,
 		Now:           r.Clock.Now(),
 	}
 	unaccounted, wait, err := jobs.Unaccounted(in)

@@ -74,7 +74,7 @@ type queued struct {
 // this reads and writes.
 func (r *SafeJobReconciler) syncWorkload(ctx context.Context, sj *batchv1alpha1.SafeJob) (*queued, error) {
 	in := r.workloadInput(sj)
-	if r.Kueue {
+	if r.Options.Kueue {
 		wl, taken, err := r.ownWorkload(ctx, sj)
 		if err != nil {
 			return nil, err
@@ -121,8 +121,8 @@ func (r *SafeJobReconciler) syncWorkload(ctx context.Context, sj *batchv1alpha1.
 
 // workloadInput starts the Workload decision's input from the SafeJob.
 func (r *SafeJobReconciler) workloadInput(sj *batchv1alpha1.SafeJob) *jobs.WorkloadInput {
-	return &jobs.WorkloadInput{Served: r.Kueue, Queue: queueName(sj), Spec: &sj.Spec, Status: &sj.Status, Now: r.Clock.Now(),
-		Prebuilt: prebuiltWorkload(sj), NoPodsReady: r.NoPodsReady}
+	return &jobs.WorkloadInput{Served: r.Options.Kueue, Queue: queueName(sj), Spec: &sj.Spec, Status: &sj.Status, Now: r.Clock.Now(),
+		Prebuilt: prebuiltWorkload(sj), NoPodsReady: r.Options.NoPodsReady}
 }
 
 // event records an event the Workload decision asked for.

@@ -17,15 +17,14 @@ import (
 // the cache. The write fence, the pod memory and the run memory decide what
 // this process may do now; a process that lost them (a restart) does less,
 // never more: it waits for the cache, confirms with a live read, and leaves
-// the creates of launches it did not commit to the fence. The write pacing
-// only groups facts into fewer writes.
+// the creates of launches it did not commit to the fence. What this process
+// keeps for pacing alone is the pacer's (pacing.go).
 type jobMemo struct {
 	uid      types.UID
 	fence    writeFence
 	workload workloadFence
 	pods     podMemory
 	runs     runMemory
-	pacing   writePacing
 	high     ledgerHigh
 }
 
@@ -223,51 +222,4 @@ func (m *runMemory) issuedRun(name string, uid types.UID) {
 	if uid != "" {
 		m.seen[name] = uid
 	}
-}
-
-// writePacing spaces a SafeJob's status writes, for throughput only: facts
-// held back join the next write, and safety never depends on it.
-type writePacing struct {
-	lastWrite time.Time
-	// readySince is when a ready-count change alone was first held back,
-	// and holdStart when its current hold began (readySince, or when the
-	// hold was last renewed).
-	readySince, holdStart time.Time
-}
-
-func (w *writePacing) wrote(now time.Time) {
-	w.lastWrite, w.readySince, w.holdStart = now, time.Time{}, time.Time{}
-}
-
-// spacingLeft returns how much of period is left since the last write: 0
-// when there was none or period has passed.
-func (w *writePacing) spacingLeft(now time.Time, period time.Duration) time.Duration {
-	if w.lastWrite.IsZero() {
-		return 0
-	}
-	return max(w.lastWrite.Add(period).Sub(now), 0)
-}
-
-// deferReady holds back a ready-only status change for hold from when it
-// was first seen. Once that has passed, renew holds it for another hold
-// from now, but never past limit from when it was first seen. It returns
-// the time left, 0 when the change is due, and the time left to the limit.
-func (w *writePacing) deferReady(now time.Time, hold time.Duration, renew bool, limit time.Duration) (left, toLimit time.Duration) {
-	if w.readySince.IsZero() {
-		w.readySince, w.holdStart = now, now
-	}
-	end := w.readySince.Add(max(limit, hold))
-	if renew && !now.Before(w.holdStart.Add(hold)) && now.Before(end) {
-		w.holdStart = now
-	}
-	due := w.holdStart.Add(hold)
-	if end.Before(due) {
-		due = end
-	}
-	left = due.Sub(now)
-	if left <= 0 {
-		w.readySince, w.holdStart = time.Time{}, time.Time{}
-		return 0, 0
-	}
-	return left, end.Sub(now)
 }

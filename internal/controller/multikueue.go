@@ -40,7 +40,7 @@ func (r *SafeJobReconciler) reconcileDispatched(ctx context.Context, sj *batchv1
 	if done, err := r.dispatchedRun(ctx, sj); done || err != nil {
 		return reconcile.Result{}, err
 	}
-	if queueName(sj) == "" || !r.Kueue {
+	if queueName(sj) == "" || !r.Options.Kueue {
 		log.FromContext(ctx).V(2).Info("Skipping SafeJob dispatched by MultiKueue without a queue or Kueue")
 		return reconcile.Result{}, nil
 	}

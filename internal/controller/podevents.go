@@ -41,10 +41,10 @@ func (h *podHandler) Create(_ context.Context, e event.CreateEvent, q workqueue.
 			h.window.seen(client.ObjectKeyFromObject(pod), pod.CreationTimestamp.Time)
 		}
 	}
-	if ok && stray(pod) {
+	if ok && ownerless(pod) {
 		// Orphaned while no process of the operator watched (a restart, or
 		// a pod that came back to the cache): as batch/v1 does on add too.
-		h.enqueueStray(pod, q)
+		h.enqueueOwnerless(pod, q)
 	}
 	h.enqueueOwner(e.Object, q)
 }
@@ -57,8 +57,8 @@ func (h *podHandler) Update(_ context.Context, e event.UpdateEvent, q workqueue.
 	if ok && settled(pod) {
 		h.remember(pod)
 	}
-	if ok && stray(pod) {
-		h.enqueueStray(pod, q)
+	if ok && ownerless(pod) {
+		h.enqueueOwnerless(pod, q)
 	}
 	if old, isPod := e.ObjectOld.(*corev1.Pod); ok && isPod && onlyBound(old, pod) {
 		return
@@ -66,12 +66,12 @@ func (h *podHandler) Update(_ context.Context, e event.UpdateEvent, q workqueue.
 	h.enqueueOwner(e.ObjectNew, q)
 }
 
-// enqueueStray queues the reconcile of a stray pod's name (its name label),
+// enqueueOwnerless queues the reconcile of an ownerless pod's name (its name label),
 // which releases the ledger finalizer once no live SafeJob is found to have
 // created the pod.
-func (h *podHandler) enqueueStray(pod *corev1.Pod, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+func (h *podHandler) enqueueOwnerless(pod *corev1.Pod, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	key := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Labels[batchv1alpha1.SafeJobNameLabel]}
-	h.tracker.sawStray(key)
+	h.tracker.sawOwnerless(key)
 	q.Add(reconcile.Request{NamespacedName: key})
 }
 
@@ -104,9 +104,9 @@ func withoutScheduled(conds []corev1.PodCondition) []corev1.PodCondition {
 	return out
 }
 
-// stray reports a pod that holds the ledger finalizer but that no SafeJob
+// ownerless reports a pod that holds the ledger finalizer but that no SafeJob
 // controls.
-func stray(pod *corev1.Pod) bool {
+func ownerless(pod *corev1.Pod) bool {
 	ref := metav1.GetControllerOf(pod)
 	return (ref == nil || !batchv1alpha1.IsSafeJobRef(ref)) && slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer)
 }
@@ -156,8 +156,8 @@ func (h *podHandler) remember(pod *corev1.Pod) {
 // name is held until it is deleted, and the successor's launches are named
 // apart from it (jobs.Input.Held). When it holds the ledger finalizer and
 // the cache went straight from one SafeJob to the other, no reconcile sees
-// its SafeJob gone, so its name is queued as a stray's, whose release reads
-// the SafeJob of the name live first (releaseStrays).
+// its SafeJob gone, so its name is queued as an ownerless pod's, whose release reads
+// the SafeJob of the name live first (releaseOwnerless).
 func (h *podHandler) enqueueOwner(obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	if ref := metav1.GetControllerOf(obj); ref != nil && batchv1alpha1.IsSafeJobRef(ref) {
 		key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: ref.Name}
@@ -166,7 +166,7 @@ func (h *podHandler) enqueueOwner(obj client.Object, q workqueue.TypedRateLimiti
 			h.tracker.sawHeld(key, obj.GetName(), obj.GetUID())
 		}
 		if successor && slices.Contains(obj.GetFinalizers(), batchv1alpha1.LedgerFinalizer) {
-			h.tracker.sawStray(key)
+			h.tracker.sawOwnerless(key)
 			q.Add(reconcile.Request{NamespacedName: key})
 		}
 		q.AddAfter(reconcile.Request{NamespacedName: key}, batch)

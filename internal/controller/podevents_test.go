@@ -163,7 +163,7 @@ func TestStrayPodQueuedOnCreate(t *testing.T) {
 			h := &podHandler{tracker: newTracker()}
 			h.Create(context.Background(), event.CreateEvent{Object: tc.pod}, q)
 			key := types.NamespacedName{Namespace: "ns", Name: "etl"}
-			if got := h.tracker.takeStrays(key); got != tc.wantStray {
+			if got := h.tracker.takeOwnerless(key); got != tc.wantStray {
 				t.Errorf("stray noted = %v, want %v", got, tc.wantStray)
 			}
 			if got := q.Len(); got != map[bool]int{true: 1}[tc.wantStray] {

@@ -24,27 +24,8 @@ import (
 	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
-const (
-	// actWorkers bounds the pod writes of one reconcile in flight at once.
-	actWorkers = 16
-	// DefaultConcurrentPodWrites bounds the pod writes in flight across all
-	// reconciles. Every pod write is an event that kube-apiserver hands to
-	// every pod watcher (scheduler, kubelets, controllers) through a buffer
-	// that can be as small as 10 events; a burst that overflows a slow
-	// watcher's buffer makes the API server close that watch, and the watcher
-	// then lists or re-watches all pods. Bounding the writes in flight keeps
-	// the operator's bursts within what the watchers drain.
-	DefaultConcurrentPodWrites = 8
-	// DefaultConcurrentStatusWrites leaves the status writes that commit
-	// launches unbounded. A kubelet writes its pods' status a few at a
-	// time, and the API server shares its CPU among the requests in flight:
-	// many launch commits in flight make each pod wait longer to start and
-	// finish. Bounding them (ConcurrentStatusWrites) brings a burst of a few
-	// thousand SafeJobs' first pods sooner, and caps how fast pods are
-	// launched under a larger one (docs/performance.md, "Launch commits in
-	// flight"), so it is left to the operator's flag.
-	DefaultConcurrentStatusWrites = 0
-)
+// actWorkers bounds the pod writes of one reconcile in flight at once.
+const actWorkers = 16
 
 // act carries out the plan's pod work, which refers only to facts already
 // observed in the ledger: create committed launches, release finalizers of
@@ -121,10 +102,10 @@ func (r *SafeJobReconciler) releaseInBackground(key client.ObjectKey, uid types.
 // the pod-write slots, so that the creates users wait on always find the
 // other half free of releases.
 func (r *SafeJobReconciler) releaseWorkers() int {
-	if r.ConcurrentPodWrites <= 0 {
+	if r.Options.Pacing.ConcurrentPodWrites <= 0 {
 		return actWorkers
 	}
-	return max(r.ConcurrentPodWrites/2, 1)
+	return max(r.Options.Pacing.ConcurrentPodWrites/2, 1)
 }
 
 // releaseOne issues one queued release, holding a pod-write slot. A release
@@ -135,11 +116,11 @@ func (r *SafeJobReconciler) releaseWorkers() int {
 // is closed when the manager's ends, after which no SafeJob is queued: its
 // successor plans a failed release again from the ledger.
 func (r *SafeJobReconciler) releaseOne(ctx context.Context, stopping <-chan struct{}, it releaseItem) {
-	if !r.podWrites.acquire(ctx) {
+	if !r.pacer.podSlots().acquire(ctx) {
 		return
 	}
 	err := r.releasePodOf(ctx, it.pod, it.uid)
-	r.podWrites.release()
+	r.pacer.podSlots().release()
 	if err == nil {
 		r.tracker.releaseDone(it.job, it.uid, it.pod.Name, r.Clock.Now())
 		return
@@ -148,7 +129,7 @@ func (r *SafeJobReconciler) releaseOne(ctx context.Context, stopping <-chan stru
 		return // the SafeJob is queued already for an earlier failure
 	}
 	select {
-	case r.retry <- event.GenericEvent{Object: &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{
+	case r.releases.retry <- event.GenericEvent{Object: &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{
 		Namespace: it.job.Namespace, Name: it.job.Name, UID: it.uid}}}:
 	case <-stopping:
 	case <-ctx.Done():
@@ -260,7 +241,7 @@ func refusalMessage(err error, pod string) string {
 }
 
 // fence is the reconciler's fence, or the default.
-func (r *SafeJobReconciler) fence() ledger.Fence { return r.Fence.OrDefault() }
+func (r *SafeJobReconciler) fence() ledger.Fence { return r.Options.Fence.OrDefault() }
 
 // deletePod deletes the pod of this name that the SafeJob of UID owner
 // created, as the cache shows it, under that pod's UID: a pod another
@@ -322,12 +303,12 @@ func (r *SafeJobReconciler) parallel(ctx context.Context, n int, f func(int)) er
 	for range min(n, actWorkers) {
 		wg.Go(func() {
 			for i := range work {
-				if !r.podWrites.acquire(ctx) {
+				if !r.pacer.podSlots().acquire(ctx) {
 					skipped.Add(1)
 					continue
 				}
 				f(i)
-				r.podWrites.release()
+				r.pacer.podSlots().release()
 			}
 		})
 	}

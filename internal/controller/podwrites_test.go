@@ -35,9 +35,9 @@ import (
 // elsewhere, a reconcile's writes wait, and are skipped with an error if
 // the reconcile's context ends first.
 func TestPodWritesShareProcessWideSlots(t *testing.T) {
-	r := &SafeJobReconciler{podWrites: newSlots(2)}
+	r := &SafeJobReconciler{pacer: newPacer(Pacing{ConcurrentPodWrites: 2}, nil, nil)}
 	for range 2 {
-		if !r.podWrites.acquire(context.Background()) {
+		if !r.pacer.podWrites.acquire(context.Background()) {
 			t.Fatal("acquire of a free slot failed")
 		}
 	}
@@ -54,7 +54,7 @@ func TestPodWritesShareProcessWideSlots(t *testing.T) {
 	}
 
 	// One freed slot lets all the writes through, one after another.
-	r.podWrites.release()
+	r.pacer.podWrites.release()
 	var mu sync.Mutex
 	err := r.parallel(context.Background(), 20, func(int) {
 		mu.Lock()
@@ -67,7 +67,7 @@ func TestPodWritesShareProcessWideSlots(t *testing.T) {
 }
 
 func TestUnboundedPodWrites(t *testing.T) {
-	r := &SafeJobReconciler{podWrites: newSlots(0)}
+	r := &SafeJobReconciler{pacer: newPacer(Pacing{}, nil, nil)}
 	// Every write waits for all the others to start: this returns only if
 	// actWorkers writes can be in flight at once.
 	var started sync.WaitGroup
@@ -144,7 +144,7 @@ func TestActRequeuesForNameTaken(t *testing.T) {
 		},
 	}).Build()
 	r := &SafeJobReconciler{Client: c, tracker: newTracker(), Metrics: NewMetrics(), Clock: clocktesting.NewFakePassiveClock(now),
-		podWrites: newSlots(1)}
+		pacer: newPacer(Pacing{ConcurrentPodWrites: 1}, nil, nil)}
 	r.tracker.wrote(key, sj.UID, "1", now, []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryLaunched, Pod: ref.Name}}, nil)
 	got, err := r.act(context.Background(), sj, &jobs.Plan{Create: []jobs.PodRef{ref}}, nil)
 	if want := ledger.DefaultFence.LostGrace() - time.Second; err != nil || got != want {

@@ -73,11 +73,11 @@ func (h *readyHeld) len() int {
 // wakeReadyHeld queues the SafeJobs whose ready-only holds have fallen due,
 // once the operator is no longer backlogged.
 func (r *SafeJobReconciler) wakeReadyHeld() {
-	if r.readyHeld.len() == 0 || r.backlogged() || r.enqueue == nil {
+	if r.pacer.readyHeld.len() == 0 || r.pacer.backlogged() || r.queue.enqueue == nil {
 		return
 	}
-	for _, job := range r.readyHeld.take(r.Clock.Now()) {
-		r.enqueue(job)
+	for _, job := range r.pacer.readyHeld.take(r.Clock.Now()) {
+		r.queue.add(job)
 	}
 }
 
@@ -88,7 +88,7 @@ const readyTick = time.Second
 // setupReadyHeld runs the ticker that wakes held ready-only changes, with
 // the controller, under the same leader election.
 func (r *SafeJobReconciler) setupReadyHeld(mgr manager.Manager) error {
-	r.readyHeld = newReadyHeld()
+	r.pacer.readyHeld = newReadyHeld()
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		wait.UntilWithContext(ctx, func(context.Context) { r.wakeReadyHeld() }, readyTick)
 		return nil

@@ -29,8 +29,9 @@ type readyHolds struct {
 func newReadyHolds(t *testing.T, limit time.Duration) *readyHolds {
 	h := &readyHolds{t: t, clk: clocktesting.NewFakePassiveClock(time.Unix(1000, 0)),
 		sj: &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "u1"}}}
-	h.r = &SafeJobReconciler{Clock: h.clk, ReadyBatchPeriod: time.Second, ReadyBusyPeriod: 5 * time.Second,
-		ReadyBusyLimit: limit, tracker: newTracker(), waiting: func() int { return h.waiting }}
+	q := &workQueue{waiting: func() int { return h.waiting }}
+	h.r = &SafeJobReconciler{Clock: h.clk, tracker: newTracker(), queue: q,
+		pacer: newPacer(Pacing{ReadyBatchPeriod: time.Second, ReadyBusyPeriod: 5 * time.Second, ReadyBusyLimit: limit}, h.clk, q)}
 	return h
 }
 
@@ -40,7 +41,7 @@ func (h *readyHolds) step(after time.Duration, backlog int, want time.Duration) 
 	h.t.Helper()
 	h.clk.SetTime(h.clk.Now().Add(after))
 	h.waiting = backlog
-	if got := h.r.deferReadyOnly(h.sj, readyOnly); got != want {
+	if got := h.r.pacer.deferReadyOnly(h.sj, readyOnly); got != want {
 		h.t.Errorf("at +%s with %d waiting, a ready-only change is held %s more, want %s",
 			h.clk.Now().Sub(time.Unix(1000, 0)), backlog, got, want)
 	}
@@ -61,12 +62,12 @@ func TestReadyOnlyWritesWaitLongerWhileBacklogged(t *testing.T) {
 	h.waiting = 3
 	withFact := &jobs.Plan{Status: batchv1alpha1.SafeJobStatus{Ready: 2},
 		Append: []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntrySucceeded, Pod: "a-0-0"}}}
-	if got := h.r.deferReadyOnly(h.sj, withFact); got != 0 {
+	if got := h.r.pacer.deferReadyOnly(h.sj, withFact); got != 0 {
 		t.Errorf("a write with a ledger fact is held %s while backlogged, want 0", got)
 	}
 	// Without a known queue (nil waiting) only the batch period applies.
-	h.r.waiting = nil
-	if got := h.r.deferReadyOnly(h.sj, readyOnly); got != time.Second {
+	h.r.queue.waiting = nil
+	if got := h.r.pacer.deferReadyOnly(h.sj, readyOnly); got != time.Second {
 		t.Errorf("with no queue length known the hold is %s, want 1s", got)
 	}
 }
@@ -96,7 +97,7 @@ func TestReadyHoldRenewedWhileBacklogged(t *testing.T) {
 	h.step(5*time.Second, 0, 0)
 
 	// With the limit at the busy period nothing is renewed.
-	h.r.ReadyBusyLimit = 5 * time.Second
+	h.r.pacer.opts.ReadyBusyLimit = 5 * time.Second
 	h.step(0, 3, 5*time.Second)
 	h.step(5*time.Second, 3, 0)
 }
@@ -108,8 +109,8 @@ func TestReadyHoldRenewedWhileBacklogged(t *testing.T) {
 func TestReadyHeldWokenWhenBacklogClears(t *testing.T) {
 	h := newReadyHolds(t, 30*time.Second)
 	var queued []string
-	h.r.readyHeld = newReadyHeld()
-	h.r.enqueue = func(key types.NamespacedName) { queued = append(queued, key.String()) }
+	h.r.pacer.readyHeld = newReadyHeld()
+	h.r.queue.enqueue = func(key types.NamespacedName) { queued = append(queued, key.String()) }
 	tick := func(after time.Duration, backlog int, want ...string) {
 		t.Helper()
 		h.clk.SetTime(h.clk.Now().Add(after))
@@ -136,15 +137,15 @@ func TestReadyHeldWokenWhenBacklogClears(t *testing.T) {
 	// Written meanwhile, with a ledger fact (writeStatus): nothing is left
 	// to wake it for.
 	key := client.ObjectKeyFromObject(h.sj)
-	h.r.tracker.wrote(key, h.sj.UID, "1", h.clk.Now(), nil, nil)
-	h.r.readyHeld.drop(key)
+	h.r.pacer.wrote(key, h.sj.UID, h.clk.Now())
+	h.r.pacer.readyHeld.drop(key)
 	tick(10*time.Second, 0)
 
 	// Past the limit's renewals nothing is held for the ticker: the
 	// reconcile at the limit writes it.
-	h.r.ReadyBusyLimit = 5 * time.Second
+	h.r.pacer.opts.ReadyBusyLimit = 5 * time.Second
 	h.step(time.Minute, 3, 5*time.Second)
-	if n := h.r.readyHeld.len(); n != 0 {
+	if n := h.r.pacer.readyHeld.len(); n != 0 {
 		t.Errorf("with the limit at the busy period %d SafeJobs are held for the ticker, want 0", n)
 	}
 }

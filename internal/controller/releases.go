@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 )
 
 // releaseItem is one pod whose ledger finalizer is to be released: the pod,
@@ -31,11 +32,15 @@ type releaseQueue struct {
 	wake chan struct{}
 	// gauge, if set, shows how many wait.
 	gauge prometheus.Gauge
+	// retry queues a SafeJob again when one of its releases failed
+	// (releaseOne).
+	retry chan event.GenericEvent
 }
 
 // newReleaseQueue returns an empty queue; gauge (may be nil) shows its length.
 func newReleaseQueue(gauge prometheus.Gauge) *releaseQueue {
-	return &releaseQueue{waiting: map[types.NamespacedName]bool{}, wake: make(chan struct{}, 1), gauge: gauge}
+	return &releaseQueue{waiting: map[types.NamespacedName]bool{}, wake: make(chan struct{}, 1), gauge: gauge,
+		retry: make(chan event.GenericEvent)}
 }
 
 // measured updates the gauge; the lock must be held.

@@ -268,8 +268,8 @@ func (r *SafeJobReconciler) newQueue(mgr manager.Manager) func(string, workqueue
 			o.Log = mgr.GetLogger().WithValues("controller", name)
 			o.RateLimiter = rl
 		})
-		r.waiting = q.Len
-		r.enqueue = func(key types.NamespacedName) { q.Add(reconcile.Request{NamespacedName: key}) }
+		r.queue.waiting = q.Len
+		r.queue.enqueue = func(key types.NamespacedName) { q.Add(reconcile.Request{NamespacedName: key}) }
 		return &stoppableQueue{PriorityQueue: q, done: make(chan struct{})}
 	}
 }
@@ -373,7 +373,7 @@ func (q *stoppableQueue) ShuttingDown() bool { return q.stopped() }
 // pods that hold the ledger finalizer (sweep.go).
 func (r *SafeJobReconciler) addRunnables(mgr manager.Manager) error {
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		r.releases.run(ctx, r.releaseWorkers(), r.ReleaseDrain, r.releaseOne)
+		r.releases.run(ctx, r.releaseWorkers(), r.Options.ReleaseDrain, r.releaseOne)
 		return nil
 	})); err != nil {
 		return fmt.Errorf("adding the finalizer release workers: %w", err)
@@ -391,17 +391,17 @@ func (r *SafeJobReconciler) setupBeside(mgr manager.Manager) error {
 	if err := r.addRunnables(mgr); err != nil {
 		return err
 	}
-	managedJobs := &JobReconciler{Client: r.Client, Recorder: r.Recorder, Clock: r.Clock, Kueue: r.Kueue,
-		MaxConcurrentReconciles: r.MaxConcurrentReconciles}
+	managedJobs := &JobReconciler{Client: r.Client, Recorder: r.Recorder, Clock: r.Clock, Kueue: r.Options.Kueue,
+		MaxConcurrentReconciles: r.Options.MaxConcurrentReconciles}
 	if err := managedJobs.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if r.LaunchWindow > 0 {
-		if err := r.setupWindow(mgr); err != nil {
+	if r.Options.Pacing.LaunchWindow > 0 {
+		if err := r.pacer.setupWindow(mgr, r.Metrics); err != nil {
 			return err
 		}
 	}
-	if r.ReadyBatchPeriod > 0 {
+	if r.Options.Pacing.ReadyBatchPeriod > 0 {
 		if err := r.setupReadyHeld(mgr); err != nil {
 			return err
 		}
@@ -412,9 +412,8 @@ func (r *SafeJobReconciler) setupBeside(mgr manager.Manager) error {
 // SetupWithManager registers the controller and its pod index.
 func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 	r.tracker = newTracker()
-	r.podWrites = newSlots(r.ConcurrentPodWrites)
-	r.statusWrites = newSlots(r.ConcurrentStatusWrites)
-	r.retry = make(chan event.GenericEvent)
+	r.queue = &workQueue{}
+	r.pacer = newPacer(r.Options.Pacing, r.Clock, r.queue)
 	var waiting prometheus.Gauge
 	if r.Metrics != nil {
 		waiting = r.Metrics.ReleasesWaiting
@@ -447,22 +446,22 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 	b := builder.ControllerManagedBy(mgr).
 		For(&batchv1alpha1.SafeJob{}).
 		Watches(&batchv1alpha1.SafeJob{}, &runHandler{cache: mgr.GetCache()})
-	if r.Kueue {
+	if r.Options.Kueue {
 		if err := indexKueue(indexer); err != nil {
 			return err
 		}
 		b = b.Owns(&kueue.Workload{}).Watches(&kueue.Workload{}, &prebuiltHandler{cache: mgr.GetCache()})
 	}
 	err = b.
-		Watches(&corev1.Pod{}, &podHandler{tracker: r.tracker, cache: mgr.GetCache(), batch: r.PodBatchPeriod, window: r.window}).
+		Watches(&corev1.Pod{}, &podHandler{tracker: r.tracker, cache: mgr.GetCache(), batch: r.Options.Pacing.PodBatchPeriod, window: r.pacer.window}).
 		// A SafeJob whose background finalizer release failed is queued
 		// with the queue's backoff (releaseInBackground).
-		WatchesRawSource(source.Channel(r.retry, handler.Funcs{
+		WatchesRawSource(source.Channel(r.releases.retry, handler.Funcs{
 			GenericFunc: func(_ context.Context, e event.GenericEvent, q queue) {
 				q.AddRateLimited(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
 			},
 		})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1), NewQueue: r.newQueue(mgr)}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Options.MaxConcurrentReconciles, 1), NewQueue: r.newQueue(mgr)}).
 		Named("safejob").
 		Complete(r)
 	if err != nil {

@@ -45,7 +45,7 @@ type sweptPod struct {
 }
 
 // sweepUnlabeled lists, by metadata only and page by page, the pods without
-// the SafeJob name label in r.Namespaces (all when empty), and settles each
+// the SafeJob name label in Options.Namespaces (all when empty), and settles each
 // that holds the ledger finalizer and is controlled by a SafeJob
 // (settleSwept); failed holds, by UID, those it could not settle yet, and
 // it removes from failed those it settled. It returns how many it settled,
@@ -57,7 +57,7 @@ func (r *SafeJobReconciler) sweepUnlabeled(ctx context.Context, failed map[types
 		return 0, fmt.Errorf("selecting unlabelled pods: %w", err)
 	}
 	sel := client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*unlabeled)}
-	namespaces := r.Namespaces
+	namespaces := r.Options.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
@@ -99,7 +99,7 @@ func (r *SafeJobReconciler) sweepUnlabeled(ctx context.Context, failed map[types
 // Its SafeJob is read live: while it lives, the pod is labelled, back in
 // the cache to be counted and released as any other; once it is gone (a
 // SafeJob of the same name may have taken its place), nothing will record
-// the pod's outcome, and its finalizer is released, as releaseOrphans
+// the pod's outcome, and its finalizer is released, as releasePods
 // releases those of the pods of a SafeJob that no longer lives.
 func (r *SafeJobReconciler) settleSwept(ctx context.Context, p sweptPod) bool {
 	// relabel and releaseFinalizer name the pod; the sweep reads every

@@ -48,7 +48,7 @@ func sweepFixture(t *testing.T, pods []*corev1.Pod, live []*batchv1alpha1.SafeJo
 		b = b.WithObjects(sj)
 	}
 	c := b.Build()
-	return &SafeJobReconciler{Client: c, APIReader: c, Namespaces: []string{"ns"}}, c
+	return &SafeJobReconciler{Client: c, APIReader: c, Options: Options{Namespaces: []string{"ns"}}}, c
 }
 
 func sweptSafeJobRef(name, uid string) []metav1.OwnerReference {

@@ -23,7 +23,7 @@ import (
 type tracker struct {
 	mu        sync.Mutex
 	jobs      map[types.NamespacedName]*jobMemo
-	strays    map[types.NamespacedName]bool
+	ownerless map[types.NamespacedName]bool
 	unlabeled map[types.NamespacedName][]unlabeledPod
 	// held keeps, per SafeJob name, the pod names that pods of an earlier
 	// SafeJob of that name still hold (by the UID of the pod holding each),
@@ -40,7 +40,7 @@ type unlabeledPod struct {
 }
 
 func newTracker() *tracker {
-	return &tracker{jobs: map[types.NamespacedName]*jobMemo{}, strays: map[types.NamespacedName]bool{},
+	return &tracker{jobs: map[types.NamespacedName]*jobMemo{}, ownerless: map[types.NamespacedName]bool{},
 		unlabeled: map[types.NamespacedName][]unlabeledPod{}, held: map[types.NamespacedName]map[string]types.UID{}}
 }
 
@@ -116,20 +116,20 @@ func (t *tracker) heldNames(key types.NamespacedName, exists func(pod string, ui
 	return out
 }
 
-// sawStray notes that a pod of this name holds the ledger finalizer with no
+// sawOwnerless notes that a pod of this name holds the ledger finalizer with no
 // SafeJob controlling it.
-func (t *tracker) sawStray(key types.NamespacedName) {
+func (t *tracker) sawOwnerless(key types.NamespacedName) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.strays[key] = true
+	t.ownerless[key] = true
 }
 
-// takeStrays reports and clears a stray pod noted for this name.
-func (t *tracker) takeStrays(key types.NamespacedName) bool {
+// takeOwnerless reports and clears an ownerless pod noted for this name.
+func (t *tracker) takeOwnerless(key types.NamespacedName) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	had := t.strays[key]
-	delete(t.strays, key)
+	had := t.ownerless[key]
+	delete(t.ownerless, key)
 	return had
 }
 
@@ -176,7 +176,6 @@ func (t *tracker) wrote(key types.NamespacedName, uid types.UID, over string, no
 			m.high.saw(stored)
 		}
 		m.fence.wrote(over, now)
-		m.pacing.wrote(now)
 		m.pods.committed(appended)
 	})
 }
@@ -370,20 +369,6 @@ func (t *tracker) issuedRuns(key types.NamespacedName, uid types.UID) (out map[s
 func (t *tracker) seenRuns(key types.NamespacedName, uid types.UID) (out map[string]types.UID) {
 	t.with(key, uid, func(m *jobMemo) { out = maps.Clone(m.runs.seen) })
 	return out
-}
-
-// deferReady holds back a ready-only status change (writePacing.deferReady).
-func (t *tracker) deferReady(key types.NamespacedName, uid types.UID, now time.Time, hold time.Duration, renew bool,
-	limit time.Duration) (left, toLimit time.Duration) {
-	t.with(key, uid, func(m *jobMemo) { left, toLimit = m.pacing.deferReady(now, hold, renew, limit) })
-	return left, toLimit
-}
-
-// spacingLeft is what is left of period since this process's last status
-// write of the SafeJob (writePacing.spacingLeft).
-func (t *tracker) spacingLeft(key types.NamespacedName, uid types.UID, now time.Time, period time.Duration) (left time.Duration) {
-	t.with(key, uid, func(m *jobMemo) { left = m.pacing.spacingLeft(now, period) })
-	return left
 }
 
 func keyOf(sj *batchv1alpha1.SafeJob) types.NamespacedName {

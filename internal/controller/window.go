@@ -2,9 +2,7 @@ package controller
 
 import (
 	"context"
-	"fmt"
 	"math"
-	"slices"
 	"sync"
 	"time"
 
@@ -12,12 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-
-	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
-	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
 // launchWindow bounds the operator's pods that are launched but not yet
@@ -502,156 +494,3 @@ func (w *launchWindow) measured() {
 		w.outcomesGauge.Set(float64(len(w.outcomes)))
 	}
 }
-
-// DefaultLaunchWindowTimeout is the operator's LaunchWindowTimeout: longer
-// than a busy cluster's pods take to start once scheduled, short enough that
-// pods which never start hold the SafeJobs behind them for no more than that.
-const DefaultLaunchWindowTimeout = 30 * time.Second
-
-// fitWindow fits the launches of plan into the launch window: it reserves a
-// place for each and, when the window holds fewer, decides again with that
-// room. It returns the plan to write and the places reserved, which
-// settleWindow gives back or keeps once the write is done. held is true
-// when the window left the SafeJob no launch and no ledger fact to write:
-// the write then waits for room, so that a SafeJob waiting its turn costs
-// no write of its own (its start time and counts travel with its first
-// launch).
-func (r *SafeJobReconciler) fitWindow(sj *batchv1alpha1.SafeJob, in *jobs.Input,
-	plan *jobs.Plan) (_ *jobs.Plan, room int, held bool, _ error) {
-	if r.window == nil {
-		return plan, 0, false, nil
-	}
-	key := client.ObjectKeyFromObject(sj)
-	want := launches(plan.Append)
-	if want == 0 || plan.OpenBefore > 0 {
-		// Nothing to launch, or started already (launches open): a SafeJob
-		// waits its turn to start, never again while it runs (its waves,
-		// and its pods up to parallelism, follow one another), so that the
-		// window paces new SafeJobs and never one's own parallelism. Its
-		// launches hold places all the same (settleWindow). Room set aside
-		// for it goes to the next.
-		r.window.forget(key)
-		return plan, 0, false, nil
-	}
-	got := r.window.take(key, want)
-	switch {
-	case got == want:
-		return plan, got, false, nil
-	case got == 0 && want == len(plan.Append):
-		// Nothing but launches, and no room: deciding again would append
-		// nothing.
-		return plan, 0, true, nil
-	}
-	in.LaunchRoom = ptr.To(int32(got))
-	fitted, err := jobs.Decide(in)
-	if err != nil {
-		r.window.giveBack(got)
-		return nil, 0, false, fmt.Errorf("deciding within the launch window: %w", err)
-	}
-	return fitted, got, len(fitted.Append) == 0, nil
-}
-
-// holdOutcomes reports whether to hold a status write that records nothing
-// but pod successes, while new SafeJobs wait for the launch window: the
-// Job controller's pods run ahead of its status writes the same way. Not
-// for a SafeJob whose finish something waits on (a deadline, a queue's
-// quota, a schedule's next run).
-func (r *SafeJobReconciler) holdOutcomes(sj *batchv1alpha1.SafeJob, plan *jobs.Plan) bool {
-	if r.window == nil {
-		return false
-	}
-	key := client.ObjectKeyFromObject(sj)
-	onlySuccesses := len(plan.Append) > 0 && !slices.ContainsFunc(plan.Append, func(e batchv1alpha1.LedgerEntry) bool {
-		return e.Type != batchv1alpha1.EntrySucceeded
-	})
-	if !onlySuccesses || sj.Spec.ActiveDeadlineSeconds != nil || queueName(sj) != "" || batchv1alpha1.RunParent(sj) != nil {
-		// Held before, if at all: the write it waits for is another now.
-		r.window.dropOutcomes(key)
-		return false
-	}
-	return r.window.holdOutcomes(key)
-}
-
-// settleWindow keeps the places reserved for the launches a status write
-// committed, and gives back the rest.
-func (r *SafeJobReconciler) settleWindow(sj *batchv1alpha1.SafeJob, room int, written bool, appended []batchv1alpha1.LedgerEntry) {
-	if r.window == nil {
-		return
-	}
-	if !written {
-		r.window.giveBack(room)
-		return
-	}
-	var pods []types.NamespacedName
-	for _, e := range appended {
-		if e.Type == batchv1alpha1.EntryLaunched {
-			pods = append(pods, types.NamespacedName{Namespace: sj.Namespace, Name: e.Pod})
-		}
-	}
-	if room > 0 || len(pods) > 0 {
-		r.window.placed(room, pods)
-	}
-}
-
-// launches counts the Launched entries among appended.
-func launches(appended []batchv1alpha1.LedgerEntry) int {
-	n := 0
-	for _, e := range appended {
-		if e.Type == batchv1alpha1.EntryLaunched {
-			n++
-		}
-	}
-	return n
-}
-
-// windowTick is how often places that time out are freed.
-const windowTick = time.Second
-
-// setupWindow builds the launch window and runs its ticker with the
-// controller, under the same leader election.
-func (r *SafeJobReconciler) setupWindow(mgr manager.Manager) error {
-	timeout := r.LaunchWindowTimeout
-	if timeout <= 0 {
-		timeout = DefaultLaunchWindowTimeout
-	}
-	r.window = newLaunchWindow(r.LaunchWindow, timeout, r.OutcomeHold, r.Clock, func(key types.NamespacedName) {
-		if r.enqueue != nil {
-			r.enqueue(key)
-		}
-	})
-	r.window.following(r.LaunchWindowMin)
-	if r.Metrics != nil {
-		r.window.held, r.window.waitingGauge = r.Metrics.LaunchWindowHeld, r.Metrics.LaunchWindowWaiting
-		r.window.outcomesGauge, r.window.sizeGauge = r.Metrics.LaunchWindowHeldOutcomes, r.Metrics.LaunchWindowSize
-		r.window.mu.Lock()
-		r.window.measured()
-		r.window.mu.Unlock()
-	}
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		r.window.run(ctx, windowTick)
-		return nil
-	})); err != nil {
-		return fmt.Errorf("adding the launch window: %w", err)
-	}
-	return nil
-}
-
-// DefaultLaunchWindow is the operator's LaunchWindow: large enough that a
-// cluster whose pods take the whole timeout to start still starts new
-// SafeJobs faster than the Job controller at its default client rate, small
-// enough that a burst of SafeJobs does not queue thousands of pods at the
-// kubelets (docs/performance.md, "A launch window").
-const DefaultLaunchWindow = 500
-
-// DefaultLaunchWindowMin is the operator's LaunchWindowMin: pods that start
-// within a second, as on a local cluster of simulated nodes, keep the
-// window near it; fewer places would leave the kubelets idle between
-// launches (docs/performance.md, "A window that follows the starts").
-const DefaultLaunchWindowMin = 32
-
-// DefaultOutcomeHold is the operator's OutcomeHold: long enough that a
-// burst of SafeJobs larger than the window gets its pods run first and its
-// outcomes recorded after (docs/performance.md, "Outcomes after pods"),
-// short enough that a SafeJob under a steady backlog still shows its finish
-// within minutes.
-const DefaultOutcomeHold = 2 * time.Minute

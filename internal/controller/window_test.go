@@ -311,7 +311,7 @@ func TestHoldOutcomesWhich(t *testing.T) {
 			w.take("a", 1, 1)
 			w.place(1, "a-0")
 			w.take("b", 1, 0)
-			r := &SafeJobReconciler{window: w.launchWindow}
+			r := &pacer{window: w.launchWindow}
 			sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x"}}
 			if c.change != nil {
 				c.change(sj)

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/batchjob"
 	"github.com/safejob/safejob/test/testutil"
 )
 
@@ -179,8 +180,8 @@ func TestManagedJobSuspended(t *testing.T) {
 		}
 	}
 	// batch/v1's status and events of a Job created suspended and resumed.
-	if k := jobCondition(got, batchv1.JobSuspended); k < 0 || got.Status.Conditions[k].Status != corev1.ConditionFalse ||
-		got.Status.Conditions[k].Reason != "JobResumed" {
+	if c := batchjob.JobCondition(got.Status.Conditions, batchv1.JobSuspended); c == nil || c.Status != corev1.ConditionFalse ||
+		c.Reason != "JobResumed" || got.Status.Conditions[0].Type != batchv1.JobSuspended {
 		t.Errorf("the resumed Job's conditions: %+v", got.Status.Conditions)
 	}
 	waitJobEvents(t, got, map[string]int{"Normal/RunAs": 1, "Normal/Suspended": 1, "Normal/Resumed": 1,

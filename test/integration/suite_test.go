@@ -195,36 +195,40 @@ func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 		t.Fatal(err)
 	}
 	r := &controller.SafeJobReconciler{
-		Client: cl, APIReader: mgr.GetAPIReader(), Recorder: eventRecorder(t, mgr), Namespaces: []string{ns},
-		Clock: opts.clock, Metrics: m, MaxConcurrentReconciles: 4, Kueue: !opts.noKueue,
-		ReadyBatchPeriod:       controller.DefaultReadyBatchPeriod,
-		ReadyBusyPeriod:        controller.DefaultReadyBusyPeriod,
-		ReadyBusyLimit:         controller.DefaultReadyBusyLimit,
-		ConcurrentPodWrites:    controller.DefaultConcurrentPodWrites,
-		Fence:                  opts.fence,
-		Backoff:                opts.backoff,
-		LaunchWindow:           opts.launchWindow,
-		LaunchWindowTimeout:    opts.launchWindowTimeout,
-		OutcomeHold:            opts.outcomeHold,
-		ConcurrentStatusWrites: opts.statusWrites,
+		Client: cl, APIReader: mgr.GetAPIReader(), Recorder: eventRecorder(t, mgr), Clock: opts.clock, Metrics: m,
+		Options: controller.Options{
+			Namespaces: []string{ns}, MaxConcurrentReconciles: 4, Kueue: !opts.noKueue,
+			Fence: opts.fence, Backoff: opts.backoff,
+			Pacing: controller.Pacing{
+				ReadyBatchPeriod:       controller.DefaultReadyBatchPeriod,
+				ReadyBusyPeriod:        controller.DefaultReadyBusyPeriod,
+				ReadyBusyLimit:         controller.DefaultReadyBusyLimit,
+				ConcurrentPodWrites:    controller.DefaultConcurrentPodWrites,
+				LaunchWindow:           opts.launchWindow,
+				LaunchWindowTimeout:    opts.launchWindowTimeout,
+				OutcomeHold:            opts.outcomeHold,
+				ConcurrentStatusWrites: opts.statusWrites,
+			},
+		},
 	}
 	if opts.metrics != nil {
 		*opts.metrics = m
 	}
-	if r.LaunchWindow == 0 {
-		r.LaunchWindow = controller.DefaultLaunchWindow
+	pacing := &r.Options.Pacing
+	if pacing.LaunchWindow == 0 {
+		pacing.LaunchWindow = controller.DefaultLaunchWindow
 	}
-	if r.OutcomeHold == 0 {
-		r.OutcomeHold = controller.DefaultOutcomeHold
+	if pacing.OutcomeHold == 0 {
+		pacing.OutcomeHold = controller.DefaultOutcomeHold
 	}
-	if r.Backoff == (jobs.Backoff{}) {
-		r.Backoff = testBackoff
+	if r.Options.Backoff == (jobs.Backoff{}) {
+		r.Options.Backoff = testBackoff
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 		// The operator's default; it holds writes by the clock, which a
 		// fake clock would stop.
-		r.PodBatchPeriod = controller.DefaultPodBatchPeriod
+		pacing.PodBatchPeriod = controller.DefaultPodBatchPeriod
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatalf("setting up controller: %v", err)
