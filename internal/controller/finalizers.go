@@ -182,19 +182,42 @@ func (r *SafeJobReconciler) releaseWorkload(ctx context.Context, wl *kueue.Workl
 		return nil
 	}
 	key := client.ObjectKeyFromObject(wl)
+	newWorkload := func() client.Object { return &kueue.Workload{} }
+	if err := r.removeFinalizerOf(ctx, key, wl.UID, ResourceInUseFinalizer, newWorkload, false); err != nil {
+		return fmt.Errorf("removing finalizer %s of Workload %s: %w", ResourceInUseFinalizer, key.Name, err)
+	}
+	return nil
+}
+
+// removeFinalizerOf removes finalizer from the object of this key and UID
+// only, with a JSON patch that tests the UID and the entry it removes, so
+// that neither another object of the same name nor a concurrent finalizer
+// edit is ever touched. It reads the cache first and, when the patch's test
+// fails there (a stale copy), once more live. An object of another UID is
+// read live too when liveOnOtherUID (a cache that lags behind the object),
+// else taken as this one gone. Gone, or without the finalizer, is done.
+func (r *SafeJobReconciler) removeFinalizerOf(ctx context.Context, key client.ObjectKey, uid types.UID, finalizer string,
+	newObj func() client.Object, liveOnOtherUID bool) error {
 	var err error
 	for _, reader := range []client.Reader{r.Client, r.APIReader} {
-		cur := &kueue.Workload{}
+		cur := newObj()
 		if err = reader.Get(ctx, key, cur); err != nil {
 			return client.IgnoreNotFound(err)
 		}
-		k := slices.Index(cur.Finalizers, ResourceInUseFinalizer)
-		if cur.UID != wl.UID || k < 0 {
+		if cur.GetUID() != uid {
+			if !liveOnOtherUID {
+				return nil
+			}
+			err = nil
+			continue
+		}
+		k := slices.Index(cur.GetFinalizers(), finalizer)
+		if k < 0 {
 			return nil
 		}
 		patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/uid","value":%q},`+
 			`{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`,
-			wl.UID, k, ResourceInUseFinalizer, k)
+			uid, k, finalizer, k)
 		err = r.Client.Patch(ctx, cur, client.RawPatch(types.JSONPatchType, []byte(patch)))
 		if err == nil || apierrors.IsNotFound(err) {
 			return nil
@@ -203,7 +226,7 @@ func (r *SafeJobReconciler) releaseWorkload(ctx context.Context, wl *kueue.Workl
 			break // a failed test is Invalid: read again, live
 		}
 	}
-	return fmt.Errorf("removing finalizer %s of Workload %s: %w", ResourceInUseFinalizer, key.Name, err)
+	return err
 }
 
 // releaseWorkloads removes the finalizer of the Workloads of a SafeJob that

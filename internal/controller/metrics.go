@@ -80,78 +80,66 @@ const labelResult = "result"
 // NewMetrics creates the metrics; Register makes them visible.
 func NewMetrics() *Metrics {
 	return &Metrics{
-		Reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "safejob_reconciles_total",
-			Help: "SafeJob reconciles, by result (success, error).",
-		}, []string{labelResult}),
-		Conflicts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "safejob_status_conflicts_total",
-			Help: "Status writes refused because the SafeJob changed since it was read.",
-		}),
-		PodsCreated: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "safejob_pods_created_total",
-			Help: "Pods created for SafeJobs.",
-		}),
-		CreatesExpired: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "safejob_pod_creates_expired_total",
-			Help: "Launches whose create window passed before their pod create could start.",
-		}),
-		LedgerAppends: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "safejob_ledger_appends_total",
-			Help: "Ledger entries committed, by entry type.",
-		}, []string{"type"}),
-		CommitObserve: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "safejob_commit_observe_seconds",
-			Help:    "Time from a ledger commit to its observation in the informer cache.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
-		}),
-		JobsFinished: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "safejob_jobs_finished_total",
-			Help: "SafeJobs that finished, by completion mode, result (succeeded, failed) and reason.",
-		}, []string{"completion_mode", labelResult, "reason"}),
-		PodFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "safejob_pod_failures_total",
-			Help: "Pod failures committed, by the podFailurePolicy action that handled them (Count when no rule matched).",
-		}, []string{"action"}),
-		ReconcileDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "safejob_reconcile_duration_seconds",
-			Help:    "Duration of SafeJob reconciles, by result (success, error).",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
-		}, []string{labelResult}),
-		StatusWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "safejob_status_writes_total",
-			Help: "SafeJob status writes, by kind: ledger (appended to the ledger), counts (only active, ready or terminating changed), other.",
-		}, []string{"kind"}),
-		ReleasesWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "safejob_finalizer_releases_waiting",
-			Help: "Ledger finalizer releases of pods whose outcome is recorded, waiting for a release worker.",
-		}),
-		LaunchWindowHeld: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "safejob_launch_window_pods",
-			Help: "Launched pods not started yet that hold a place in the launch window.",
-		}),
-		LaunchWindowWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "safejob_launch_window_waiting_safejobs",
-			Help: "SafeJobs waiting for a place in the launch window to launch pods.",
-		}),
-		LaunchWindowHeldOutcomes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "safejob_launch_window_held_outcomes",
-			Help: "SafeJobs whose pod successes wait to be recorded while other SafeJobs wait for the launch window.",
-		}),
-		LaunchWindowSize: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "safejob_launch_window_size",
-			Help: "The places the launch window has: it follows how fast pods start, within its configured least and most.",
-		}),
-		EventsDropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "safejob_events_dropped_total",
-			Help: "Events not written because the queue of event writes was full.",
-		}),
-		LedgersRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "safejob_ledgers_refused_total",
-			Help: "Reconciles that wrote nothing to a SafeJob for a lasting reason: format_unknown, rolled_back, crd_outdated, invalid.",
-		}, []string{"reason"}),
+		Reconciles: counterVec("safejob_reconciles_total",
+			"SafeJob reconciles, by result (success, error).", labelResult),
+		Conflicts: counter("safejob_status_conflicts_total",
+			"Status writes refused because the SafeJob changed since it was read."),
+		PodsCreated: counter("safejob_pods_created_total", "Pods created for SafeJobs."),
+		CreatesExpired: counter("safejob_pod_creates_expired_total",
+			"Launches whose create window passed before their pod create could start."),
+		LedgerAppends: counterVec("safejob_ledger_appends_total",
+			"Ledger entries committed, by entry type.", "type"),
+		CommitObserve: seconds("safejob_commit_observe_seconds",
+			"Time from a ledger commit to its observation in the informer cache."),
+		JobsFinished: counterVec("safejob_jobs_finished_total",
+			"SafeJobs that finished, by completion mode, result (succeeded, failed) and reason.", "completion_mode", labelResult, "reason"),
+		PodFailures: counterVec("safejob_pod_failures_total",
+			"Pod failures committed, by the podFailurePolicy action that handled them (Count when no rule matched).", "action"),
+		ReconcileDuration: secondsVec("safejob_reconcile_duration_seconds",
+			"Duration of SafeJob reconciles, by result (success, error).", labelResult),
+		StatusWrites: counterVec("safejob_status_writes_total",
+			"SafeJob status writes, by kind: ledger (appended to the ledger), counts (only active, ready or terminating changed), other.", "kind"),
+		ReleasesWaiting: gauge("safejob_finalizer_releases_waiting",
+			"Ledger finalizer releases of pods whose outcome is recorded, waiting for a release worker."),
+		LaunchWindowHeld: gauge("safejob_launch_window_pods",
+			"Launched pods not started yet that hold a place in the launch window."),
+		LaunchWindowWaiting: gauge("safejob_launch_window_waiting_safejobs",
+			"SafeJobs waiting for a place in the launch window to launch pods."),
+		LaunchWindowHeldOutcomes: gauge("safejob_launch_window_held_outcomes",
+			"SafeJobs whose pod successes wait to be recorded while other SafeJobs wait for the launch window."),
+		LaunchWindowSize: gauge("safejob_launch_window_size",
+			"The places the launch window has: it follows how fast pods start, within its configured least and most."),
+		EventsDropped: counter("safejob_events_dropped_total",
+			"Events not written because the queue of event writes was full."),
+		LedgersRefused: counterVec("safejob_ledgers_refused_total",
+			"Reconciles that wrote nothing to a SafeJob for a lasting reason: format_unknown, rolled_back, crd_outdated, invalid.", "reason"),
 		held: newHeldPods(),
 	}
+}
+
+// The constructors of the metrics NewMetrics makes: a name and its help,
+// and the labels of a vector. Durations are histograms of seconds from a
+// millisecond up, doubling.
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+var secondsBuckets = prometheus.ExponentialBuckets(0.001, 2, 16)
+
+func seconds(name, help string) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: secondsBuckets})
+}
+
+func secondsVec(name, help string, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: secondsBuckets}, labels)
 }
 
 // collectors are all the metrics, in the order docs/reference/metrics.md

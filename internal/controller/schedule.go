@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"strconv"
 	"time"
 
@@ -371,31 +370,8 @@ func (r *SafeJobReconciler) parentGone(ctx context.Context, run *batchv1alpha1.S
 // is ever touched. A failed test on a cached copy retries once on a live
 // read.
 func (r *SafeJobReconciler) removeRunFinalizer(ctx context.Context, key client.ObjectKey, uid types.UID) error {
-	var err error
-	for _, reader := range []client.Reader{r.Client, r.APIReader} {
-		run := &batchv1alpha1.SafeJob{}
-		if err = reader.Get(ctx, key, run); err != nil {
-			return client.IgnoreNotFound(err)
-		}
-		if run.UID != uid {
-			err = nil
-			continue // another object holds the name (or the cache lags): read live
-		}
-		k := slices.Index(run.Finalizers, batchv1alpha1.RunFinalizer)
-		if k < 0 {
-			return nil
-		}
-		patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/uid","value":%q},`+
-			`{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`,
-			uid, k, batchv1alpha1.RunFinalizer, k)
-		err = r.Client.Patch(ctx, run, client.RawPatch(types.JSONPatchType, []byte(patch)))
-		if err == nil || apierrors.IsNotFound(err) {
-			return nil
-		}
-		if !apierrors.IsInvalid(err) && !apierrors.IsBadRequest(err) {
-			break
-		}
-	}
+	// A run of another UID in the cache may be a cache that lags: read live.
+	err := r.removeFinalizerOf(ctx, key, uid, batchv1alpha1.RunFinalizer, func() client.Object { return &batchv1alpha1.SafeJob{} }, true)
 	if err != nil {
 		return fmt.Errorf("removing the run finalizer of %s: %w", key.Name, err)
 	}

@@ -453,7 +453,8 @@ func (r *SafeJobReconciler) SetupWithManager(mgr manager.Manager) error {
 		b = b.Owns(&kueue.Workload{}).Watches(&kueue.Workload{}, &prebuiltHandler{cache: mgr.GetCache()})
 	}
 	err = b.
-		Watches(&corev1.Pod{}, &podHandler{tracker: r.tracker, cache: mgr.GetCache(), batch: r.Options.Pacing.PodBatchPeriod, window: r.pacer.window}).
+		Watches(&corev1.Pod{}, &podHandler{tracker: r.tracker, cache: mgr.GetCache(),
+			batch: r.Options.Pacing.PodBatchPeriod, window: r.pacer.window}).
 		// A SafeJob whose background finalizer release failed is queued
 		// with the queue's backoff (releaseInBackground).
 		WatchesRawSource(source.Channel(r.releases.retry, handler.Funcs{
