@@ -90,6 +90,14 @@ test: manifests generate fmt vet cluster-assets test-rules $(if $(filter true,$(
 COMPAT_K8S_VERSIONS ?= v1.35.4 v1.36.5
 COMPAT_KUEUE_VERSIONS ?= v0.16.6
 
+# The fault tests with every pacing decision off (controller.Pacing{}, the
+# operator's --pacing=false): the integration suite, and the e2e fault
+# scenarios side by side with batch/v1. Exactness must not depend on pacing.
+.PHONY: test-pacing-off
+test-pacing-off: cluster-assets ## Run the integration suite and the fault scenarios with all pacing off (not in CI).
+	SAFEJOB_PACING=off KUBEBUILDER_ASSETS="$$(hack/k8s-binaries.sh etcd kube-apiserver)" go test ./test/integration/ -count=1 -timeout 40m
+	SAFEJOB_PACING=off KUBEBUILDER_ASSETS="$$(hack/k8s-binaries.sh etcd kube-apiserver)" go test ./test/e2e/ -run 'TestFaults' -count=1 -timeout 40m
+
 .PHONY: test-compat
 test-compat: manifests generate ## Run the integration and parity suites on each older Kubernetes, the Kueue e2e cases on each older Kueue; prints each run's time (not in CI).
 	@set -e; for v in $(COMPAT_K8S_VERSIONS); do \

@@ -61,10 +61,11 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 		Backoff:       r.Options.Backoff,
 		Now:           r.Clock.Now(),
 	}
-	unaccounted, wait, err := jobs.Unaccounted(in)
+	obs, err := jobs.Observe(in)
 	if err != nil {
 		return in, 0, nil // Decide reports the invalid ledger
 	}
+	unaccounted, wait := obs.Unaccounted()
 	if len(unaccounted) == 0 {
 		return in, wait, nil
 	}
@@ -111,7 +112,7 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 				// Terminal and stripped of the finalizer by someone else
 				// while no handler of this process saw it, or unlabelled:
 				// its state decides.
-				in.Pods = append(in.Pods, pod)
+				obs.AddPods(pod)
 			} else {
 				wait = ledger.MinPositive(wait, r.fence().LostGrace())
 			}

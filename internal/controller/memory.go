@@ -14,11 +14,12 @@ import (
 )
 
 // jobMemo is what this process remembers of one SafeJob (one UID) beyond
-// the cache. The write fence, the pod memory and the run memory decide what
-// this process may do now; a process that lost them (a restart) does less,
-// never more: it waits for the cache, confirms with a live read, and leaves
-// the creates of launches it did not commit to the fence. What this process
-// keeps for pacing alone is the pacer's (pacing.go).
+// the cache: the safety state that the ledger cannot hold, each part named
+// for the invariant of docs/design.md it protects. A process that lost it
+// (a restart) does less, never more: it waits for the cache, confirms with
+// a live read, and leaves the creates of launches it did not commit to the
+// fence (I7). What this process keeps for pacing alone is the pacer's
+// (pacing.go).
 type jobMemo struct {
 	uid      types.UID
 	fence    writeFence
@@ -71,38 +72,40 @@ func checkpointSeq(l *batchv1alpha1.Ledger) int64 {
 
 // writeFence holds this process's last status write of a SafeJob until the
 // cache shows it: a decision made on an older version would miss the
-// write's commits, and could only meet a conflict.
+// write's commits, and could only meet a conflict. It protects I1: the pod
+// work of that decision would act on launches the write has closed since.
 type writeFence struct {
-	// over is the resourceVersion the write replaced; "" once observed.
-	over string
-	at   time.Time
-	// arrived is closed when the informer delivers a version past over: a
+	// replaced is the resourceVersion the write replaced; "" once the
+	// cache shows a later one.
+	replaced string
+	at       time.Time
+	// arrived is closed when the informer delivers a version past replaced: a
 	// worker waiting for its own write wakes at once.
 	arrived chan struct{}
 }
 
 // wrote holds the fence over the version a successful write replaced.
-func (f *writeFence) wrote(over string, now time.Time) {
-	f.over, f.at, f.arrived = over, now, make(chan struct{})
+func (f *writeFence) wrote(replaced string, now time.Time) {
+	f.replaced, f.at, f.arrived = replaced, now, make(chan struct{})
 }
 
 // pass reports whether a cached version rv shows the last write, and lifts
 // the fence when it does; lifted says it did now, and took is how long the
 // write took to show.
-func (f *writeFence) pass(rv string, now time.Time) (ok, lifted bool, took time.Duration) {
-	switch f.over {
+func (f *writeFence) pass(rv string, now time.Time) (ok, shownNow bool, delay time.Duration) {
+	switch f.replaced {
 	case "":
 		return true, false, 0
 	case rv:
 		return false, false, 0
 	}
-	f.over = ""
+	f.replaced = ""
 	return true, true, now.Sub(f.at)
 }
 
 // deliver wakes the worker waiting for the write when rv shows it.
 func (f *writeFence) deliver(rv string) {
-	if f.over == "" || rv == f.over {
+	if f.replaced == "" || rv == f.replaced {
 		return
 	}
 	select {
@@ -116,25 +119,31 @@ func (f *writeFence) deliver(rv string) {
 // Workload until the cache shows it: a decision made on the version it
 // replaced would write again what was written, and the API server would
 // only refuse it for its stale resourceVersion. The Workload's next version
-// brings the SafeJob back, as any change of its Workload does.
+// brings the SafeJob back, as any change of its Workload does. No invariant
+// rests on it: it saves writes the API server would refuse.
 type workloadFence struct {
-	// uid is the Workload's; over is the resourceVersion the write
+	// uid is the Workload's; replaced is the resourceVersion the write
 	// replaced, "" once a later version was seen.
-	uid  types.UID
-	over string
+	uid      types.UID
+	replaced string
 }
 
 // pass reports whether a cached version of a Workload shows the last
 // write, and lifts the fence when it does (or when it is another Workload).
 func (f *workloadFence) pass(uid types.UID, rv string) bool {
-	if f.over != "" && f.uid == uid && f.over == rv {
+	if f.replaced != "" && f.uid == uid && f.replaced == rv {
 		return false
 	}
-	f.over = ""
+	f.replaced = ""
 	return true
 }
 
-// podMemory is what this process knows of a SafeJob's pods beyond the cache.
+// podMemory is what this process knows of a SafeJob's pods beyond the
+// cache. uncreated protects I1 (only a launch's committer creates its pod,
+// so a create issued late never meets a second); lastSeen protects I3 (an
+// outcome whose pod the cache has lost is still recorded once); releasedAt
+// and releaseErr serve I5 (a release is issued once and its failure is
+// retried).
 type podMemory struct {
 	// uncreated holds the launches this process committed and has not
 	// created yet: only a launch's committer creates its pod.
@@ -189,7 +198,9 @@ func (p *podMemory) unreleased(pods []string, now time.Time) []string {
 }
 
 // runMemory is what this process knows of a schedule's open runs beyond
-// the cache.
+// the cache. It protects I8 for runs as podMemory protects I1 for pods: a
+// run created here is not created again, and one seen and then gone is
+// known to have vanished rather than never to have come.
 type runMemory struct {
 	// seen holds the open runs observed in the cache or created here, with
 	// their UIDs: an open run seen and then found gone vanished.

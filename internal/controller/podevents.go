@@ -54,7 +54,7 @@ func (h *podHandler) Update(_ context.Context, e event.UpdateEvent, q workqueue.
 	if ok && h.window != nil && started(pod) {
 		h.window.started(client.ObjectKeyFromObject(pod), ran(pod))
 	}
-	if ok && settled(pod) {
+	if ok && endedAndReleased(pod) {
 		h.remember(pod)
 	}
 	if ok && ownerless(pod) {

@@ -1,6 +1,3 @@
-// Package controller runs SafeJobs: it gathers what the cluster shows, lets
-// internal/ledger/jobs and internal/ledger/runs decide, and carries out the
-// plan.
 package controller
 
 import (
@@ -118,15 +115,15 @@ const FollowUpWait = 500 * time.Millisecond
 // (tracker.delivered); the cache is read once first, for a delivery that
 // came before the write was recorded.
 func (r *SafeJobReconciler) waitOwnWrite(ctx context.Context, req reconcile.Request) bool {
-	over, uid, arrived := r.tracker.outstanding(req.NamespacedName)
-	if over == "" {
+	replaced, uid, arrived := r.tracker.outstanding(req.NamespacedName)
+	if replaced == "" {
 		return false
 	}
 	sj := &batchv1alpha1.SafeJob{}
 	if err := r.Client.Get(ctx, req.NamespacedName, sj); err != nil || sj.UID != uid {
 		return false
 	}
-	if sj.ResourceVersion != over {
+	if sj.ResourceVersion != replaced {
 		return true
 	}
 	timer := time.NewTimer(FollowUpWait)

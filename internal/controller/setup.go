@@ -44,10 +44,10 @@ const controllerUIDIndex = "metadata.ownerReferences.controllerSafeJobUID"
 // the Kueue version, so a label selector cannot find them.
 const prebuiltWorkloadIndex = "metadata.prebuiltWorkloadName"
 
-// settled reports a pod that has ended and no longer holds the ledger
+// endedAndReleased reports a pod that has ended and no longer holds the ledger
 // finalizer: its outcome is committed, or someone else stripped the
 // finalizer, and the pod handler then keeps its last state.
-func settled(pod *corev1.Pod) bool {
+func endedAndReleased(pod *corev1.Pod) bool {
 	return jobs.IsTerminal(pod) && !slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer)
 }
 
@@ -57,7 +57,7 @@ func settled(pod *corev1.Pod) bool {
 // so the cache need not hand it to every reconcile, which in a SafeJob of
 // many completions would cost each reconcile all the pods it ever ran.
 func indexActivePodController(obj client.Object) []string {
-	if pod, ok := obj.(*corev1.Pod); ok && settled(pod) {
+	if pod, ok := obj.(*corev1.Pod); ok && endedAndReleased(pod) {
 		return nil
 	}
 	return indexController(obj)

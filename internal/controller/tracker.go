@@ -15,11 +15,14 @@ import (
 	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
-// tracker keeps what this process knows beyond the cache: a memo per
-// SafeJob (jobMemo), the names whose pods were seen holding the ledger
-// finalizer with no SafeJob controlling them, and the pods seen leaving the
-// cache without being deleted (unlabeled). It is shared by the workers and
-// the informers' handlers, under one lock.
+// tracker keeps the safety state of this process beyond the cache: a memo
+// per SafeJob (jobMemo), the names whose pods were seen holding the ledger
+// finalizer with no SafeJob controlling them (ownerless) and the pods seen
+// leaving the cache without being deleted (unlabeled), both for I5 (no pod
+// keeps the finalizer once nothing will record it), and the pod names held
+// by an earlier SafeJob's pods (held), for I1 and I3 (a launch is never
+// named as a pod that is not its own). It is shared by the workers and the
+// informers' handlers, under one lock.
 type tracker struct {
 	mu        sync.Mutex
 	jobs      map[types.NamespacedName]*jobMemo
@@ -158,10 +161,10 @@ func (t *tracker) takeUnlabeled(key types.NamespacedName) []unlabeledPod {
 // last status write of it, and measures how long the write took to show.
 func (t *tracker) showsOwnWrite(sj *batchv1alpha1.SafeJob, now time.Time, m *Metrics) (ok bool) {
 	t.with(keyOf(sj), sj.UID, func(memo *jobMemo) {
-		var lifted bool
-		var took time.Duration
-		if ok, lifted, took = memo.fence.pass(sj.ResourceVersion, now); lifted {
-			m.observeCommit(took)
+		var shownNow bool
+		var delay time.Duration
+		if ok, shownNow, delay = memo.fence.pass(sj.ResourceVersion, now); shownNow {
+			m.observeCommit(delay)
 		}
 	})
 	return ok
@@ -169,13 +172,13 @@ func (t *tracker) showsOwnWrite(sj *batchv1alpha1.SafeJob, now time.Time, m *Met
 
 // wrote records a successful status write, the launches it committed and
 // the ledger it stored (nil: not known).
-func (t *tracker) wrote(key types.NamespacedName, uid types.UID, over string, now time.Time, appended []batchv1alpha1.LedgerEntry,
+func (t *tracker) wrote(key types.NamespacedName, uid types.UID, replaced string, now time.Time, appended []batchv1alpha1.LedgerEntry,
 	stored *batchv1alpha1.Ledger) {
 	t.with(key, uid, func(m *jobMemo) {
 		if stored != nil {
 			m.high.saw(stored)
 		}
-		m.fence.wrote(over, now)
+		m.fence.wrote(replaced, now)
 		m.pods.committed(appended)
 	})
 }
@@ -212,8 +215,8 @@ func (t *tracker) showsOwnWorkloadWrite(key types.NamespacedName, uid types.UID,
 
 // wroteWorkload records a successful status write of the SafeJob's
 // Workload over the cached version it replaced.
-func (t *tracker) wroteWorkload(key types.NamespacedName, uid types.UID, over *kueue.Workload) {
-	t.with(key, uid, func(m *jobMemo) { m.workload = workloadFence{uid: over.UID, over: over.ResourceVersion} })
+func (t *tracker) wroteWorkload(key types.NamespacedName, uid types.UID, replaced *kueue.Workload) {
+	t.with(key, uid, func(m *jobMemo) { m.workload = workloadFence{uid: replaced.UID, replaced: replaced.ResourceVersion} })
 }
 
 // outstanding returns the resourceVersion our last status write replaced
@@ -223,10 +226,10 @@ func (t *tracker) outstanding(key types.NamespacedName) (string, types.UID, <-ch
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	m := t.jobs[key]
-	if m == nil || m.fence.over == "" {
+	if m == nil || m.fence.replaced == "" {
 		return "", "", nil
 	}
-	return m.fence.over, m.uid, m.fence.arrived
+	return m.fence.replaced, m.uid, m.fence.arrived
 }
 
 // delivered is called by the informer for every SafeJob it delivers, after

@@ -161,6 +161,11 @@ func (e *env) forcedDeletes() func(string) int {
 // with extra flags if any.
 func (e *env) startOperator(flags ...string) {
 	e.t.Helper()
+	if os.Getenv("SAFEJOB_PACING") == "off" {
+		// make test-pacing-off: the fault suite with every pacing decision
+		// off must meet the same bar.
+		flags = append([]string{"--pacing=false"}, flags...)
+	}
 	e.startOperatorBin(managerBin, flags...)
 }
 

@@ -162,6 +162,12 @@ type managerOptions struct {
 	config *rest.Config
 }
 
+// pacingOff reports whether the suite runs its controllers with all pacing
+// off (SAFEJOB_PACING=off, make test-pacing-off): every decision written at
+// once, nothing bounded. The safety tests must pass either way; those that
+// measure pacing itself are not run so.
+func pacingOff() bool { return os.Getenv("SAFEJOB_PACING") == "off" }
+
 // testBackoff keeps the suite's retries quick; TestFailureBackoff checks
 // the delay itself.
 var testBackoff = jobs.Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond}
@@ -229,6 +235,9 @@ func startManager(t *testing.T, ns string, opts managerOptions) (stop func()) {
 		// The operator's default; it holds writes by the clock, which a
 		// fake clock would stop.
 		pacing.PodBatchPeriod = controller.DefaultPodBatchPeriod
+	}
+	if pacingOff() {
+		*pacing = controller.Pacing{}
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatalf("setting up controller: %v", err)
