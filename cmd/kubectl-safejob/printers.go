@@ -79,6 +79,37 @@ type view struct {
 	table func(io.Writer, plugin.TableOptions) error
 }
 
+// safeJobName is how -o name names a SafeJob, as kubectl does.
+func safeJobName(name string) string { return "safejob.batch.safejob.dev/" + name }
+
+// safeJobNames are -o name's lines for items, each a SafeJob that name
+// names.
+func safeJobNames[T any](items []T, name func(T) string) []string {
+	names := make([]string, len(items))
+	for k, item := range items {
+		names[k] = safeJobName(name(item))
+	}
+	return names
+}
+
+// asRows is items as custom-columns' rows, one each. It is never nil, so
+// that no items print no rows rather than obj as one.
+func asRows[T any](items []T) []any {
+	rows := make([]any, len(items))
+	for k, item := range items {
+		rows[k] = item
+	}
+	return rows
+}
+
+// itemList is items as kubectl prints a list: a v1 List.
+func itemList(items []any) map[string]any {
+	if items == nil {
+		items = []any{}
+	}
+	return map[string]any{"apiVersion": "v1", "kind": "List", "metadata": map[string]any{}, "items": items}
+}
+
 // print writes v as -o asks.
 func (p *printFlags) print(w io.Writer, v view) error {
 	format, arg, _ := strings.Cut(p.output, "=")
@@ -86,8 +117,8 @@ func (p *printFlags) print(w io.Writer, v view) error {
 	case "", outputWide:
 		return v.table(w, plugin.TableOptions{Wide: format == outputWide, NoHeaders: p.noHeaders})
 	case outputName:
-		for _, n := range v.names {
-			if _, err := fmt.Fprintln(w, n); err != nil {
+		for _, name := range v.names {
+			if _, err := fmt.Fprintln(w, name); err != nil {
 				return err //nolint:wrapcheck // a failed write to stdout says enough
 			}
 		}
@@ -121,7 +152,7 @@ func (p *printFlags) print(w io.Writer, v view) error {
 // printTemplate writes obj through a JSONPath or a Go template, as kubectl
 // -o jsonpath=TEMPLATE and -o go-template=TEMPLATE do.
 func printTemplate(w io.Writer, format, tmpl string, obj any) error {
-	u, err := asUnstructured(obj)
+	unstructuredObj, err := asUnstructured(obj)
 	if err != nil {
 		return err
 	}
@@ -141,7 +172,7 @@ func printTemplate(w io.Writer, format, tmpl string, obj any) error {
 		gt.AllowMissingKeys(true)
 		printer = gt
 	}
-	if err := printer.PrintObj(u, w); err != nil {
+	if err := printer.PrintObj(unstructuredObj, w); err != nil {
 		return fmt.Errorf("printing -o %s: %w", format, err)
 	}
 	return nil
@@ -153,11 +184,11 @@ func asUnstructured(v any) (*unstructured.Unstructured, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding the output: %w", err)
 	}
-	m := map[string]any{}
-	if err := json.Unmarshal(b, &m); err != nil {
+	object := map[string]any{}
+	if err := json.Unmarshal(b, &object); err != nil {
 		return nil, fmt.Errorf("encoding the output: %w", err)
 	}
-	return &unstructured.Unstructured{Object: m}, nil
+	return &unstructured.Unstructured{Object: object}, nil
 }
 
 // relaxedPath is a column's JSONPath as kubectl takes it: {.a.b}, .a.b or a.b.
@@ -177,12 +208,12 @@ func parseColumns(spec string) ([]column, error) {
 		if !ok || header == "" || expr == "" {
 			return nil, fmt.Errorf("-o custom-columns: %q is not HEADER:JSONPATH", part)
 		}
-		m := relaxedPath.FindStringSubmatch(expr)
-		if m == nil {
+		match := relaxedPath.FindStringSubmatch(expr)
+		if match == nil {
 			return nil, fmt.Errorf("-o custom-columns: column %s: %q is not a JSONPath such as .name", header, expr)
 		}
 		jp := jsonpath.New(header).AllowMissingKeys(true)
-		if err := jp.Parse("{." + m[1] + m[2] + "}"); err != nil {
+		if err := jp.Parse("{." + match[1] + match[2] + "}"); err != nil {
 			return nil, fmt.Errorf("-o custom-columns: column %s: %w", header, err)
 		}
 		columns = append(columns, column{header: header, path: jp})

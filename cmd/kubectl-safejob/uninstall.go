@@ -14,15 +14,15 @@ import (
 // workloadsServed asks the API server, not a discovery cache, whether it
 // serves Kueue's Workloads.
 func (o *options) workloadsServed() (bool, error) {
-	cfg, err := o.flags.ToRESTConfig()
+	cfg, err := o.kubeFlags.ToRESTConfig()
 	if err != nil {
 		return false, fmt.Errorf("reading the kubeconfig: %w", err)
 	}
-	d, err := discovery.NewDiscoveryClientForConfig(cfg)
+	discoveryClient, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return false, fmt.Errorf("creating a discovery client: %w", err)
 	}
-	return plugin.WorkloadsServed(d) //nolint:wrapcheck // it says what it asked
+	return plugin.WorkloadsServed(discoveryClient) //nolint:wrapcheck // it says what it asked
 }
 
 // clusterClient returns a client and whether Workloads are served.
@@ -39,8 +39,8 @@ func (o *options) clusterClient() (client.Client, string, bool, error) {
 }
 
 func (o *options) releaseCmd() *cobra.Command {
-	var all bool
-	r := plugin.ReleaseOptions{}
+	var allNamespaces bool
+	opts := plugin.ReleaseOptions{}
 	cmd := &cobra.Command{
 		Use:               "release [NAME]",
 		ValidArgsFunction: o.completeNames,
@@ -75,28 +75,28 @@ kubectl safejob uninstall instead.`,
 				return err
 			}
 			if len(args) == 1 {
-				r.Name = args[0]
-				if all {
+				opts.Name = args[0]
+				if allNamespaces {
 					return fmt.Errorf("a NAME is of one namespace: leave out --all-namespaces")
 				}
 			}
-			if !all {
-				r.Namespace = ns
+			if !allNamespaces {
+				opts.Namespace = ns
 			}
-			r.Workloads, r.Now = workloads, time.Now()
-			return plugin.Release(cmd.Context(), cl, o.streams.Out, r) //nolint:wrapcheck // it names what failed
+			opts.Workloads, opts.Now = workloads, time.Now()
+			return plugin.Release(cmd.Context(), cl, o.streams.Out, opts) //nolint:wrapcheck // it names what failed
 		},
 	}
-	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "Release in every namespace")
-	cmd.Flags().BoolVar(&r.DryRun, "dry-run", false, "Say what would be released and change nothing")
-	cmd.Flags().BoolVar(&r.Force, "force", false, "Release even though an operator looks alive (its outcomes not recorded yet are lost)")
-	cmd.Flags().StringVar(&r.OperatorNamespace, "operator-namespace", plugin.DefaultOperatorNamespace,
+	cmd.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "Release in every namespace")
+	cmd.Flags().BoolVar(&opts.DryRun, "dry-run", false, "Say what would be released and change nothing")
+	cmd.Flags().BoolVar(&opts.Force, "force", false, "Release even though an operator looks alive (its outcomes not recorded yet are lost)")
+	cmd.Flags().StringVar(&opts.OperatorNamespace, "operator-namespace", plugin.DefaultOperatorNamespace,
 		"Where to read the operator's Lease when Leases cannot be listed in every namespace")
 	return cmd
 }
 
 func (o *options) uninstallCmd() *cobra.Command {
-	u := plugin.UninstallOptions{}
+	opts := plugin.UninstallOptions{}
 	cmd := &cobra.Command{
 		Use:   "uninstall",
 		Short: "Remove SafeJob safely: delete every SafeJob, wait until the operator has let go of them, then remove the operator",
@@ -125,13 +125,13 @@ operator is gone by then, kubectl safejob release frees it.`,
 			if err != nil {
 				return err
 			}
-			u.Workloads, u.Now = workloads, time.Now()
-			return plugin.Uninstall(cmd.Context(), cl, o.streams.Out, u) //nolint:wrapcheck // it names what failed
+			opts.Workloads, opts.Now = workloads, time.Now()
+			return plugin.Uninstall(cmd.Context(), cl, o.streams.Out, opts) //nolint:wrapcheck // it names what failed
 		},
 	}
-	cmd.Flags().BoolVar(&u.Stop, "stop", false, "Suspend the schedules and delete the SafeJobs that run too")
-	cmd.Flags().BoolVar(&u.DeleteCRD, "delete-crd", false, "Also delete the SafeJob CRD and SafeJob's admission policies")
-	cmd.Flags().StringVar(&u.OperatorNamespace, "operator-namespace", plugin.DefaultOperatorNamespace, "The namespace the operator runs in")
-	cmd.Flags().DurationVar(&u.Timeout, "timeout", 5*time.Minute, "How long to wait for the operator to let go of the SafeJobs deleted")
+	cmd.Flags().BoolVar(&opts.Stop, "stop", false, "Suspend the schedules and delete the SafeJobs that run too")
+	cmd.Flags().BoolVar(&opts.DeleteCRD, "delete-crd", false, "Also delete the SafeJob CRD and SafeJob's admission policies")
+	cmd.Flags().StringVar(&opts.OperatorNamespace, "operator-namespace", plugin.DefaultOperatorNamespace, "The namespace the operator runs in")
+	cmd.Flags().DurationVar(&opts.Timeout, "timeout", 5*time.Minute, "How long to wait for the operator to let go of the SafeJobs deleted")
 	return cmd
 }

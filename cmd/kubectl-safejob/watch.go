@@ -15,15 +15,22 @@ import (
 	"github.com/safejob/safejob/internal/plugin"
 )
 
+// The seqs showAppended returns besides a ledger's: it has shown nothing
+// yet, or the SafeJob is gone.
+const (
+	nothingShown   int64 = -1
+	safeJobDeleted int64 = -2
+)
+
 // watchLedger prints a SafeJob's ledger summary and entries, then every
 // entry appended after them, until interrupted or the SafeJob is deleted.
 // A watch the API server ends is started again; entries are shown by seq,
 // so none is shown twice, and entries folded before they were seen are said.
 func (o *options) watchLedger(ctx context.Context, name string) error {
-	if f := o.out.output; f != "" && f != outputJSON && f != outputYAML {
-		return fmt.Errorf("--watch prints a table, -o json or -o yaml, not -o %s", f)
+	if format := o.outputFlags.output; format != "" && format != outputJSON && format != outputYAML {
+		return fmt.Errorf("--watch prints a table, -o json or -o yaml, not -o %s", format)
 	}
-	cfg, err := o.flags.ToRESTConfig()
+	cfg, err := o.kubeFlags.ToRESTConfig()
 	if err != nil {
 		return fmt.Errorf("reading the kubeconfig: %w", err)
 	}
@@ -39,31 +46,31 @@ func (o *options) watchLedger(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("creating a client: %w", err)
 	}
-	shown := int64(-1) // nothing shown yet
+	shown := nothingShown
 	for ctx.Err() == nil {
-		w, err := cl.Watch(ctx, &batchv1alpha1.SafeJobList{}, client.InNamespace(ns),
+		watcher, err := cl.Watch(ctx, &batchv1alpha1.SafeJobList{}, client.InNamespace(ns),
 			client.MatchingFields{"metadata.name": name})
 		if err != nil {
 			return fmt.Errorf("watching SafeJob %s/%s: %w", ns, name, err)
 		}
-		shown, err = o.showAppended(ctx, w, shown)
-		w.Stop()
-		if err != nil || shown == -2 {
+		shown, err = o.showAppended(ctx, watcher, shown)
+		watcher.Stop()
+		if err != nil || shown == safeJobDeleted {
 			return err
 		}
 	}
 	return nil
 }
 
-// showAppended prints what each event of w adds to the ledger after seq
-// shown (-1: nothing shown yet, the summary comes first) and returns the
-// last seq shown, -2 once the SafeJob is deleted.
-func (o *options) showAppended(ctx context.Context, w watch.Interface, shown int64) (int64, error) {
-	for ev := range w.ResultChan() {
+// showAppended prints what each event of watcher adds to the ledger after
+// seq shown (nothingShown: the summary comes first) and returns the last seq
+// shown, safeJobDeleted once the SafeJob is deleted.
+func (o *options) showAppended(ctx context.Context, watcher watch.Interface, shown int64) (int64, error) {
+	for ev := range watcher.ResultChan() {
 		switch ev.Type {
 		case watch.Deleted:
 			_, _ = fmt.Fprintln(o.streams.ErrOut, "The SafeJob was deleted.")
-			return -2, nil
+			return safeJobDeleted, nil
 		case watch.Error:
 			if ctx.Err() != nil {
 				return shown, nil // interrupted
@@ -77,13 +84,13 @@ func (o *options) showAppended(ctx context.Context, w watch.Interface, shown int
 		if !ok {
 			continue
 		}
-		v, err := plugin.Ledger(sj)
+		ledgerView, err := plugin.Ledger(sj)
 		if err != nil {
 			return shown, err //nolint:wrapcheck // it names the SafeJob
 		}
 		if shown < 0 {
-			if o.out.output == "" && !o.out.noHeaders {
-				if err := plugin.PrintLedgerSummary(o.streams.Out, v); err != nil {
+			if o.outputFlags.output == "" && !o.outputFlags.noHeaders {
+				if err := plugin.PrintLedgerSummary(o.streams.Out, ledgerView); err != nil {
 					return shown, err //nolint:wrapcheck // a failed write to stdout says enough
 				}
 				if err := plugin.PrintWatchHeader(o.streams.Out); err != nil {
@@ -92,21 +99,21 @@ func (o *options) showAppended(ctx context.Context, w watch.Interface, shown int
 			}
 			shown = 0
 		}
-		entries, folded := plugin.NewEntries(v, max(shown, 0))
-		if err := o.printAppended(entries, folded && shown > 0, v); err != nil {
+		entries, folded := plugin.NewEntries(ledgerView, max(shown, 0))
+		if err := o.printAppended(entries, folded && shown > 0, ledgerView); err != nil {
 			return shown, err
 		}
-		shown = max(shown, v.Seq)
+		shown = max(shown, ledgerView.Seq)
 	}
 	return shown, nil
 }
 
 // printAppended prints entries in the --watch form of -o.
-func (o *options) printAppended(entries []plugin.Entry, folded bool, v *plugin.LedgerView) error {
-	if o.out.output == "" {
+func (o *options) printAppended(entries []plugin.Entry, folded bool, ledgerView *plugin.LedgerView) error {
+	if o.outputFlags.output == "" {
 		foldedSeq := int64(0)
-		if v.Folded != nil {
-			foldedSeq = v.Folded.Seq
+		if ledgerView.Folded != nil {
+			foldedSeq = ledgerView.Folded.Seq
 		}
 		return plugin.PrintWatchRows(o.streams.Out, entries, folded, foldedSeq) //nolint:wrapcheck // a failed write to stdout says enough
 	}
@@ -118,17 +125,17 @@ func (o *options) printAppended(entries []plugin.Entry, folded bool, v *plugin.L
 	return nil
 }
 
-// printLine writes v as one line of JSON (-o json) or one YAML document.
-func (o *options) printLine(v any) error {
-	if o.out.output == outputJSON {
-		b, err := json.Marshal(v)
+// printLine writes item as one line of JSON (-o json) or one YAML document.
+func (o *options) printLine(item any) error {
+	if o.outputFlags.output == outputJSON {
+		b, err := json.Marshal(item)
 		if err != nil {
 			return fmt.Errorf("writing JSON: %w", err)
 		}
 		_, err = fmt.Fprintf(o.streams.Out, "%s\n", b)
 		return err //nolint:wrapcheck // a failed write to stdout says enough
 	}
-	b, err := yaml.Marshal(v)
+	b, err := yaml.Marshal(item)
 	if err != nil {
 		return fmt.Errorf("writing YAML: %w", err)
 	}

@@ -61,16 +61,16 @@ func (s *Schedule) Next(t time.Time) time.Time {
 	// The named minutes the clock has not read by t are those from the
 	// first minute after its reading at t, and at or after the reading just
 	// before any recent fall-back (the clock read everything below it).
-	_, off := t.Zone()
-	unread := floorDiv(t.Unix()+int64(off), 60)*60 + 60
-	for p := t; ; {
-		start, _ := p.ZoneBounds()
+	_, offset := t.Zone()
+	unread := floorDiv(t.Unix()+int64(offset), 60)*60 + 60
+	for period := t; ; {
+		start, _ := period.ZoneBounds()
 		if start.IsZero() || t.Sub(start) > maxFallBack {
 			break
 		}
-		p = start.Add(-time.Nanosecond)
-		_, before := p.Zone()
-		unread = max(unread, ceilDiv(start.Unix()+int64(before), 60)*60)
+		period = start.Add(-time.Nanosecond)
+		_, offsetBefore := period.Zone()
+		unread = max(unread, ceilDiv(start.Unix()+int64(offsetBefore), 60)*60)
 	}
 	// The first named minute among them runs first: the instant at which
 	// the clock first reads it or later is never earlier for a later minute.
@@ -85,17 +85,17 @@ func (s *Schedule) Next(t time.Time) time.Time {
 // wall (Unix seconds of the reading coded in UTC) or later: the instant of
 // that reading, or the end of the spring-forward gap that holds it.
 func (s *Schedule) firstReading(t time.Time, wall int64) time.Time {
-	for p := t; ; {
-		_, off := p.Zone()
-		_, end := p.ZoneBounds()
-		at := wall - int64(off)
+	for period := t; ; {
+		_, offset := period.Zone()
+		_, end := period.ZoneBounds()
+		at := wall - int64(offset)
 		switch {
-		case at <= p.Unix():
-			return p // the reading fell in the gap before this period
+		case at <= period.Unix():
+			return period // the reading fell in the gap before this period
 		case end.IsZero() || at < end.Unix():
 			return time.Unix(at, 0).In(s.loc)
 		}
-		p = end
+		period = end
 	}
 }
 

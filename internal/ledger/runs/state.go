@@ -69,12 +69,12 @@ type State struct {
 // one outcome (Succeeded, Failed, Evicted or Lost) for each.
 func Replay(l *batchv1alpha1.Ledger) (*State, error) {
 	st := &State{Seq: l.Seq, Open: map[string]Ref{}, Closed: map[string]Ref{}}
-	var cpSeq int64
+	var checkpointSeq int64
 	if cp := l.Checkpoint; cp != nil {
 		if err := st.loadCheckpoint(cp); err != nil {
 			return nil, fmt.Errorf("checkpoint: %w", err)
 		}
-		cpSeq = cp.Seq
+		checkpointSeq = cp.Seq
 	}
 	var prevTime time.Time
 	err := ledger.Walk(l, func(e *batchv1alpha1.LedgerEntry) error {
@@ -85,7 +85,7 @@ func Replay(l *batchv1alpha1.Ledger) (*State, error) {
 			return st.applyManual(e)
 		}
 		defer func() { prevTime = e.ScheduledTime.Time }()
-		return st.applyScheduled(e, prevTime, e.Seq > cpSeq)
+		return st.applyScheduled(e, prevTime, e.Seq > checkpointSeq)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("run ledger: %w", err)
@@ -178,12 +178,12 @@ func (st *State) applyOutcome(e *batchv1alpha1.LedgerEntry) error {
 	default:
 		return fmt.Errorf("type %s is not valid in a scheduled SafeJob", e.Type)
 	}
-	open, ok := st.Open[e.Run]
-	if !ok || !open.ScheduledTime.Equal(e.ScheduledTime.Time) {
+	run, ok := st.Open[e.Run]
+	if !ok || !run.ScheduledTime.Equal(e.ScheduledTime.Time) {
 		return fmt.Errorf("%s for run %s that is not open", e.Type, e.Run)
 	}
 	delete(st.Open, e.Run)
-	st.Closed[e.Run] = open
+	st.Closed[e.Run] = run
 	st.Runs++
 	return nil
 }
@@ -196,84 +196,6 @@ func Sorted(m map[string]Ref) []Ref {
 	}
 	slices.SortFunc(out, func(a, b Ref) int { return a.ScheduledTime.Compare(b.ScheduledTime) })
 	return out
-}
-
-// Fold moves every closed run but the newest keep into the checkpoint.
-// Open runs stay listed. The result replays to the same LastScheduled,
-// Open, Runs and Missed.
-func Fold(l *batchv1alpha1.Ledger, keep int) (batchv1alpha1.Ledger, error) {
-	return fold(l, keep, nil)
-}
-
-// fold is Fold that also keeps listed the closed runs hold reports.
-func fold(l *batchv1alpha1.Ledger, keep int, hold func(Ref) bool) (batchv1alpha1.Ledger, error) {
-	st, err := Replay(l)
-	if err != nil {
-		return batchv1alpha1.Ledger{}, err
-	}
-	closed := Sorted(st.Closed)
-	if len(closed) <= keep {
-		return *l.DeepCopy(), nil
-	}
-	fold := map[string]bool{}
-	for _, r := range closed[:len(closed)-keep] {
-		fold[r.Name] = hold == nil || !hold(r)
-	}
-	holdManualOrder(l, fold)
-	cp := &batchv1alpha1.LedgerCheckpoint{}
-	if l.Checkpoint != nil {
-		cp = l.Checkpoint.DeepCopy()
-	}
-	out := batchv1alpha1.Ledger{Seq: l.Seq}
-	for _, e := range l.Entries {
-		if !fold[e.Run] {
-			out.Entries = append(out.Entries, e)
-			continue
-		}
-		cp.Seq = max(cp.Seq, e.Seq)
-		switch {
-		case e.Type == batchv1alpha1.EntryScheduled && e.Reason == batchv1alpha1.ReasonManual:
-			// Entries are in seq order: of two in the same second the
-			// later is the latest, as Replay reads them.
-			if cp.LastManualTime == nil || !e.ScheduledTime.Before(cp.LastManualTime) {
-				cp.LastManualRun, cp.LastManualTime = e.Run, e.ScheduledTime.DeepCopy()
-			}
-		case e.Type == batchv1alpha1.EntryScheduled:
-			cp.Missed += e.Missed
-			if cp.LastScheduleTime == nil || e.ScheduledTime.After(cp.LastScheduleTime.Time) {
-				cp.LastScheduleTime = e.ScheduledTime.DeepCopy()
-			}
-		default:
-			cp.Runs++
-		}
-	}
-	out.Checkpoint = cp
-	return out, nil
-}
-
-// holdManualOrder keeps listed every run started by hand that follows, in
-// the ledger, a listed one of the same request time. Decide gives each request
-// a later time than the last, but a ledger written before it did so may hold
-// two requests of one time, and neither the checkpoint nor Replay can tell
-// their order by time: Replay takes a listed
-// run of the checkpoint's time as the later one. Folding only in ledger order
-// within a time keeps that true, so the checkpoint never names an earlier run
-// than a listed one of its time, and the latest request is never forgotten
-// (and committed again) because a later run closed first.
-func holdManualOrder(l *batchv1alpha1.Ledger, fold map[string]bool) {
-	listed := map[int64]bool{} // request times, in Unix nanoseconds, of the manual runs kept listed
-	for _, e := range l.Entries {
-		if e.Type != batchv1alpha1.EntryScheduled || e.Reason != batchv1alpha1.ReasonManual {
-			continue
-		}
-		at := e.ScheduledTime.UnixNano()
-		if listed[at] {
-			fold[e.Run] = false
-		}
-		if !fold[e.Run] {
-			listed[at] = true
-		}
-	}
 }
 
 // Covers reports how st fails to keep every fact of prev (nil when it keeps
