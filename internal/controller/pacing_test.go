@@ -4,7 +4,14 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
+	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
 func TestPacerDefersReadyOnlyWrites(t *testing.T) {
@@ -44,5 +51,30 @@ func TestPacerSpacesWrites(t *testing.T) {
 	}
 	if left := tr.spacingLeft(key, "u2", now.Add(100*time.Millisecond), 500*time.Millisecond); left != 0 {
 		t.Errorf("a recreated SafeJob inherited the hold: %s", left)
+	}
+}
+
+// TestZeroPacingWritesEveryDecision: with every pacing decision off (the
+// zero Pacing, or no pacer at all) each decided plan is written at once, as
+// decided, whatever it holds, however often the SafeJob was just written and
+// however long the queue is.
+func TestZeroPacingWritesEveryDecision(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	q := &workQueue{waiting: func() int { return 100 }}
+	sj := &batchv1alpha1.SafeJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "u1"},
+		Spec: batchv1alpha1.SafeJobSpec{Parallelism: ptr.To[int32](4)}}
+	plans := map[string]*jobs.Plan{
+		"ready count only": {Status: batchv1alpha1.SafeJobStatus{Ready: 2}},
+		"launches":         {Append: []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntryLaunched, Pod: "a-0-0"}}},
+		"successes only":   {Append: []batchv1alpha1.LedgerEntry{{Type: batchv1alpha1.EntrySucceeded, Pod: "a-0-0"}}},
+	}
+	for name, p := range map[string]*pacer{"zero Pacing": newPacer(Pacing{}, clk, q), "no pacer": nil} {
+		p.wrote(client.ObjectKeyFromObject(sj), sj.UID, clk.Now()) // written just now
+		for what, plan := range plans {
+			got, err := p.pace(sj, &jobs.Input{}, plan)
+			if err != nil || got.deferred || got.wait != 0 || got.room != 0 || got.plan != plan || got.heard(sj) != plan {
+				t.Errorf("%s, %s: paced %+v, %v; want written at once as decided", name, what, got, err)
+			}
+		}
 	}
 }
