@@ -20,7 +20,7 @@ import (
 
 // gatherAll brings the SafeJob's Workload up to date when it is queued and
 // gathers the ledger input, with the queue's gate.
-func (r *SafeJobReconciler) gatherAll(ctx context.Context, sj *batchv1alpha1.SafeJob) (*queued, *jobs.Input, time.Duration, error) {
+func (r *SafeJobReconciler) gatherAll(ctx context.Context, sj *batchv1alpha1.SafeJob) (*queued, *jobs.Observation, time.Duration, error) {
 	q := &queued{}
 	if queueName(sj) != "" {
 		var err error
@@ -28,18 +28,19 @@ func (r *SafeJobReconciler) gatherAll(ctx context.Context, sj *batchv1alpha1.Saf
 			return nil, nil, 0, err
 		}
 	}
-	in, wait, err := r.gather(ctx, sj)
+	obs, wait, err := r.gather(ctx, sj)
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	in.Queue = q.gate
-	return q, in, wait, nil
+	obs.Input().Queue = q.gate
+	return q, obs, wait, nil
 }
 
 // gather builds the ledger input: the cached pods, the terminal states seen
 // of vanished pods, the launches this process has yet to create and, for launches that
-// none of these explain, a live read of the API server.
-func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJob) (*jobs.Input, time.Duration, error) {
+// none of these explain, a live read of the API server. It returns the input
+// observed, for the decision to take the replay of the ledger made here.
+func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJob) (*jobs.Observation, time.Duration, error) {
 	pods, err := r.podsOf(ctx, sj.Namespace, sj.UID)
 	if err != nil {
 		return nil, 0, err
@@ -61,13 +62,13 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 		Backoff:       r.Options.Backoff,
 		Now:           r.Clock.Now(),
 	}
-	obs, err := jobs.Observe(in)
+	obs := jobs.Observe(in)
+	unaccounted, wait, err := obs.Unaccounted()
 	if err != nil {
-		return in, 0, nil // Decide reports the invalid ledger
+		return obs, 0, nil // Decide reports the invalid ledger
 	}
-	unaccounted, wait := obs.Unaccounted()
 	if len(unaccounted) == 0 {
-		return in, wait, nil
+		return obs, wait, nil
 	}
 	names := make([]string, len(unaccounted))
 	for i, ref := range unaccounted {
@@ -118,7 +119,7 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 			}
 		}
 	}
-	return in, wait, nil
+	return obs, wait, nil
 }
 
 // cachedPod reports whether the cache holds the pod of this name and UID

@@ -54,10 +54,11 @@ func TestDecisionTimedAfterLiveReads(t *testing.T) {
 		WithIndex(&corev1.Pod{}, controllerUIDIndex, indexActivePodController).Build()
 	r := &SafeJobReconciler{Client: cached, APIReader: live, tracker: newTracker(), Metrics: NewMetrics(), Clock: clk}
 
-	in, _, err := r.gather(context.Background(), sj)
+	obs, _, err := r.gather(context.Background(), sj)
 	if err != nil {
 		t.Fatal(err)
 	}
+	in := obs.Input()
 	if reads != 1 || !in.Gone["a-0-0"] {
 		t.Fatalf("live reads %d, gone %v; want the open launch read once and found gone", reads, in.Gone)
 	}
@@ -183,10 +184,11 @@ func TestLiveReadsOverlap(t *testing.T) {
 			return errors.New("no other live read in flight beside this one")
 		}
 	})
-	in, _, err := r.gather(context.Background(), sj)
+	obs, _, err := r.gather(context.Background(), sj)
 	if err != nil {
 		t.Fatal(err)
 	}
+	in := obs.Input()
 	if len(in.Gone) != len(committed) {
 		t.Fatalf("%d launches found gone; want all %d", len(in.Gone), len(committed))
 	}
@@ -217,10 +219,11 @@ func TestNextLiveReadCountedAfterReads(t *testing.T) {
 				clk.SetTime(clk.Now().Add(readTakes))
 				return nil
 			})
-			in, wait, err := r.gather(context.Background(), sj)
+			obs, wait, err := r.gather(context.Background(), sj)
 			if err != nil {
 				t.Fatal(err)
 			}
+			in := obs.Input()
 			if reads.Load() != 1 || len(in.Gone) != 1 {
 				t.Fatalf("%d reads, gone %v; want the launch past its grace read alone", reads.Load(), in.Gone)
 			}

@@ -71,7 +71,7 @@ func TestZeroPacingWritesEveryDecision(t *testing.T) {
 	for name, p := range map[string]*pacer{"zero Pacing": newPacer(Pacing{}, clk, q), "no pacer": nil} {
 		p.wrote(client.ObjectKeyFromObject(sj), sj.UID, clk.Now()) // written just now
 		for what, plan := range plans {
-			got, err := p.pace(sj, &jobs.Input{}, plan)
+			got, err := p.pace(sj, jobs.Observe(&jobs.Input{Spec: &sj.Spec, Status: &sj.Status}), plan)
 			if err != nil || got.deferred || got.wait != 0 || got.room != 0 || got.plan != plan || got.heard(sj) != plan {
 				t.Errorf("%s, %s: paced %+v, %v; want written at once as decided", name, what, got, err)
 			}

@@ -17,7 +17,6 @@ import (
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/ledger"
-	"github.com/safejob/safejob/internal/ledger/jobs"
 )
 
 // SafeJobReconciler reconciles SafeJob objects.
@@ -189,11 +188,11 @@ func (r *SafeJobReconciler) reconcileJob(ctx context.Context, sj *batchv1alpha1.
 	if done, err := r.expireTTL(ctx, sj); done || err != nil {
 		return reconcile.Result{}, err
 	}
-	q, in, wait, err := r.gatherAll(ctx, sj)
+	q, obs, wait, err := r.gatherAll(ctx, sj)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	plan, err := jobs.Decide(in)
+	plan, err := obs.Decide()
 	if err != nil {
 		return reconcile.Result{}, r.markLedgerInvalid(ctx, sj, err)
 	}
@@ -201,7 +200,7 @@ func (r *SafeJobReconciler) reconcileJob(ctx context.Context, sj *batchv1alpha1.
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	paced, err := r.pacer.pace(sj, in, plan)
+	paced, err := r.pacer.pace(sj, obs, plan)
 	if err != nil {
 		return reconcile.Result{}, r.markLedgerInvalid(ctx, sj, err)
 	}

@@ -37,15 +37,15 @@ type pacedWrite struct {
 // pace decides whether the plan decided for sj is written now: spaced from
 // the SafeJob's last write (PodBatchPeriod), fitted into the launch window,
 // its successes held while new SafeJobs wait for the window (OutcomeHold),
-// or its counters alone held for the next write (ReadyBatchPeriod). in is
+// or its counters alone held for the next write (ReadyBatchPeriod). obs is
 // the input plan was decided from, to decide again within the window. An
 // error is a ledger that does not read.
-func (p *pacer) pace(sj *batchv1alpha1.SafeJob, in *jobs.Input, plan *jobs.Plan) (pacedWrite, error) {
+func (p *pacer) pace(sj *batchv1alpha1.SafeJob, obs *jobs.Observation, plan *jobs.Plan) (pacedWrite, error) {
 	if wait := p.spaceWrites(sj, plan); wait > 0 {
 		// Written too recently: the facts decided now join the next write.
 		return pacedWrite{plan: plan, deferred: true, wait: wait}, nil
 	}
-	plan, room, noRoom, err := p.fitWindow(sj, in, plan)
+	plan, room, noRoom, err := p.fitWindow(sj, obs, plan)
 	if err != nil {
 		return pacedWrite{}, err
 	}
@@ -83,7 +83,7 @@ func (w pacedWrite) heard(sj *batchv1alpha1.SafeJob) *jobs.Plan {
 // the write then waits for room, so that a SafeJob waiting its turn costs
 // no write of its own (its start time and counts travel with its first
 // launch).
-func (p *pacer) fitWindow(sj *batchv1alpha1.SafeJob, in *jobs.Input,
+func (p *pacer) fitWindow(sj *batchv1alpha1.SafeJob, obs *jobs.Observation,
 	plan *jobs.Plan) (_ *jobs.Plan, room int, held bool, _ error) {
 	if p == nil || p.window == nil {
 		return plan, 0, false, nil
@@ -109,8 +109,8 @@ func (p *pacer) fitWindow(sj *batchv1alpha1.SafeJob, in *jobs.Input,
 		// nothing.
 		return plan, 0, true, nil
 	}
-	in.LaunchRoom = ptr.To(int32(got))
-	fitted, err := jobs.Decide(in)
+	obs.Input().LaunchRoom = ptr.To(int32(got))
+	fitted, err := obs.Decide()
 	if err != nil {
 		p.window.giveBack(got)
 		return nil, 0, false, fmt.Errorf("deciding within the launch window: %w", err)

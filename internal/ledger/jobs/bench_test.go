@@ -123,10 +123,10 @@ func succeedShuffled(pods []*corev1.Pod, n int, rng *rand.Rand) {
 
 // BenchmarkDecideSteady measures one reconcile of a SafeJob whose
 // parallelism is reached, as the controller runs it under load: a few pods
-// have succeeded since the last pass (batch), Unaccounted and Decide record
-// them, and the next pass creates their replacements. A pass reads the
-// whole listed ledger (every open launch), so its cost grows with
-// parallelism while it records only a handful of completions: this, not
+// have succeeded since the last pass (batch), one Observation's Unaccounted
+// and Decide record them, and the next pass creates their replacements. A
+// pass reads the whole listed ledger (every open launch), so its cost grows
+// with parallelism while it records only a handful of completions: this, not
 // BenchmarkDecideToCompletion's passes of thousands of outcomes, is what a
 // completion costs the controller at large parallelism.
 //
@@ -157,12 +157,16 @@ func benchmarkSteady(b *testing.B, mode batchv1alpha1.CompletionMode, par int32,
 			dr.step(b, t0)
 		}
 	}
-	pass := func() { // as a reconcile: the live-read check, then the decision, on one Input
-		in := dr.input(t0)
-		if _, _, err := Unaccounted(in); err != nil {
+	pass := func() { // as a reconcile: the live-read check, then the decision, on one Observation
+		obs := Observe(dr.input(t0))
+		if _, _, err := obs.Unaccounted(); err != nil {
 			b.Fatal(err)
 		}
-		dr.decide(b, in)
+		plan, err := obs.Decide()
+		if err != nil {
+			b.Fatal(err)
+		}
+		dr.carryOut(plan)
 	}
 	start()
 	var recorded int

@@ -607,6 +607,11 @@ func (d *driver) decide(t testing.TB, in *Input) *Plan {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return d.carryOut(plan)
+}
+
+// carryOut carries a plan out as the controller would.
+func (d *driver) carryOut(plan *Plan) *Plan {
 	for _, e := range plan.Append {
 		if e.Type == batchv1alpha1.EntryLaunched {
 			d.uncreated[e.Pod] = true

@@ -343,7 +343,7 @@ func randomEntries(rng *rand.Rand, st *State, now time.Time) []batchv1alpha1.Led
 	switch rng.IntN(4) {
 	case 0:
 		for i := range int32(12) {
-			if !st.done(i) && !st.openIndex[i] && rng.IntN(4) != 0 {
+			if !st.done(i) && !st.indexesOpen[i] && rng.IntN(4) != 0 {
 				a := st.Attempts[i]
 				add = append(add, batchv1alpha1.LedgerEntry{Type: batchv1alpha1.EntryLaunched, Pod: PodName("sj", i, a), Index: i, Attempt: a, Time: at})
 			}
