@@ -319,13 +319,19 @@ func (e *env) waitManagedParity(t *testing.T, job *batchv1.Job, d *fateDriver, t
 }
 
 // jobConditions are a Job's conditions, in order, as type, status, reason
-// and message.
+// and message, the names of its pods written as <pod>.
 func jobConditions(job *batchv1.Job) []string {
 	var out []string
 	for _, c := range job.Status.Conditions {
-		out = append(out, fmt.Sprintf("%s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message))
+		out = append(out, fmt.Sprintf("%s=%s %s: %s", c.Type, c.Status, c.Reason, podNamesOf(job).ReplaceAllString(c.Message, "<pod>")))
 	}
 	return out
+}
+
+// podNamesOf matches the names of a Job's pods, for messages compared
+// across Jobs whose pods are named apart.
+func podNamesOf(job *batchv1.Job) *regexp.Regexp {
+	return regexp.MustCompile(regexp.QuoteMeta(job.Name) + `-[a-z0-9-]+`)
 }
 
 // safeJobNotes are the reasons of the events SafeJob adds on a Job it
@@ -363,7 +369,7 @@ func (e *env) compareJobEvents(t *testing.T, job, managed *batchv1.Job) {
 // An event that stands for several (its count, or the legacy recorder's
 // aggregate of similar events) counts as many times.
 func jobEvents(events []corev1.Event, job *batchv1.Job, skip []string) map[string]int {
-	pod := regexp.MustCompile(regexp.QuoteMeta(job.Name) + `-[a-z0-9-]+`)
+	pod := podNamesOf(job)
 	out := map[string]int{}
 	for _, ev := range events {
 		if ev.InvolvedObject.Kind != "Job" || ev.InvolvedObject.UID != job.UID || slices.Contains(skip, ev.Reason) {

@@ -209,6 +209,9 @@ type decision struct {
 	// their pods are deleted, once the commit that stops them is observed.
 	stopOrdered map[string]string
 	fence       ledger.Fence
+	// failJobMessage is batch/v1's message for the first pod failure this
+	// decision records that fails the Job by its podFailurePolicy.
+	failJobMessage string
 }
 
 func (d *decision) cond(t string) *metav1.Condition {

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"math"
 	"time"
 
@@ -46,7 +47,7 @@ func (d *decision) decideTarget() {
 		// batch/v1 decides a success policy before any failure.
 		targetCond, reason, msg = batchv1alpha1.ConditionSuccessCriteriaMet, batchv1alpha1.ReasonSuccessPolicy, matched
 	case st.FailJob:
-		reason, msg = batchv1alpha1.ReasonPodFailurePolicy, "A pod failure matched a podFailurePolicy rule with action FailJob"
+		reason, msg = batchv1alpha1.ReasonPodFailurePolicy, d.failJobReason()
 	case spec.BackoffLimitPerIndex == nil && st.Failed > ptr.Deref(spec.BackoffLimit, 6), d.restartsPastLimit():
 		reason, msg = batchv1alpha1.ReasonBackoffLimitExceeded, "Job has reached the specified backoff limit"
 	case spec.MaxFailedIndexes != nil && int32(failed.Len()) > *spec.MaxFailedIndexes:
@@ -105,4 +106,15 @@ func TTLLeft(spec *batchv1alpha1.SafeJobSpec, status *batchv1alpha1.SafeJobStatu
 		return c.LastTransitionTime.Add(time.Duration(*spec.TTLSecondsAfterFinished) * time.Second).Sub(now), true
 	}
 	return 0, false
+}
+
+// failJobReason is the message of a SafeJob failed by a FailJob rule:
+// batch/v1's, naming the pod, as the decision that recorded its failure
+// wrote it, and kept after; a ledger that records the failure without the
+// condition (written by an older build) gets a message without the pod.
+func (d *decision) failJobReason() string {
+	if c := d.cond(batchv1alpha1.ConditionFailureTarget); c != nil && c.Reason == batchv1alpha1.ReasonPodFailurePolicy {
+		return c.Message
+	}
+	return cmp.Or(d.failJobMessage, "A pod failure matched a podFailurePolicy rule with action FailJob")
 }

@@ -94,6 +94,9 @@ func (d *decision) outcome(pod *corev1.Pod, ref PodRef, failuresRecorded map[int
 // recorded before, which it adds to).
 func (d *decision) failureReason(pod *corev1.Pod, ref PodRef, failuresRecorded map[int32]int32) string {
 	reason := failureReason(d.in.Spec.PodFailurePolicy, pod)
+	if reason == batchv1alpha1.FailReasonFailJob && d.failJobMessage == "" {
+		d.failJobMessage = failJobMessage(d.in.Spec.PodFailurePolicy, pod)
+	}
 	if reason != batchv1alpha1.FailReasonCounted {
 		return reason
 	}

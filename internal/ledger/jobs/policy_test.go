@@ -53,3 +53,32 @@ func TestFailureReason(t *testing.T) {
 		})
 	}
 }
+
+// TestFailJobMessage: the message of a Job failed by a FailJob rule is
+// batch/v1's (pod_failure_policy.go): the container, its exit code and the
+// index of the rule that matched first, or the pod condition.
+func TestFailJobMessage(t *testing.T) {
+	p := withPhase(pod(0, 0), corev1.PodFailed, 42, corev1.DisruptionTarget)
+	p.Namespace = "ns"
+	exit := func(action batchv1.PodFailurePolicyAction, code int32) batchv1alpha1.PodFailurePolicyRule {
+		return batchv1alpha1.PodFailurePolicyRule{Action: action, OnExitCodes: &batchv1alpha1.PodFailurePolicyOnExitCodesRequirement{
+			Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{code}}}
+	}
+	onDisruption := batchv1alpha1.PodFailurePolicyRule{Action: batchv1.PodFailurePolicyActionFailJob,
+		OnPodConditions: []batchv1alpha1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget}}}
+	for name, tc := range map[string]struct {
+		rules []batchv1alpha1.PodFailurePolicyRule
+		want  string
+	}{
+		"exit code, second rule": {rules: []batchv1alpha1.PodFailurePolicyRule{exit(batchv1.PodFailurePolicyActionFailJob, 7),
+			exit(batchv1.PodFailurePolicyActionFailJob, 42)},
+			want: "Container main for pod ns/sj-0-0 failed with exit code 42 matching FailJob rule at index 1"},
+		"pod condition": {rules: []batchv1alpha1.PodFailurePolicyRule{onDisruption},
+			want: "Pod ns/sj-0-0 has condition DisruptionTarget matching FailJob rule at index 0"},
+		"first match ignores": {rules: []batchv1alpha1.PodFailurePolicyRule{exit(batchv1.PodFailurePolicyActionIgnore, 42), onDisruption}},
+	} {
+		if got := failJobMessage(&batchv1alpha1.PodFailurePolicy{Rules: tc.rules}, p); got != tc.want {
+			t.Errorf("%s: %q, want %q", name, got, tc.want)
+		}
+	}
+}
