@@ -23,6 +23,7 @@ const launchCommitDelay = 100 * time.Millisecond
 // (--concurrent-status-writes=1): no two are ever in flight together, and
 // every SafeJob still gets exactly its one pod and records its success.
 func TestLaunchCommitsBoundedEndToEnd(t *testing.T) {
+	skipWithoutPacing(t)
 	t.Parallel()
 	ns := newNamespace(t)
 	w := &launchCommitWatcher{}

@@ -168,6 +168,14 @@ type managerOptions struct {
 // measure pacing itself are not run so.
 func pacingOff() bool { return os.Getenv("SAFEJOB_PACING") == "off" }
 
+// skipWithoutPacing skips a test of pacing itself when pacing is off.
+func skipWithoutPacing(t *testing.T) {
+	t.Helper()
+	if pacingOff() {
+		t.Skip("tests pacing, which SAFEJOB_PACING=off turns off")
+	}
+}
+
 // testBackoff keeps the suite's retries quick; TestFailureBackoff checks
 // the delay itself.
 var testBackoff = jobs.Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond}

@@ -64,6 +64,7 @@ func waitWindow(t *testing.T, m *controller.Metrics, held, waiting int) {
 // beyond it writes nothing and creates no pod until a pod starts, or the
 // scheduler refuses one, and every SafeJob then runs to Complete.
 func TestLaunchWindow(t *testing.T) {
+	skipWithoutPacing(t)
 	t.Parallel()
 	ns := newNamespace(t)
 	var m *controller.Metrics
@@ -122,6 +123,7 @@ func TestLaunchWindow(t *testing.T) {
 // place no longer than the window's timeout: the SafeJob behind it gets its
 // pod then, not before.
 func TestLaunchWindowTimeout(t *testing.T) {
+	skipWithoutPacing(t)
 	t.Parallel()
 	ns := newNamespace(t)
 	var m *controller.Metrics
@@ -147,6 +149,7 @@ func TestLaunchWindowTimeout(t *testing.T) {
 // waits for a place leaves the line: the place that frees goes to the one
 // behind it, and nothing is launched for the deleted one.
 func TestLaunchWindowDeletedWhileWaiting(t *testing.T) {
+	skipWithoutPacing(t)
 	t.Parallel()
 	ns := newNamespace(t)
 	var m *controller.Metrics
@@ -253,6 +256,7 @@ func heldOutcomesWait(t *testing.T, ns string, m *controller.Metrics) (first, se
 // launch window, a write that records nothing but another SafeJob's pod
 // success is held, and is made as soon as no SafeJob waits.
 func TestLaunchWindowHoldsOutcomes(t *testing.T) {
+	skipWithoutPacing(t)
 	t.Parallel()
 	ns := newNamespace(t)
 	var m *controller.Metrics
@@ -284,6 +288,7 @@ func TestLaunchWindowHoldsOutcomes(t *testing.T) {
 // TestLaunchWindowOutcomeHoldLimit checks that a success is held no longer
 // than the outcome hold while SafeJobs keep waiting.
 func TestLaunchWindowOutcomeHoldLimit(t *testing.T) {
+	skipWithoutPacing(t)
 	t.Parallel()
 	ns := newNamespace(t)
 	var m *controller.Metrics
