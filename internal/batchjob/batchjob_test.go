@@ -55,8 +55,8 @@ func TestLedgerSpec(t *testing.T) {
 	}
 }
 
-func cond(t string, s metav1.ConditionStatus, reason string, at time.Time) metav1.Condition {
-	return metav1.Condition{Type: t, Status: s, Reason: reason, Message: reason + "!", LastTransitionTime: metav1.NewTime(at)}
+func cond(t, reason string, at time.Time) metav1.Condition {
+	return metav1.Condition{Type: t, Status: metav1.ConditionTrue, Reason: reason, Message: reason + "!", LastTransitionTime: metav1.NewTime(at)}
 }
 
 func TestStatus(t *testing.T) {
@@ -66,9 +66,9 @@ func TestStatus(t *testing.T) {
 	job := managedJob()
 	job.Status.Conditions = []batchv1.JobCondition{{Type: batchv1alpha1.JobConditionRefused, Status: corev1.ConditionTrue, Reason: "NameTaken"}}
 	ledger := &batchv1alpha1.SafeJobStatus{StartTime: &start, Active: 1, Ready: 1, Terminating: ptr.To[int32](1), Succeeded: 2,
-		Conditions: []metav1.Condition{cond(batchv1alpha1.ConditionLedgerValid, metav1.ConditionTrue, "Valid", t0),
-			cond(batchv1alpha1.ConditionSuccessCriteriaMet, metav1.ConditionTrue, "CompletionsReached", t0.Add(time.Minute)),
-			cond(batchv1alpha1.ConditionComplete, metav1.ConditionTrue, "CompletionsReached", t0.Add(time.Minute))},
+		Conditions: []metav1.Condition{cond(batchv1alpha1.ConditionLedgerValid, "Valid", t0),
+			cond(batchv1alpha1.ConditionSuccessCriteriaMet, "CompletionsReached", t0.Add(time.Minute)),
+			cond(batchv1alpha1.ConditionComplete, "CompletionsReached", t0.Add(time.Minute))},
 		CompletionTime: &end}
 	// Pods still end: success is met, the Job is not Complete yet.
 	got := Status(job, ledger, now)
@@ -131,8 +131,8 @@ func TestStatusResumed(t *testing.T) {
 		t.Fatalf("resumed: %+v", job.Status.Conditions)
 	}
 	ledger.Active, ledger.Succeeded = 0, 2
-	ledger.Conditions = []metav1.Condition{cond(batchv1alpha1.ConditionSuccessCriteriaMet, metav1.ConditionTrue, "CompletionsReached", t0.Add(2*time.Minute)),
-		cond(batchv1alpha1.ConditionComplete, metav1.ConditionTrue, "CompletionsReached", t0.Add(2*time.Minute))}
+	ledger.Conditions = []metav1.Condition{cond(batchv1alpha1.ConditionSuccessCriteriaMet, "CompletionsReached", t0.Add(2*time.Minute)),
+		cond(batchv1alpha1.ConditionComplete, "CompletionsReached", t0.Add(2*time.Minute))}
 	done := Status(job, ledger, metav1.NewTime(t0.Add(3*time.Minute)))
 	var order []batchv1.JobConditionType
 	for _, c := range done.Conditions {
