@@ -1,7 +1,4 @@
 // Package v1alpha1 contains API Schema definitions for the batch v1alpha1 API group.
-//
-// safejob_types.go is one concern, the SafeJob type: its spec, status and
-// ledger, with the validation the API server applies to each field.
 // +kubebuilder:object:generate=true
 // +groupName=batch.safejob.dev
 package v1alpha1

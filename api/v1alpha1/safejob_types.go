@@ -1,3 +1,7 @@
+// This file is one concern, the SafeJob type: its spec, status and ledger,
+// with the validation the API server applies to each field. controller-gen
+// and the API reference read it as a whole.
+
 package v1alpha1
 
 import (
