@@ -88,6 +88,7 @@ test: manifests generate fmt vet cluster-assets test-rules $(if $(filter true,$(
 
 # The older releases SafeJob supports; `make test` runs the newest.
 COMPAT_K8S_VERSIONS ?= v1.35.4 v1.36.5
+CRONJOB_OUT ?= cronjob-outage.md
 COMPAT_KUEUE_VERSIONS ?= v0.16.6
 
 # The fault tests with every pacing decision off (controller.Pacing{}, the
@@ -97,6 +98,13 @@ COMPAT_KUEUE_VERSIONS ?= v0.16.6
 test-pacing-off: cluster-assets ## Run the integration suite and the fault scenarios with all pacing off (not in CI).
 	SAFEJOB_PACING=off KUBEBUILDER_ASSETS="$$(hack/k8s-binaries.sh etcd kube-apiserver)" go test ./test/integration/ -count=1 -timeout 40m
 	SAFEJOB_PACING=off KUBEBUILDER_ASSETS="$$(hack/k8s-binaries.sh etcd kube-apiserver)" go test ./test/e2e/ -run 'TestFaults' -count=1 -timeout 40m
+
+# A CronJob whose jobTemplate names SafeJob beside a scheduled SafeJob,
+# through the same outage of their controllers (docs/managed-jobs.md).
+.PHONY: compare-cronjob
+compare-cronjob: cluster-assets ## Run a CronJob and a scheduled SafeJob through one outage; writes CRONJOB_OUT (not in CI, about 5 minutes).
+	SAFEJOB_CRONJOB=$(abspath $(CRONJOB_OUT)) KUBEBUILDER_ASSETS="$$(hack/k8s-binaries.sh etcd kube-apiserver)" \
+		go test ./test/e2e/ -run 'TestScheduleOutageBesideCronJob' -count=1 -v -timeout 20m
 
 .PHONY: test-compat
 test-compat: manifests generate ## Run the integration and parity suites on each older Kubernetes, the Kueue e2e cases on each older Kueue; prints each run's time (not in CI).

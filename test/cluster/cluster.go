@@ -515,6 +515,22 @@ func (c *Cluster) killChild(name, arg string) ([]string, error) {
 	return args, nil
 }
 
+// StopControllerManager SIGKILLs kube-controller-manager (its Job, CronJob,
+// garbage collector and TTL controllers stop) and returns a function that
+// starts it again with the same command line.
+func (c *Cluster) StopControllerManager() (start func() error, err error) {
+	p := c.proc("kube-controller-manager")
+	if p == nil {
+		return nil, fmt.Errorf("kube-controller-manager is not running")
+	}
+	args := p.Args()
+	p.Kill()
+	<-p.Done()
+	c.procs = slices.DeleteFunc(c.procs, func(q *Process) bool { return q == p })
+	c.step("kube-controller-manager stopped")
+	return func() error { return c.rerun(args, "kube-controller-manager") }, nil
+}
+
 // RestartAPIServer kills kube-apiserver (SIGKILL, a crash) and starts it
 // again with the same command line (same port, certificates and etcd):
 // clients see connections refused for a while, then watches restart and relist.
