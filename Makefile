@@ -81,10 +81,13 @@ cluster-assets: envtest-assets ## Build the rest of the local cluster and tools 
 	@hack/krew.sh >/dev/null
 
 # In CI (CI=true, as .ci/run sets it) the tests also check that every
-# generated file is committed as generated (make verify).
+# generated file is committed as generated (make verify). The integration
+# and end-to-end tests spend most of their time waiting on their clusters,
+# so more of them run at once than there are cores (TEST_PARALLEL).
+TEST_PARALLEL ?= 4
 .PHONY: test
 test: manifests generate fmt vet cluster-assets test-rules $(if $(filter true,$(CI)),verify) ## Run unit, integration (real API server) and end-to-end (local cluster) tests.
-	KUBEBUILDER_ASSETS="$$(hack/k8s-binaries.sh etcd kube-apiserver)" go test ./... -count=1 -timeout 40m
+	KUBEBUILDER_ASSETS="$$(hack/k8s-binaries.sh etcd kube-apiserver)" go test ./... -count=1 -parallel $(TEST_PARALLEL) -timeout 40m
 
 # The older releases SafeJob supports; `make test` runs the newest.
 COMPAT_K8S_VERSIONS ?= v1.35.4 v1.36.5
