@@ -90,7 +90,7 @@ func (r *SafeJobReconciler) gather(ctx context.Context, sj *batchv1alpha1.SafeJo
 	in.Now = now
 	for i, read := range reads {
 		pod := read.obj
-		switch read.held {
+		switch read.holder {
 		case heldByNone:
 			in.Gone[names[i]] = true
 		case heldByStranger:
@@ -140,8 +140,8 @@ const liveReadsAtOnce = 8
 
 // liveRead is what readAllLive found under one name.
 type liveRead[T client.Object] struct {
-	obj  T
-	held holder
+	obj    T
+	holder holder
 }
 
 // readAllLive reads each of names live (readLive), up to liveReadsAtOnce at
@@ -158,11 +158,11 @@ func readAllLive[T client.Object](ctx context.Context, r *SafeJobReconciler, sj 
 				return fmt.Errorf("reading %s: %w", name, err) // another read failed: this one would too
 			}
 			obj := newObj()
-			held, err := r.readLive(gctx, sj, name, obj)
+			holder, err := r.readLive(gctx, sj, name, obj)
 			if err != nil {
 				return fmt.Errorf("reading %s: %w", name, err)
 			}
-			out[i] = liveRead[T]{obj: obj, held: held}
+			out[i] = liveRead[T]{obj: obj, holder: holder}
 			return nil
 		})
 	}

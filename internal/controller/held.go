@@ -22,14 +22,14 @@ const (
 	heldPodsKey   = "held"
 )
 
-// held reports a pod the ledger finalizer keeps from going.
-func held(pod *corev1.Pod) bool {
+// heldByFinalizer reports a pod the ledger finalizer keeps from going.
+func heldByFinalizer(pod *corev1.Pod) bool {
 	return (jobs.IsTerminal(pod) || pod.DeletionTimestamp != nil) &&
 		slices.Contains(pod.Finalizers, batchv1alpha1.LedgerFinalizer)
 }
 
 func indexHeldPods(obj any) ([]string, error) {
-	if pod, ok := obj.(*corev1.Pod); ok && held(pod) {
+	if pod, ok := obj.(*corev1.Pod); ok && heldByFinalizer(pod) {
 		return []string{heldPodsKey}, nil
 	}
 	return nil, nil
@@ -118,7 +118,7 @@ func (h *heldPods) Collect(ch chan<- prometheus.Metric) {
 		now := clk.Now()
 		for _, obj := range source() {
 			pod, ok := obj.(*corev1.Pod)
-			if !ok || !held(pod) {
+			if !ok || !heldByFinalizer(pod) {
 				continue
 			}
 			n++

@@ -367,8 +367,8 @@ func TestHeldNamesForgotten(t *testing.T) {
 	if got := r.tracker.heldNames(key, func(string, types.UID) bool { return false }); len(got) != 0 {
 		t.Errorf("held %v for a pod the cache does not hold", got)
 	}
-	if len(r.tracker.held) != 0 {
-		t.Errorf("tracker keeps %v", r.tracker.held)
+	if len(r.tracker.predecessorPods) != 0 {
+		t.Errorf("tracker keeps %v", r.tracker.predecessorPods)
 	}
 }
 

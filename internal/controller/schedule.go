@@ -144,7 +144,7 @@ func (r *SafeJobReconciler) confirmRuns(ctx context.Context, sj *batchv1alpha1.S
 	in.Now = r.Clock.Now() // decided after the reads, which may take seconds (gather)
 	for i, read := range reads {
 		run, name := read.obj, names[i]
-		switch read.held {
+		switch read.holder {
 		case heldByNone:
 			in.Gone[name] = true
 		case heldByOwn:

@@ -20,18 +20,19 @@ import (
 // finalizer with no SafeJob controlling them (ownerless) and the pods seen
 // leaving the cache without being deleted (unlabeled), both for I5 (no pod
 // keeps the finalizer once nothing will record it), and the pod names held
-// by an earlier SafeJob's pods (held), for I1 and I3 (a launch is never
-// named as a pod that is not its own). It is shared by the workers and the
-// informers' handlers, under one lock.
+// by an earlier SafeJob's pods (predecessorPods), for I1 and I3 (a launch
+// is never named as a pod that is not its own). It is shared by the
+// workers and the informers' handlers, under one lock.
 type tracker struct {
 	mu        sync.Mutex
 	jobs      map[types.NamespacedName]*jobMemo
 	ownerless map[types.NamespacedName]bool
 	unlabeled map[types.NamespacedName][]unlabeledPod
-	// held keeps, per SafeJob name, the pod names that pods of an earlier
-	// SafeJob of that name still hold (by the UID of the pod holding each),
-	// until those pods are deleted: launches are named apart from them.
-	held map[types.NamespacedName]map[string]types.UID
+	// predecessorPods keeps, per SafeJob name, the pod names that pods of
+	// an earlier SafeJob of that name still hold (by the UID of the pod
+	// holding each), until those pods are deleted: launches are named apart
+	// from them.
+	predecessorPods map[types.NamespacedName]map[string]types.UID
 }
 
 // unlabeledPod is a pod that left the cache, which holds only pods with the
@@ -44,7 +45,7 @@ type unlabeledPod struct {
 
 func newTracker() *tracker {
 	return &tracker{jobs: map[types.NamespacedName]*jobMemo{}, ownerless: map[types.NamespacedName]bool{},
-		unlabeled: map[types.NamespacedName][]unlabeledPod{}, held: map[types.NamespacedName]map[string]types.UID{}}
+		unlabeled: map[types.NamespacedName][]unlabeledPod{}, predecessorPods: map[types.NamespacedName]map[string]types.UID{}}
 }
 
 // with runs f on the memo of a SafeJob under the lock.
@@ -76,10 +77,10 @@ func (t *tracker) forget(key types.NamespacedName) {
 func (t *tracker) sawHeld(key types.NamespacedName, pod string, uid types.UID) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.held[key] == nil {
-		t.held[key] = map[string]types.UID{}
+	if t.predecessorPods[key] == nil {
+		t.predecessorPods[key] = map[string]types.UID{}
 	}
-	t.held[key][pod] = uid
+	t.predecessorPods[key][pod] = uid
 }
 
 // heldGone forgets a held name once the pod of this UID that held it is
@@ -87,12 +88,12 @@ func (t *tracker) sawHeld(key types.NamespacedName, pod string, uid types.UID) {
 func (t *tracker) heldGone(key types.NamespacedName, pod string, uid types.UID) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.held[key][pod] != uid {
+	if t.predecessorPods[key][pod] != uid {
 		return
 	}
-	delete(t.held[key], pod)
-	if len(t.held[key]) == 0 {
-		delete(t.held, key)
+	delete(t.predecessorPods[key], pod)
+	if len(t.predecessorPods[key]) == 0 {
+		delete(t.predecessorPods, key)
 	}
 }
 
@@ -102,19 +103,19 @@ func (t *tracker) heldGone(key types.NamespacedName, pod string, uid types.UID) 
 func (t *tracker) heldNames(key types.NamespacedName, exists func(pod string, uid types.UID) bool) map[string]bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.held[key]) == 0 {
+	if len(t.predecessorPods[key]) == 0 {
 		return nil
 	}
-	out := make(map[string]bool, len(t.held[key]))
-	for name, uid := range t.held[key] {
+	out := make(map[string]bool, len(t.predecessorPods[key]))
+	for name, uid := range t.predecessorPods[key] {
 		if !exists(name, uid) {
-			delete(t.held[key], name)
+			delete(t.predecessorPods[key], name)
 			continue
 		}
 		out[name] = true
 	}
-	if len(t.held[key]) == 0 {
-		delete(t.held, key)
+	if len(t.predecessorPods[key]) == 0 {
+		delete(t.predecessorPods, key)
 	}
 	return out
 }
