@@ -51,11 +51,13 @@ type parityCase struct {
 }
 
 // step is a change made to the Job and to the SafeJob alike: once running
-// of the object's pods run (or, with running 0, once none is left that has
-// not ended), the merge patch is applied to the object, or, with evict,
-// one running pod is evicted through the Eviction API.
+// of the object's pods run and at least ended have ended (or, with running
+// 0, once none is left that has not ended), the merge patch is applied to
+// the object, or, with evict, one running pod is evicted through the
+// Eviction API.
 type step struct {
 	running int
+	ended   int
 	patch   string
 	evict   bool
 }
@@ -217,7 +219,7 @@ func parityCases() map[string]parityCase {
 				return fate{duration: quick} // succeeds before the scale-down: no longer counted after it
 			}
 			return fate{duration: 6 * time.Second}
-		}, steps: []step{{running: 3, patch: `{"spec":{"completions":2,"parallelism":2}}`}}},
+		}, steps: []step{{running: 3, ended: 1, patch: `{"spec":{"completions":2,"parallelism":2}}`}}},
 		"elastic Indexed scaled up": {spec: jobSpec(ptr.To[int32](2), 2, indexed), script: succeedAfter(3 * time.Second),
 			steps: []step{{running: 2, patch: `{"spec":{"completions":4,"parallelism":4}}`}}},
 		"parallelism lowered while running": {spec: jobSpec(ptr.To[int32](4), 3), script: func(_ string, attempt int) fate {
@@ -554,12 +556,12 @@ func (d *fateDriver) runSteps(t *testing.T, obj client.Object, owner func() type
 	for k, st := range steps {
 		var pod string
 		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-			running, unended, name := d.pods(owner())
+			running, unended, ended, name := d.pods(owner())
 			pod = name
 			if st.running == 0 {
 				return unended == 0, nil
 			}
-			return running == st.running, nil
+			return running == st.running && ended >= st.ended, nil
 		})
 		if err != nil {
 			t.Errorf("%T step %d: waiting for %d pods running: %v", obj, k, st.running, err)
@@ -580,9 +582,9 @@ func (d *fateDriver) runSteps(t *testing.T, obj client.Object, owner func() type
 	}
 }
 
-// pods counts the owner's pods that run and those that have not ended,
-// and names one that runs.
-func (d *fateDriver) pods(owner types.UID) (running, unended int, name string) {
+// pods counts the owner's pods that run, those that have not ended and
+// those that have, and names one that runs.
+func (d *fateDriver) pods(owner types.UID) (running, unended, ended int, name string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, p := range d.last {
@@ -593,11 +595,13 @@ func (d *fateDriver) pods(owner types.UID) (running, unended int, name string) {
 			running++
 			name = p.name
 		}
-		if !p.ended {
+		if p.ended {
+			ended++
+		} else {
 			unended++
 		}
 	}
-	return running, unended, name
+	return running, unended, ended, name
 }
 
 // TestParityTTL: ttlSecondsAfterFinished deletes a finished Job and a
