@@ -95,22 +95,6 @@ type Pacing struct {
 	OutcomeHold time.Duration
 }
 
-// DefaultPacing is the operator's pacing when no flag changes it.
-func DefaultPacing() Pacing {
-	return Pacing{
-		PodBatchPeriod:         DefaultPodBatchPeriod,
-		ReadyBatchPeriod:       DefaultReadyBatchPeriod,
-		ReadyBusyPeriod:        DefaultReadyBusyPeriod,
-		ReadyBusyLimit:         DefaultReadyBusyLimit,
-		ConcurrentPodWrites:    DefaultConcurrentPodWrites,
-		ConcurrentStatusWrites: DefaultConcurrentStatusWrites,
-		LaunchWindow:           DefaultLaunchWindow,
-		LaunchWindowMin:        DefaultLaunchWindowMin,
-		LaunchWindowTimeout:    DefaultLaunchWindowTimeout,
-		OutcomeHold:            DefaultOutcomeHold,
-	}
-}
-
 // DefaultPodBatchPeriod is the operator's PodBatchPeriod: half the Job
 // controller's second, which saves few writes more and leaves a large
 // SafeJob's pods waiting on the batch (docs/performance.md, "Why the

@@ -11,6 +11,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -225,10 +226,8 @@ func duplicateTimes(sorted []time.Time) []time.Time {
 
 // conditionStatus is the status of a SafeJob's condition, "absent" if none.
 func conditionStatus(sj *batchv1alpha1.SafeJob, t string) string {
-	for _, c := range sj.Status.Conditions {
-		if c.Type == t {
-			return string(c.Status) + " " + c.Reason
-		}
+	if c := meta.FindStatusCondition(sj.Status.Conditions, t); c != nil {
+		return string(c.Status) + " " + c.Reason
 	}
 	return "absent"
 }
