@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
@@ -100,21 +101,11 @@ concurrencyPolicy applies: under Forbid it waits for the active run.`,
 			if err != nil {
 				return err
 			}
-			parent, err := o.get(ctx, args[0])
-			if err != nil {
-				return err
-			}
 			if name == "" {
-				name = plugin.ManualRunName(parent.Name, rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))) //nolint:gosec // a name, not a secret
+				name = plugin.ManualRunName(args[0], rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))) //nolint:gosec // a name, not a secret
 			}
-			children, err := listRuns(ctx, cl, ns, parent)
+			parent, err := askForRun(ctx, cl, ns, args[0], name)
 			if err != nil {
-				return err
-			}
-			if err := plugin.CheckRunRequest(parent, children, name); err != nil {
-				return err //nolint:wrapcheck // it names the SafeJob
-			}
-			if err := requestRun(ctx, cl, ns, parent, name); err != nil {
 				return err
 			}
 			started, err := awaitRecorded(ctx, cl, ns, parent, name, timeout)
@@ -136,10 +127,41 @@ concurrencyPolicy applies: under Forbid it waits for the active run.`,
 	return cmd
 }
 
+// askForRun checks that parent may be asked for run name and asks it. The
+// request holds the version it was checked on, so a write that lands
+// between the check and the request (the operator's status writes among
+// them) fails it; it is then checked again on the newer parent, as
+// kubectl's own read-modify-write commands retry a conflict.
+func askForRun(ctx context.Context, cl client.Client, ns, parentName, name string) (*batchv1alpha1.SafeJob, error) {
+	var parent *batchv1alpha1.SafeJob
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		parent = &batchv1alpha1.SafeJob{}
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: parentName}, parent); err != nil {
+			return fmt.Errorf("getting SafeJob %s/%s: %w", ns, parentName, err)
+		}
+		children, err := listRuns(ctx, cl, ns, parent)
+		if err != nil {
+			return err
+		}
+		if err := plugin.CheckRunRequest(parent, children, name); err != nil {
+			return err //nolint:wrapcheck // it names the SafeJob
+		}
+		return requestRun(ctx, cl, parent, name)
+	})
+	if apierrors.IsConflict(err) {
+		return nil, fmt.Errorf("SafeJob %s/%s kept changing while the run was asked for; try again", ns, parentName)
+	}
+	if err != nil {
+		return nil, err //nolint:wrapcheck // each step names the SafeJob
+	}
+	return parent, nil
+}
+
 // requestRun asks the parent for run name: it sets the parent's
 // RunNowAnnotation. The request holds the version it was checked on: a
-// request or run that lands meanwhile makes it fail rather than replace it.
-func requestRun(ctx context.Context, cl client.Client, ns string, parent *batchv1alpha1.SafeJob, name string) error {
+// request or run that lands meanwhile makes it fail with a conflict rather
+// than replace it.
+func requestRun(ctx context.Context, cl client.Client, parent *batchv1alpha1.SafeJob, name string) error {
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"resourceVersion": parent.ResourceVersion,
 		"annotations":     map[string]string{batchv1alpha1.RunNowAnnotation: name},
@@ -149,9 +171,9 @@ func requestRun(ctx context.Context, cl client.Client, ns string, parent *batchv
 	}
 	if err := cl.Patch(ctx, parent, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		if apierrors.IsConflict(err) {
-			return fmt.Errorf("SafeJob %s/%s changed while the run was asked for; try again", ns, parent.Name)
+			return err //nolint:wrapcheck // retried by askForRun, which reads the conflict
 		}
-		return fmt.Errorf("asking SafeJob %s/%s for run %s: %w", ns, parent.Name, name, err)
+		return fmt.Errorf("asking SafeJob %s/%s for run %s: %w", parent.Namespace, parent.Name, name, err)
 	}
 	return nil
 }

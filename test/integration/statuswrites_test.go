@@ -2,7 +2,10 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,11 +42,16 @@ func TestLaunchCommitsBoundedEndToEnd(t *testing.T) {
 	}
 	pods := waitPods(t, ns, n)
 	if got := w.most.Load(); got != 1 {
-		t.Errorf("%d launch commits were in flight at once, want 1", got)
+		t.Errorf("%d launch commits were in flight at once, want 1; every attempt: %v", got, w.attempts())
 	}
-	if got := w.commits.Load(); got != n {
-		t.Errorf("%d status writes before any success, want %d (one launch commit each)", got, n)
+	for i := range n {
+		name := fmt.Sprintf("bounded-%d", i)
+		if got := w.stored(name); got != 1 {
+			t.Errorf("SafeJob %s: %d ledger writes stored before any pod ran, want 1 (its launch commit); every attempt: %v",
+				name, got, w.attempts())
+		}
 	}
+	w.stop()
 	for i := range pods {
 		setPodStatus(t, &pods[i], func(s *corev1.PodStatus) { s.Phase = corev1.PodSucceeded })
 	}
@@ -58,11 +66,60 @@ func TestLaunchCommitsBoundedEndToEnd(t *testing.T) {
 	}
 }
 
-// launchCommitWatcher counts the SafeJob status writes in flight before any
-// success, each held launchCommitDelay.
+// launchCommitWatcher watches the SafeJob status writes that change the
+// ledger until stop: before any pod has run, those are the launch commits.
+// It counts how many are in flight at once, each held launchCommitDelay,
+// and records each attempt: one that conflicted or failed stores nothing
+// and is retried, so only those stored count as commits. Writes of the pod
+// counters alone (active, once a pod is seen) are not commits and pass.
 type launchCommitWatcher struct {
 	client.Client
-	inFlight, most, commits atomic.Int32
+	inFlight, most atomic.Int32
+	stopped        atomic.Bool
+
+	mu  sync.Mutex
+	log []launchCommitAttempt
+}
+
+// launchCommitAttempt is one ledger write and what the API server answered.
+type launchCommitAttempt struct {
+	name string
+	err  error
+}
+
+func (a launchCommitAttempt) String() string {
+	if a.err != nil {
+		return a.name + ": " + a.err.Error()
+	}
+	return a.name + ": stored"
+}
+
+// stop ends the watch: the writes after it record outcomes.
+func (w *launchCommitWatcher) stop() { w.stopped.Store(true) }
+
+func (w *launchCommitWatcher) record(name string, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.log = append(w.log, launchCommitAttempt{name: name, err: err})
+}
+
+// stored counts the ledger writes of SafeJob name the API server stored.
+func (w *launchCommitWatcher) stored(name string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, a := range w.log {
+		if a.name == name && a.err == nil {
+			n++
+		}
+	}
+	return n
+}
+
+func (w *launchCommitWatcher) attempts() []launchCommitAttempt {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.log)
 }
 
 func (w *launchCommitWatcher) Status() client.SubResourceWriter {
@@ -75,13 +132,9 @@ type launchCommitWriter struct {
 }
 
 func (l launchCommitWriter) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	sj, ok := obj.(*batchv1alpha1.SafeJob)
-	if !ok || sj.Status.Succeeded > 0 {
+	if _, ok := obj.(*batchv1alpha1.SafeJob); !ok || l.w.stopped.Load() || !changesLedger(obj, patch) {
 		return l.SubResourceWriter.Patch(ctx, obj, patch, opts...)
 	}
-	// Before any success, this test's SafeJobs write only to commit their
-	// launch (their pods never run).
-	l.w.commits.Add(1)
 	now := l.w.inFlight.Add(1)
 	defer l.w.inFlight.Add(-1)
 	for {
@@ -91,5 +144,24 @@ func (l launchCommitWriter) Patch(ctx context.Context, obj client.Object, patch 
 		}
 	}
 	time.Sleep(launchCommitDelay)
-	return l.SubResourceWriter.Patch(ctx, obj, patch, opts...)
+	err := l.SubResourceWriter.Patch(ctx, obj, patch, opts...)
+	l.w.record(obj.GetName(), err)
+	return err
+}
+
+// changesLedger reports whether a status merge patch writes the ledger's
+// entries (a merge patch carries a list only when it changed).
+func changesLedger(obj client.Object, patch client.Patch) bool {
+	data, err := patch.Data(obj)
+	if err != nil {
+		return false
+	}
+	var p struct {
+		Status struct {
+			Ledger struct {
+				Entries json.RawMessage `json:"entries"`
+			} `json:"ledger"`
+		} `json:"status"`
+	}
+	return json.Unmarshal(data, &p) == nil && p.Status.Ledger.Entries != nil
 }
