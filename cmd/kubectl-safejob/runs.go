@@ -134,7 +134,7 @@ concurrencyPolicy applies: under Forbid it waits for the active run.`,
 // kubectl's own read-modify-write commands retry a conflict.
 func askForRun(ctx context.Context, cl client.Client, ns, parentName, name string) (*batchv1alpha1.SafeJob, error) {
 	var parent *batchv1alpha1.SafeJob
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		parent = &batchv1alpha1.SafeJob{}
 		if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: parentName}, parent); err != nil {
 			return fmt.Errorf("getting SafeJob %s/%s: %w", ns, parentName, err)

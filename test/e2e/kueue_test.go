@@ -293,9 +293,11 @@ func (k *kueueEnv) testPreemption(t *testing.T) {
 	low := job("low", "lq", 6, 2, "4s")
 	low.Labels[controller.PriorityClassLabel] = "low"
 	k.create(t, low)
+	// Mid-way, with a pair left after the one running: the preemption
+	// lands before low can finish, however slow the machine.
 	waitUntil(t, 2*time.Minute, "low to be mid-way", func() bool {
 		sj := k.get(t, "low")
-		return sj.Status.Succeeded >= 1 && sj.Status.Ready == 2
+		return sj.Status.Succeeded >= 1 && sj.Status.Succeeded < 4 && sj.Status.Ready == 2
 	})
 	high := job("high", "lq", 2, 2, "2s")
 	high.Labels[controller.PriorityClassLabel] = "high"
@@ -554,8 +556,13 @@ func (k *kueueEnv) waitDeactivatedStopped(t *testing.T, name, reason string) *ku
 // the quota goes back; SafeJob leaves the Workload inactive. Resumed by the
 // admin, it completes, one pod per completion besides those stopped.
 func (k *kueueEnv) testDeactivated(t *testing.T) {
-	k.create(t, job("stopped", "lq", 4, 2, "3s"))
-	waitUntil(t, time.Minute, "stopped to run two pods", func() bool { return k.get(t, "stopped").Status.Ready == 2 })
+	// Stopped with a pair left after the one running: the stop lands before
+	// the SafeJob can finish, however slow the machine.
+	k.create(t, job("stopped", "lq", 6, 2, "3s"))
+	waitUntil(t, time.Minute, "stopped to run two pods", func() bool {
+		sj := k.get(t, "stopped")
+		return sj.Status.Ready == 2 && sj.Status.Succeeded < 4
+	})
 	k.setActive(t, "stopped", false)
 	stopped := k.waitDeactivatedStopped(t, "stopped", kueue.WorkloadDeactivated)
 	c := admitted(k.get(t, "stopped"))
@@ -581,8 +588,8 @@ func (k *kueueEnv) testDeactivated(t *testing.T) {
 	if st, err = jobs.Replay(&sj.Status.Ledger); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := k.podCreates(t, "stopped"), 4+int(st.Evicted); got != want || sj.Status.Succeeded != 4 || sj.Status.Failed != 0 {
-		t.Errorf("stopped: %d pods created (want %d: 4 completions, %d stopped), succeeded %d, failed %d", got, want, st.Evicted,
+	if got, want := k.podCreates(t, "stopped"), 6+int(st.Evicted); got != want || sj.Status.Succeeded != 6 || sj.Status.Failed != 0 {
+		t.Errorf("stopped: %d pods created (want %d: 6 completions, %d stopped), succeeded %d, failed %d", got, want, st.Evicted,
 			sj.Status.Succeeded, sj.Status.Failed)
 	}
 }

@@ -291,7 +291,7 @@ func TestParity(t *testing.T) {
 				for index, want := range jobGaps {
 					got := gaps[index]
 					for k := range min(len(want), len(got)) {
-						if diff := got[k] - want[k]; diff < -2*time.Second || diff > 2*time.Second {
+						if diff := got[k] - want[k]; diff < -3*time.Second || diff > 3*time.Second {
 							t.Errorf("%s, index %q: gap %d between creates is %s, batch/v1's %s", what, index, k, got[k], want[k])
 						}
 					}

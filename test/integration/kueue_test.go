@@ -89,7 +89,7 @@ func runAdmitted(t *testing.T, sj *batchv1alpha1.SafeJob, flavor string) *kueue.
 // setWorkloadStatus changes a Workload's status as Kueue would, retrying on conflicts.
 func setWorkloadStatus(t *testing.T, key client.ObjectKey, change func(*kueue.Workload)) {
 	t.Helper()
-	waitFor(t, 10*time.Second, "a Workload status write", func() (bool, error) {
+	waitFor(t, 30*time.Second, "a Workload status write", func() (bool, error) {
 		wl := &kueue.Workload{}
 		if err := k8s.Get(context.Background(), key, wl); err != nil {
 			return false, err

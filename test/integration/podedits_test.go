@@ -157,7 +157,7 @@ func TestPodOrphanedByHand(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	h := newHarness(t, hold, false)
-	startManager(t, h.ns, managerOptions{fence: shortFence})
+	startManager(t, h.ns, managerOptions{fence: ownershipFence})
 	sj := testutil.MakeSafeJob("orphaned-by-hand", h.ns).BackoffLimit(0).Obj()
 	if err := k8s.Create(ctx, sj); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	testclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -233,9 +234,13 @@ func TestScheduleRunsEachTime(t *testing.T) {
 	var names []string
 	for k := range 3 {
 		if k == 1 {
-			p := s.getParent(t)
-			p.Spec.Template.Spec.Containers[0].Image = "registry.example/work:v2"
-			if err := k8s.Update(context.Background(), p); err != nil {
+			// The operator writes the parent's status meanwhile: the edit
+			// is made again on the newer parent, as kubectl edit would be.
+			if err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+				p := s.getParent(t)
+				p.Spec.Template.Spec.Containers[0].Image = "registry.example/work:v2"
+				return k8s.Update(context.Background(), p)
+			}); err != nil {
 				t.Fatalf("editing the template of a scheduled SafeJob: %v", err)
 			}
 		}

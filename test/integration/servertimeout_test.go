@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"net/http"
@@ -17,11 +18,13 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -97,12 +100,14 @@ func slowWebhook(t *testing.T, ns, held string, hold time.Duration) <-chan struc
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
+	var reviewed atomic.Int32
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		review := &admissionv1.AdmissionReview{}
 		if err := json.NewDecoder(r.Body).Decode(review); err != nil || review.Request == nil {
 			http.Error(w, "bad review", http.StatusBadRequest)
 			return
 		}
+		reviewed.Add(1)
 		if review.Request.Name == held || strings.Contains(string(review.Request.Object.Raw), `"name":"`+held+`"`) {
 			defer close(done)
 			select {
@@ -133,6 +138,17 @@ func slowWebhook(t *testing.T, ns, held string, hold time.Duration) <-chan struc
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), cfg) })
+	// The API server loads webhook configurations asynchronously: a create
+	// that came first would never be held. Dry-run creates probe until
+	// the webhook reviews one.
+	probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "webhook-probe", Namespace: ns}, Spec: corev1.PodSpec{
+		RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "main", Image: "busybox"}}}}
+	waitFor(t, 30*time.Second, "the webhook to review a create", func() (bool, error) {
+		if err := k8s.Create(context.Background(), probe.DeepCopy(), client.DryRunAll); err != nil {
+			return false, fmt.Errorf("dry-run create of a probe pod: %w", err)
+		}
+		return reviewed.Load() > 0, nil
+	})
 	return done
 }
 

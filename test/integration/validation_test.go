@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -270,10 +271,16 @@ func TestMalformedLedger(t *testing.T) {
 		err := k8s.Get(context.Background(), key, sj)
 		return err == nil && conditionTrue(sj, batchv1alpha1.ConditionSuspended), err
 	})
-	sj.Status.Ledger = batchv1alpha1.Ledger{Seq: 1, Entries: []batchv1alpha1.LedgerEntry{{
-		Seq: 1, Type: batchv1alpha1.EntrySucceeded, Pod: "malformed-0-0", Time: metav1.Now(),
-	}}}
-	if err := k8s.Status().Update(context.Background(), sj); err != nil {
+	// Written by hand over whatever the operator wrote last.
+	if err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		if err := k8s.Get(context.Background(), key, sj); err != nil {
+			return err
+		}
+		sj.Status.Ledger = batchv1alpha1.Ledger{Seq: 1, Entries: []batchv1alpha1.LedgerEntry{{
+			Seq: 1, Type: batchv1alpha1.EntrySucceeded, Pod: "malformed-0-0", Time: metav1.Now(),
+		}}}
+		return k8s.Status().Update(context.Background(), sj)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	setSuspend(t, key, false)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -171,6 +172,13 @@ func UserRequests(logPath, username string) ([]Request, error) {
 	return out, err
 }
 
+// dryRun reports a request made with dryRun (kubectl --dry-run=server):
+// the API server ran its admission and stored nothing.
+func (e *auditEvent) dryRun() bool {
+	u, err := url.Parse(e.RequestURI)
+	return err == nil && u.Query().Has("dryRun")
+}
+
 // scanAudit calls f with every complete event of the audit log.
 func scanAudit(logPath string, f func(*auditEvent)) error {
 	raw, err := os.ReadFile(logPath)
@@ -190,6 +198,9 @@ func scanAudit(logPath string, f func(*auditEvent)) error {
 		var e auditEvent
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			return fmt.Errorf("reading audit log: %w", err)
+		}
+		if e.dryRun() {
+			continue // stored nothing: no count of writes or creates includes it
 		}
 		f(&e)
 	}

@@ -106,3 +106,34 @@ func TestCreatesResolvesServerErrors(t *testing.T) {
 		t.Errorf("creates (-want,+got):\n%s", diff)
 	}
 }
+
+// TestDryRunStoresNothing: a dry-run create or write (kubectl
+// --dry-run=server, a test's probe) is answered 201 or 200 but stores
+// nothing, and no count of creates or writes includes it.
+func TestDryRunStoresNothing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	ev := func(verb, name, uri string, code int) string {
+		return fmt.Sprintf(`{"verb":%q,"stage":"ResponseComplete","requestURI":%q,"requestReceivedTimestamp":"2026-01-01T10:00:00Z",`+
+			`"objectRef":{"resource":"pods","namespace":"a","name":%q},"responseStatus":{"code":%d}}`+"\n", verb, uri, name, code)
+	}
+	log := ev("create", "probe", "/api/v1/namespaces/a/pods?dryRun=All", 201) +
+		ev("create", "real", "/api/v1/namespaces/a/pods?timeout=10s", 201) +
+		ev("patch", "real", "/api/v1/namespaces/a/pods/real?dryRun=All&fieldManager=kubectl", 200)
+	if err := os.WriteFile(path, []byte(log), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	creates, err := PodCreates(path, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]int{"real": 1}, creates); diff != "" {
+		t.Errorf("creates (-want,+got):\n%s", diff)
+	}
+	writes, err := Writes(path, "pods", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(writes) != 1 || writes[0].Name != "real" || writes[0].Verb != "create" {
+		t.Errorf("writes %+v, want the one create of real", writes)
+	}
+}
