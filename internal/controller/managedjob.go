@@ -216,13 +216,31 @@ func ledgerLabels(job *batchv1.Job) map[string]string {
 }
 
 // follow brings the ledger's spec to the Job's in the fields a Job may
-// change while it runs. A change the ledger refuses (the template of a Job
-// resumed again, say) is reported on the Job, not applied.
+// change while it runs, and its template while the ledger is suspended with
+// no active pod (templateFollows), in one patch: a Job re-admitted by Kueue
+// (another flavor's node selector and the resume in one write) resumes with
+// the new template, never with the old one. A change the ledger refuses is
+// reported on the Job, not applied.
 func (r *JobReconciler) follow(ctx context.Context, job *batchv1.Job, ledger *batchv1alpha1.SafeJob, spec batchv1alpha1.SafeJobSpec) error {
 	want := ledger.DeepCopy()
 	want.Spec.Suspend, want.Spec.Parallelism, want.Spec.ActiveDeadlineSeconds = spec.Suspend, spec.Parallelism, spec.ActiveDeadlineSeconds
 	if spec.CompletionMode == batchv1alpha1.IndexedCompletion {
 		want.Spec.Completions = spec.Completions
+	}
+	if !equality.Semantic.DeepEqual(spec.Template, ledger.Spec.Template) {
+		switch {
+		case templateFollows(ledger):
+			want.Spec.Template = *spec.Template.DeepCopy()
+		case ptr.Deref(ledger.Spec.Suspend, false):
+			// Suspended, its pods not all stopped yet: it resumes only
+			// with the Job's template, once they have (the ledger's
+			// status change brings the Job back here).
+			want.Spec.Suspend = ledger.Spec.Suspend
+		default:
+			r.Recorder.Eventf(job, ledger, corev1.EventTypeWarning, "SpecNotApplied", "Follow",
+				"the pod template differs from the one the Job's pods run with: SafeJob applies a template change "+
+					"only while the Job is suspended with no active pod")
+		}
 	}
 	if equality.Semantic.DeepEqual(want.Spec, ledger.Spec) {
 		return nil
@@ -235,6 +253,15 @@ func (r *JobReconciler) follow(ctx context.Context, job *batchv1.Job, ledger *ba
 		return fmt.Errorf("bringing the ledger of Job %s/%s to its spec: %w", job.Namespace, job.Name, err)
 	}
 	return nil
+}
+
+// templateFollows reports whether a ledger may take its Job's template, as
+// the immutable-spec policy's followsSuspendedJob allows: suspended, no
+// active pod, and either never started or Suspended. batch/v1 lets a Job's
+// template change then, since Kubernetes v1.36.
+func templateFollows(ledger *batchv1alpha1.SafeJob) bool {
+	return ptr.Deref(ledger.Spec.Suspend, false) && ledger.Status.Active == 0 &&
+		(ledger.Status.StartTime == nil || meta.IsStatusConditionTrue(ledger.Status.Conditions, batchv1alpha1.ConditionSuspended))
 }
 
 // refuse reports on the Job why SafeJob does not run it, once.

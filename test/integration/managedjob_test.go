@@ -144,6 +144,102 @@ func TestManagedJobFails(t *testing.T) {
 
 // TestManagedJobSuspended: a Job created suspended (as Kueue creates the
 // Jobs it queues) says Suspended and has no ledger or pod until it is
+// TestManagedJobReadmittedToAnotherFlavor: a managed Job that ran is
+// suspended (as Kueue preempts it), given another flavor's node selector
+// while suspended (as Kueue re-admits it: the Job's own validation allows
+// the change since v1.36) and resumed in the same write. Its later pods
+// carry the new node selector, as batch/v1's would; those before kept the
+// old one. The change of anything else in a running Job's template stays
+// refused by the API server.
+func TestManagedJobReadmittedToAnotherFlavor(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, hold, false)
+	startManager(t, h.ns, managerOptions{})
+	ctx := context.Background()
+	job := managedJob("readmitted", h.ns, 2, 1)
+	job.Spec.Template.Spec.NodeSelector = map[string]string{"flavor": "a"}
+	if err := k8s.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(job)
+	first := waitRunningPods(t, h.ns, 1)[0]
+	suspended := job.DeepCopy()
+	if err := k8s.Get(ctx, key, suspended); err != nil {
+		t.Fatal(err)
+	}
+	patched := suspended.DeepCopy()
+	patched.Spec.Suspend = ptr.To(true)
+	if err := k8s.Patch(ctx, patched, client.MergeFrom(suspended)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the Job suspended with no active pod", func() (bool, error) {
+		err := k8s.Get(ctx, key, suspended)
+		return err == nil && jobCondition(suspended, batchv1.JobSuspended) >= 0 && suspended.Status.Active == 0, err
+	})
+	// Kueue's re-admission: the flavor's node selector and the resume in one write.
+	h.kubelet.SetFate(succeed)
+	readmitted := suspended.DeepCopy()
+	readmitted.Spec.Template.Spec.NodeSelector = map[string]string{"flavor": "b"}
+	readmitted.Spec.Suspend = ptr.To(false)
+	if err := k8s.Patch(ctx, readmitted, client.MergeFrom(suspended)); err != nil {
+		t.Fatalf("re-admitting the suspended Job to another flavor: %v", err)
+	}
+	got := waitJob(t, key, batchv1.JobComplete, time.Minute)
+	if got.Status.Succeeded != 2 {
+		t.Errorf("the Job's status after the re-admission: %+v", got.Status)
+	}
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.InNamespace(h.ns), client.MatchingLabels{batchv1alpha1.JobNameLabel: job.Name}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		want := "b"
+		if p.UID == first.UID {
+			want = "a"
+		}
+		if p.Spec.NodeSelector["flavor"] != want {
+			t.Errorf("pod %s runs on flavor %q, want %q", p.Name, p.Spec.NodeSelector["flavor"], want)
+		}
+	}
+	if len(pods.Items) < 2 {
+		t.Errorf("%d pods, want the first and those after the re-admission", len(pods.Items))
+	}
+	ledger := &batchv1alpha1.SafeJob{}
+	if err := k8s.Get(ctx, key, ledger); err != nil {
+		t.Fatal(err)
+	}
+	if ledger.Spec.Template.Spec.NodeSelector["flavor"] != "b" {
+		t.Errorf("the ledger's node selector %v, want the Job's", ledger.Spec.Template.Spec.NodeSelector)
+	}
+}
+
+// TestLedgerTemplateFixedWhileRunning: the ledger of a managed Job takes a
+// template change only while suspended with no active pod; while it runs,
+// the API server refuses it, as it refuses a SafeJob's.
+func TestLedgerTemplateFixedWhileRunning(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, hold, false)
+	startManager(t, h.ns, managerOptions{})
+	ctx := context.Background()
+	job := managedJob("running", h.ns, 1, 1)
+	if err := k8s.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	waitRunningPods(t, h.ns, 1)
+	waitFor(t, 30*time.Second, "the API server to refuse a template change of the running ledger", func() (bool, error) {
+		ledger := &batchv1alpha1.SafeJob{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(job), ledger); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		changed := ledger.DeepCopy()
+		changed.Spec.Template.Spec.NodeSelector = map[string]string{"flavor": "b"}
+		// Accepted only until the API server has loaded the policy: a
+		// policy that lets the change through times the wait out.
+		err := k8s.Update(ctx, changed, client.DryRunAll)
+		return err != nil && strings.Contains(err.Error(), "spec.template: template is immutable"), nil
+	})
+}
+
 // resumed; then it runs from its template as it is at that moment.
 func TestManagedJobSuspended(t *testing.T) {
 	t.Parallel()
