@@ -42,6 +42,7 @@ func TestKueue(t *testing.T) {
 	t.Run("preemption", k.testPreemption)
 	t.Run("missing LocalQueue", k.testMissingLocalQueue)
 	t.Run("flavors", k.testFlavors)
+	t.Run("managed Job admitted again to another flavor", k.testManagedJobReadmitted) // after flavors: its queue
 	t.Run("schedule and teardown", k.testScheduleTeardown)
 	t.Run("deactivated and resumed", k.testDeactivated)
 	t.Run("admission check rejected", k.testCheckRejected)
