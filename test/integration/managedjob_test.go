@@ -36,6 +36,15 @@ func managedJob(name, ns string, completions, parallelism int32) *batchv1.Job {
 	}
 }
 
+// runManagedJob starts a controller for h's namespace and creates job in it.
+func runManagedJob(t *testing.T, h *harness, job *batchv1.Job) {
+	t.Helper()
+	startManager(t, h.ns, managerOptions{})
+	if err := k8s.Create(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func jobCondition(job *batchv1.Job, t batchv1.JobConditionType) int {
 	return slices.IndexFunc(job.Status.Conditions, func(c batchv1.JobCondition) bool {
 		return c.Type == t && c.Status == corev1.ConditionTrue
@@ -154,13 +163,10 @@ func TestManagedJobFails(t *testing.T) {
 func TestManagedJobReadmittedToAnotherFlavor(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, hold, false)
-	startManager(t, h.ns, managerOptions{})
 	ctx := context.Background()
 	job := managedJob("readmitted", h.ns, 2, 1)
 	job.Spec.Template.Spec.NodeSelector = map[string]string{"flavor": "a"}
-	if err := k8s.Create(ctx, job); err != nil {
-		t.Fatal(err)
-	}
+	runManagedJob(t, h, job)
 	key := client.ObjectKeyFromObject(job)
 	first := waitRunningPods(t, h.ns, 1)[0]
 	suspended := job.DeepCopy()
@@ -219,12 +225,9 @@ func TestManagedJobReadmittedToAnotherFlavor(t *testing.T) {
 func TestLedgerTemplateFixedWhileRunning(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, hold, false)
-	startManager(t, h.ns, managerOptions{})
 	ctx := context.Background()
 	job := managedJob("running", h.ns, 1, 1)
-	if err := k8s.Create(ctx, job); err != nil {
-		t.Fatal(err)
-	}
+	runManagedJob(t, h, job)
 	waitRunningPods(t, h.ns, 1)
 	waitFor(t, 30*time.Second, "the API server to refuse a template change of the running ledger", func() (bool, error) {
 		ledger := &batchv1alpha1.SafeJob{}
@@ -379,12 +382,9 @@ func TestManagedJobRefused(t *testing.T) {
 func TestManagedJobLedgerDeleted(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, hold, false)
-	startManager(t, h.ns, managerOptions{})
 	ctx := context.Background()
 	job := managedJob("deleted", h.ns, 2, 2)
-	if err := k8s.Create(ctx, job); err != nil {
-		t.Fatal(err)
-	}
+	runManagedJob(t, h, job)
 	waitFor(t, 30*time.Second, "the Job to start", func() (bool, error) {
 		err := k8s.Get(ctx, client.ObjectKeyFromObject(job), job)
 		return err == nil && job.Status.Active == 2 && job.Status.StartTime != nil, err
