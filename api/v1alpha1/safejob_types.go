@@ -119,7 +119,9 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.backoffLimitPerIndex) || !has(self.completions) || self.completions <= 20000 || (has(self.maxFailedIndexes) && self.maxFailedIndexes <= 1000)",message="with backoffLimitPerIndex and more than 20000 completions, maxFailedIndexes must be set to at most 1000, so that completedIndexes and failedIndexes always fit in status",fieldPath=".maxFailedIndexes"
 type SafeJobSpec struct {
 	// template is the pod template of every pod the SafeJob creates.
-	// Its restartPolicy must be Never or OnFailure. Immutable.
+	// Its restartPolicy must be Never or OnFailure. Immutable, except a
+	// scheduled SafeJob's, and that of the ledger of a batch/v1 Job that
+	// SafeJob runs while it is suspended with no pod running or terminating.
 	// +required
 	// +kubebuilder:validation:XValidation:rule="self.spec.?restartPolicy.orValue('') in ['Never', 'OnFailure']",message="valid values: \"OnFailure\", \"Never\"",fieldPath=".spec.restartPolicy"
 	Template corev1.PodTemplateSpec `json:"template"`

@@ -217,50 +217,70 @@ func ledgerLabels(job *batchv1.Job) map[string]string {
 
 // follow brings the ledger's spec to the Job's in the fields a Job may
 // change while it runs, and its template while the ledger is suspended with
-// no active pod (templateFollows), in one patch: a Job re-admitted by Kueue
-// (another flavor's node selector and the resume in one write) resumes with
-// the new template, never with the old one. A change the ledger refuses is
-// reported on the Job, not applied.
+// no pod running or terminating (templateFollows), in one patch: a Job
+// re-admitted by Kueue (another flavor's node selector and the resume in
+// one write) resumes with the new template, never with the old one. A
+// change the ledger refuses is reported on the Job, not applied; a template
+// the API server refuses (an immutable-spec policy older than this
+// operator) never holds back the rest.
 func (r *JobReconciler) follow(ctx context.Context, job *batchv1.Job, ledger *batchv1alpha1.SafeJob, spec batchv1alpha1.SafeJobSpec) error {
 	want := ledger.DeepCopy()
 	want.Spec.Suspend, want.Spec.Parallelism, want.Spec.ActiveDeadlineSeconds = spec.Suspend, spec.Parallelism, spec.ActiveDeadlineSeconds
 	if spec.CompletionMode == batchv1alpha1.IndexedCompletion {
 		want.Spec.Completions = spec.Completions
 	}
+	withTemplate := false
 	if !equality.Semantic.DeepEqual(spec.Template, ledger.Spec.Template) {
 		switch {
 		case templateFollows(ledger):
-			want.Spec.Template = *spec.Template.DeepCopy()
+			want.Spec.Template, withTemplate = *spec.Template.DeepCopy(), true
 		case ptr.Deref(ledger.Spec.Suspend, false):
-			// Suspended, its pods not all stopped yet: it resumes only
-			// with the Job's template, once they have (the ledger's
-			// status change brings the Job back here).
+			// Suspended, its pods not all gone yet: it resumes only with
+			// the Job's template, once they are (the ledger's status
+			// change brings the Job back here).
 			want.Spec.Suspend = ledger.Spec.Suspend
-		default:
+		case !ptr.Deref(spec.Suspend, false):
+			// Suspending is what changes the template (Kueue restores the
+			// original as it stops a Job): that waits silently.
 			r.Recorder.Eventf(job, ledger, corev1.EventTypeWarning, "SpecNotApplied", "Follow",
 				"the pod template differs from the one the Job's pods run with: SafeJob applies a template change "+
-					"only while the Job is suspended with no active pod")
+					"only while the Job is suspended with no pod running or terminating")
 		}
 	}
 	if equality.Semantic.DeepEqual(want.Spec, ledger.Spec) {
 		return nil
 	}
-	if err := r.Client.Patch(ctx, want, client.MergeFrom(ledger)); err != nil {
-		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
-			r.Recorder.Eventf(job, ledger, corev1.EventTypeWarning, "SpecNotApplied", "Follow", "%v", err)
-			return nil
-		}
-		return fmt.Errorf("bringing the ledger of Job %s/%s to its spec: %w", job.Namespace, job.Name, err)
+	err := r.patchLedger(ctx, ledger, want)
+	if withTemplate && (apierrors.IsInvalid(err) || apierrors.IsForbidden(err)) {
+		r.Recorder.Eventf(job, ledger, corev1.EventTypeWarning, "SpecNotApplied", "Follow",
+			"the pod template change is refused (%v): the Job runs on with the template it had", err)
+		want.Spec.Template = ledger.Spec.Template
+		err = r.patchLedger(ctx, ledger, want)
 	}
-	return nil
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err):
+		r.Recorder.Eventf(job, ledger, corev1.EventTypeWarning, "SpecNotApplied", "Follow", "%v", err)
+		return nil
+	}
+	return fmt.Errorf("bringing the ledger of Job %s/%s to its spec: %w", job.Namespace, job.Name, err)
+}
+
+// patchLedger writes want over the ledger as read, on its resourceVersion:
+// the policy judges a template change by the ledger's status, so a change
+// decided on a stale read conflicts and is decided again.
+func (r *JobReconciler) patchLedger(ctx context.Context, ledger, want *batchv1alpha1.SafeJob) error {
+	patch := client.MergeFromWithOptions(ledger, client.MergeFromWithOptimisticLock{})
+	return r.Client.Patch(ctx, want.DeepCopy(), patch) //nolint:wrapcheck // follow wraps it
 }
 
 // templateFollows reports whether a ledger may take its Job's template, as
-// the immutable-spec policy's followsSuspendedJob allows: suspended, no
-// active pod, and either never started or Suspended. batch/v1 lets a Job's
-// template change then, since Kubernetes v1.36.
+// the immutable-spec policy's followsSuspendedJob allows: suspended, no pod
+// running or terminating, and either never started or Suspended. batch/v1
+// lets a Job's template change then, since Kubernetes v1.36.
 func templateFollows(ledger *batchv1alpha1.SafeJob) bool {
-	return ptr.Deref(ledger.Spec.Suspend, false) && ledger.Status.Active == 0 &&
+	return ptr.Deref(ledger.Spec.Suspend, false) && ledger.Status.Active == 0 && ptr.Deref(ledger.Status.Terminating, 0) == 0 &&
 		(ledger.Status.StartTime == nil || meta.IsStatusConditionTrue(ledger.Status.Conditions, batchv1alpha1.ConditionSuspended))
 }
 

@@ -151,8 +151,6 @@ func TestManagedJobFails(t *testing.T) {
 	}
 }
 
-// TestManagedJobSuspended: a Job created suspended (as Kueue creates the
-// Jobs it queues) says Suspended and has no ledger or pod until it is
 // TestManagedJobReadmittedToAnotherFlavor: a managed Job that ran is
 // suspended (as Kueue preempts it), given another flavor's node selector
 // while suspended (as Kueue re-admits it: the Job's own validation allows
@@ -243,6 +241,8 @@ func TestLedgerTemplateFixedWhileRunning(t *testing.T) {
 	})
 }
 
+// TestManagedJobSuspended: a Job created suspended (as Kueue creates the
+// Jobs it queues) says Suspended and has no ledger or pod until it is
 // resumed; then it runs from its template as it is at that moment.
 func TestManagedJobSuspended(t *testing.T) {
 	t.Parallel()
