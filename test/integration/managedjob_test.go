@@ -18,6 +18,7 @@ import (
 
 	batchv1alpha1 "github.com/safejob/safejob/api/v1alpha1"
 	"github.com/safejob/safejob/internal/batchjob"
+	"github.com/safejob/safejob/internal/controller"
 	"github.com/safejob/safejob/test/testutil"
 )
 
@@ -426,5 +427,49 @@ func TestManagedJobBeyondSafeJobBounds(t *testing.T) {
 	var pods corev1.PodList
 	if err := k8s.List(ctx, &pods, client.InNamespace(h.ns)); err != nil || len(pods.Items) != 0 {
 		t.Errorf("%d pods (%v) for a Job SafeJob refuses", len(pods.Items), err)
+	}
+}
+
+// TestLedgerTemplateRuleNeedsItsJob: a SafeJob that only carries the
+// managed-job label, with no Job as its controller (someone else's object
+// posing as a ledger), keeps its template immutable while suspended, as
+// does a ledger with a queue name, whose Workload holds the template's
+// requests. A ledger with neither flaw takes the change.
+func TestLedgerTemplateRuleNeedsItsJob(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	ctx := context.Background()
+	byJob := []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "j", UID: "0a1b2c3d",
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
+	// In order: the refusals show the policy in force before the last.
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		owners []metav1.OwnerReference
+		takes  bool
+	}{
+		{name: "posing", labels: map[string]string{batchv1alpha1.ManagedJobLabel: "0a1b2c3d"}},
+		{name: "queued", labels: map[string]string{batchv1alpha1.ManagedJobLabel: "0a1b2c3d", controller.QueueNameLabel: "lq"}, owners: byJob},
+		{name: "ledger", labels: map[string]string{batchv1alpha1.ManagedJobLabel: "0a1b2c3d"}, owners: byJob, takes: true},
+	} {
+		name := tc.name
+		sj := testutil.MakeSafeJob(name, ns).Suspend(true).Obj()
+		sj.Labels, sj.OwnerReferences = tc.labels, tc.owners
+		if err := k8s.Create(ctx, sj); err != nil {
+			t.Fatal(err)
+		}
+		changed := sj.DeepCopy()
+		changed.Spec.Template.Spec.NodeSelector = map[string]string{"flavor": "b"}
+		if tc.takes {
+			if err := k8s.Update(ctx, changed, client.DryRunAll); err != nil {
+				t.Errorf("%s: a suspended ledger's template change: %v", name, err)
+			}
+			continue
+		}
+		// Accepted only until the API server has loaded the policy.
+		waitFor(t, 30*time.Second, "the API server to refuse a template change of "+name, func() (bool, error) {
+			err := k8s.Update(ctx, changed.DeepCopy(), client.DryRunAll)
+			return err != nil && strings.Contains(err.Error(), "spec.template: template is immutable"), nil
+		})
 	}
 }
