@@ -251,21 +251,26 @@ func (r *JobReconciler) follow(ctx context.Context, job *batchv1.Job, ledger *ba
 		return nil
 	}
 	err := r.patchLedger(ctx, ledger, want)
-	if withTemplate && (apierrors.IsInvalid(err) || apierrors.IsForbidden(err)) {
+	if withTemplate && specRefused(err) {
 		r.Recorder.Eventf(job, ledger, corev1.EventTypeWarning, "SpecNotApplied", "Follow",
 			"the pod template change is refused (%v): the Job runs on with the template it had", err)
 		want.Spec.Template = ledger.Spec.Template
 		err = r.patchLedger(ctx, ledger, want)
 	}
-	switch {
-	case err == nil:
-		return nil
-	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err):
+	if specRefused(err) {
 		r.Recorder.Eventf(job, ledger, corev1.EventTypeWarning, "SpecNotApplied", "Follow", "%v", err)
 		return nil
 	}
-	return fmt.Errorf("bringing the ledger of Job %s/%s to its spec: %w", job.Namespace, job.Name, err)
+	if err != nil {
+		return fmt.Errorf("bringing the ledger of Job %s/%s to its spec: %w", job.Namespace, job.Name, err)
+	}
+	return nil
 }
+
+// specRefused reports a ledger spec change the API server refuses for what
+// it is (its validation or an admission policy): sending it again changes
+// nothing.
+func specRefused(err error) bool { return apierrors.IsInvalid(err) || apierrors.IsForbidden(err) }
 
 // patchLedger writes want over the ledger as read, on its resourceVersion:
 // the policy judges a template change by the ledger's status, so a change
